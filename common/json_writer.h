@@ -1,0 +1,38 @@
+// A minimal streaming JSON writer for documents the privhelper generates itself (OCI
+// config.json, process.json). Output only; callers choose every key, so no schema is needed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace paseo {
+
+// Usage:
+//   JsonWriter w;
+//   w.BeginObject(); w.Key("ociVersion"); w.String("1.0.2"); w.EndObject();
+//   std::string text = w.Take();
+class JsonWriter {
+ public:
+  void BeginObject() { Open('{'); }
+  void EndObject() { Close('}'); }
+  void BeginArray() { Open('['); }
+  void EndArray() { Close(']'); }
+  void Key(std::string_view key);
+  void String(std::string_view value);
+  void Int(int64_t value);
+  void Bool(bool value);
+  void StringArray(const std::vector<std::string>& values);
+  std::string Take() { return std::move(out_); }
+
+ private:
+  void Open(char c);
+  void Close(char c);
+  void Separate();
+  std::string out_;
+  std::vector<bool> first_;    // per open container: no element written yet
+  bool after_key_ = false;
+};
+
+}  // namespace paseo

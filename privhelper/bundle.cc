@@ -1,0 +1,192 @@
+// See bundle.h. Field choices follow the OCI runtime spec 1.0.2 as runsc reads it.
+#include "privhelper/bundle.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/json_writer.h"
+
+namespace paseo {
+namespace {
+
+constexpr char kDefaultPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// Paths masked or made read-only exactly as runc's default spec does; gVisor emulates most of
+// them, but the spec states the intent and keeps other runtimes safe too.
+const std::vector<std::string> kMaskedPaths = {
+    "/proc/acpi",     "/proc/asound",       "/proc/kcore",      "/proc/keys",
+    "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+    "/proc/scsi",     "/sys/firmware",
+};
+const std::vector<std::string> kReadonlyPaths = {
+    "/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+};
+
+void WriteUser(JsonWriter& w, uint32_t uid, uint32_t gid) {
+  w.Key("user");
+  w.BeginObject();
+  w.Key("uid");
+  w.Int(uid);
+  w.Key("gid");
+  w.Int(gid);
+  w.Key("additionalGids");
+  w.BeginArray();
+  w.Int(gid);
+  w.EndArray();
+  w.EndObject();
+}
+
+// No capabilities in any set, and no way to gain any.
+void WriteNoCapabilities(JsonWriter& w) {
+  w.Key("capabilities");
+  w.BeginObject();
+  for (const char* set : {"bounding", "effective", "inheritable", "permitted", "ambient"}) {
+    w.Key(set);
+    w.BeginArray();
+    w.EndArray();
+  }
+  w.EndObject();
+  w.Key("noNewPrivileges");
+  w.Bool(true);
+}
+
+void WriteRlimits(JsonWriter& w) {
+  w.Key("rlimits");
+  w.BeginArray();
+  w.BeginObject();
+  w.Key("type");
+  w.String("RLIMIT_NOFILE");
+  w.Key("hard");
+  w.Int(65536);
+  w.Key("soft");
+  w.Int(65536);
+  w.EndObject();
+  w.EndArray();
+}
+
+void WriteMount(JsonWriter& w, const std::string& destination, const std::string& type,
+                const std::string& source, const std::vector<std::string>& options) {
+  w.BeginObject();
+  w.Key("destination");
+  w.String(destination);
+  w.Key("type");
+  w.String(type);
+  w.Key("source");
+  w.String(source);
+  w.Key("options");
+  w.StringArray(options);
+  w.EndObject();
+}
+
+}  // namespace
+
+std::vector<std::string> SandboxInitArgv() { return {"/bin/sleep", "2147483647"}; }
+
+std::vector<std::string> ProcessEnv(const std::vector<std::string>& env) {
+  std::vector<std::string> out;
+  bool has_path = false;
+  for (const auto& e : env) has_path |= e.rfind("PATH=", 0) == 0;
+  if (!has_path) out.emplace_back(kDefaultPath);
+  out.insert(out.end(), env.begin(), env.end());
+  return out;
+}
+
+std::string RenderOciConfig(const BundleSpec& spec) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("ociVersion");
+  w.String("1.0.2");
+
+  w.Key("process");
+  w.BeginObject();
+  w.Key("terminal");
+  w.Bool(false);
+  WriteUser(w, spec.uid, spec.gid);
+  w.Key("args");
+  w.StringArray(SandboxInitArgv());
+  w.Key("env");
+  w.StringArray(ProcessEnv({}));
+  w.Key("cwd");
+  w.String("/");
+  WriteNoCapabilities(w);
+  WriteRlimits(w);
+  w.EndObject();
+
+  w.Key("root");
+  w.BeginObject();
+  w.Key("path");
+  w.String(spec.rootfs);
+  w.Key("readonly");
+  w.Bool(true);
+  w.EndObject();
+
+  w.Key("hostname");
+  w.String(spec.hostname);
+
+  w.Key("mounts");
+  w.BeginArray();
+  WriteMount(w, "/proc", "proc", "proc", {"nosuid", "noexec", "nodev"});
+  WriteMount(w, "/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"});
+  WriteMount(w, "/dev/pts", "devpts", "devpts",
+             {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"});
+  WriteMount(w, "/dev/shm", "tmpfs", "shm",
+             {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"});
+  WriteMount(w, "/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"});
+  WriteMount(w, "/tmp", "tmpfs", "tmpfs",
+             {"nosuid", "nodev", "mode=1777", absl::StrCat("size=", spec.tmpfs_bytes)});
+  for (const auto& m : spec.mounts) {
+    // Non-recursive bind: the staging path is already a single root-owned bind of the resolved
+    // workspace, and nothing mounted beneath it on the host should follow into the sandbox.
+    WriteMount(w, m.destination, "bind", m.source,
+               {"bind", m.read_only ? "ro" : "rw", "nosuid", "nodev"});
+  }
+  w.EndArray();
+
+  w.Key("linux");
+  w.BeginObject();
+  w.Key("namespaces");
+  w.BeginArray();
+  for (const char* ns : {"pid", "ipc", "uts", "mount", "network"}) {
+    w.BeginObject();
+    w.Key("type");
+    w.String(ns);
+    w.EndObject();
+  }
+  w.EndArray();
+  if (spec.memory_limit_bytes > 0) {
+    w.Key("resources");
+    w.BeginObject();
+    w.Key("memory");
+    w.BeginObject();
+    w.Key("limit");
+    w.Int(static_cast<int64_t>(spec.memory_limit_bytes));
+    w.EndObject();
+    w.EndObject();
+  }
+  w.Key("maskedPaths");
+  w.StringArray(kMaskedPaths);
+  w.Key("readonlyPaths");
+  w.StringArray(kReadonlyPaths);
+  w.EndObject();
+
+  w.EndObject();
+  return w.Take();
+}
+
+std::string RenderProcessJson(const ExecSpec& spec) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("terminal");
+  w.Bool(false);
+  WriteUser(w, spec.uid, spec.gid);
+  w.Key("args");
+  w.StringArray(spec.argv);
+  w.Key("env");
+  w.StringArray(ProcessEnv(spec.env));
+  w.Key("cwd");
+  w.String(spec.cwd);
+  WriteNoCapabilities(w);
+  WriteRlimits(w);
+  w.EndObject();
+  return w.Take();
+}
+
+}  // namespace paseo

@@ -1,0 +1,46 @@
+// BundleWriter's pure half: renders the OCI config.json of a sandbox and the process.json of a
+// `runsc exec`, from values the privhelper decided itself. Nothing in here comes from a client
+// unvalidated: the caller passes staging paths it created and argv/env it already checked.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace paseo {
+
+struct StagedMount {
+  std::string source;       // root-owned staging path inside the bundle (never a user path)
+  std::string destination;  // absolute path inside the sandbox
+  bool read_only = true;
+};
+
+struct BundleSpec {
+  std::string rootfs;  // <stateDir>/rootfs/<version>/rootfs, mounted read-only
+  std::string hostname = "paseo-sandbox";
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<StagedMount> mounts;
+  uint64_t tmpfs_bytes = 64ull << 20;
+  uint64_t memory_limit_bytes = 0;  // 0: no limit
+};
+
+struct ExecSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string cwd = "/";
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+
+// The sandbox's init: an idle process owned by the supervisor. Client processes all run through
+// `runsc exec`, so the sandbox outlives any one of them (docs/architecture.md).
+std::vector<std::string> SandboxInitArgv();
+
+// The environment every sandbox process starts from; `env` entries override by key.
+std::vector<std::string> ProcessEnv(const std::vector<std::string>& env);
+
+std::string RenderOciConfig(const BundleSpec& spec);
+std::string RenderProcessJson(const ExecSpec& spec);
+
+}  // namespace paseo

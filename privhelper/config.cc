@@ -1,0 +1,217 @@
+// See config.h.
+#include "privhelper/config.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <capnp/compat/json.h>
+#include <kj/exception.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace paseo {
+namespace {
+
+absl::Status Bad(const std::string& file, std::string_view field, std::string_view problem) {
+  return absl::InvalidArgumentError(absl::StrCat(file, ": ", field, ": ", problem));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus("open", path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  if (buf.str().size() > (1 << 20)) return Bad(path, "(file)", "larger than 1 MiB");
+  return buf.str();
+}
+
+// Decodes one JSON file into a fresh message whose root is T.
+template <typename T>
+absl::StatusOr<typename T::Reader> Decode(
+    const std::string& path, std::vector<std::unique_ptr<capnp::MallocMessageBuilder>>& keep) {
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  auto message = std::make_unique<capnp::MallocMessageBuilder>();
+  capnp::JsonCodec codec;
+  codec.setRejectUnknownFields(true);
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+    codec.decode(kj::StringPtr(text.c_str(), text.size()), message->initRoot<T>());
+  });
+  KJ_IF_MAYBE(e, error) {
+    // JsonCodec's messages name the offending field ("Unknown field: foo", "Type mismatch");
+    // strip kj's source-location prefix so the operator sees only the problem.
+    std::string desc = e->getDescription().cStr();
+    return Bad(path, "(decode)", desc);
+  }
+  auto reader = message->getRoot<T>().asReader();
+  keep.push_back(std::move(message));
+  return reader;
+}
+
+absl::StatusOr<std::vector<std::string>> JsonFilesIn(const std::string& dir) {
+  std::vector<std::string> files;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return files;
+    return ErrnoStatus("opendir", dir);
+  }
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() > 5 && absl::EndsWith(name, ".json")) files.push_back(dir + "/" + name);
+  }
+  closedir(d);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+bool IsHexSha256(std::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reader h) {
+  if (!IsNormalizedAbsolutePath(h.getStateDir().cStr()))
+    return Bad(file, "stateDir", "must be a normalized absolute path");
+  if (!IsNormalizedAbsolutePath(h.getRunDir().cStr()))
+    return Bad(file, "runDir", "must be a normalized absolute path");
+  if (h.getBrokerUser().size() == 0) return Bad(file, "brokerUser", "must not be empty");
+  if (h.getSocketGroup().size() == 0) return Bad(file, "socketGroup", "must not be empty");
+  if (h.hasBrokerBinary() && h.getBrokerBinary().size() > 0 &&
+      !IsNormalizedAbsolutePath(h.getBrokerBinary().cStr()))
+    return Bad(file, "brokerBinary", "must be a normalized absolute path");
+  auto runsc = h.getRunsc();
+  if (!IsNormalizedAbsolutePath(runsc.getPath().cStr()))
+    return Bad(file, "runsc.path", "must be a normalized absolute path");
+  if (!IsHexSha256(runsc.getSha256().cStr()))
+    return Bad(file, "runsc.sha256", "must be 64 lowercase hex digits");
+  std::string platform = runsc.getPlatform();
+  if (platform != "ptrace" && platform != "kvm")
+    return Bad(file, "runsc.platform", "must be \"ptrace\" or \"kvm\"");
+  if (!IsValidId(h.getRootfsVersion().cStr()))
+    return Bad(file, "rootfsVersion", "must be an id ([a-z0-9-], 1..64 bytes)");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Reader p) {
+  if (!IsValidId(p.getName().cStr())) return Bad(file, "name", "must be an id ([a-z0-9-])");
+  if (p.getRootfsVersion().size() > 0 && !IsValidId(p.getRootfsVersion().cStr()))
+    return Bad(file, "rootfsVersion", "must be an id ([a-z0-9-])");
+  if (p.getOutputBufferBytes() < 4096 || p.getOutputBufferBytes() > (1ull << 32))
+    return Bad(file, "outputBufferBytes", "must be between 4096 and 4294967296");
+  if (p.getTmpfsBytes() < (1 << 20)) return Bad(file, "tmpfsBytes", "must be at least 1048576");
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDeployment(const std::string& file, config::Deployment::Reader d) {
+  if (!IsValidId(d.getId().cStr())) return Bad(file, "id", "must be an id ([a-z0-9-])");
+  if (d.getAllowedUids().size() == 0 && d.getAllowedGids().size() == 0)
+    return Bad(file, "allowedUids", "allowedUids and allowedGids are both empty");
+  if (d.getWorkspaceRoots().size() == 0) return Bad(file, "workspaceRoots", "must not be empty");
+  for (size_t i = 0; i < d.getWorkspaceRoots().size(); ++i) {
+    auto root = d.getWorkspaceRoots()[i];
+    std::string where = absl::StrCat("workspaceRoots[", i, "]");
+    if (!IsNormalizedAbsolutePath(root.getHostPath().cStr()) || root.getHostPath() == "/")
+      return Bad(file, where + ".hostPath", "must be a normalized absolute path other than /");
+    if (root.getClientPath().size() > 0 && !IsNormalizedAbsolutePath(root.getClientPath().cStr()))
+      return Bad(file, where + ".clientPath", "must be a normalized absolute path");
+  }
+  if (d.hasRunAs() && d.getRunAs().getUid() == 0)
+    return Bad(file, "runAs.uid", "agents never run as root");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsNormalizedAbsolutePath(std::string_view path) {
+  if (path.empty() || path[0] != '/' || path.size() > 4095) return false;
+  if (path == "/") return true;
+  if (path.back() == '/') return false;
+  for (std::string_view part : absl::StrSplit(path.substr(1), '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+    if (part.find('\0') != std::string_view::npos) return false;
+  }
+  return true;
+}
+
+const config::Deployment::Reader* Config::FindDeployment(std::string_view id) const {
+  for (const auto& d : deployments_) {
+    if (std::string_view(d.getId().cStr()) == id) return &d;
+  }
+  return nullptr;
+}
+
+const config::LaunchProfile::Reader* Config::FindProfile(std::string_view name) const {
+  for (const auto& p : profiles_) {
+    if (std::string_view(p.getName().cStr()) == name) return &p;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> Config::ProfilesOf(const config::Deployment::Reader& d) const {
+  std::vector<std::string> names;
+  for (auto n : d.getProfiles()) names.emplace_back(n.cStr());
+  if (names.empty()) names.emplace_back("default");
+  return names;
+}
+
+std::string Config::RootfsPath(const config::LaunchProfile::Reader& profile) const {
+  std::string version = profile.getRootfsVersion().size() > 0 ? profile.getRootfsVersion().cStr()
+                                                              : helper_.getRootfsVersion().cStr();
+  return absl::StrCat(helper_.getStateDir().cStr(), "/rootfs/", version, "/rootfs");
+}
+
+std::string Config::BrokerBinary(std::string_view privhelper_path) const {
+  if (helper_.getBrokerBinary().size() > 0) return helper_.getBrokerBinary();
+  std::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
+  return absl::StrCat(dir, "paseo-sandbox-broker");
+}
+
+absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {
+  auto config = std::unique_ptr<Config>(new Config);
+  std::string helper_file = dir + "/helper.json";
+  ASSIGN_OR_RETURN(config->helper_,
+                   Decode<config::HelperConfig>(helper_file, config->messages_));
+  RETURN_IF_ERROR(ValidateHelper(helper_file, config->helper_));
+
+  ASSIGN_OR_RETURN(auto profile_files, JsonFilesIn(dir + "/profiles"));
+  for (const auto& file : profile_files) {
+    ASSIGN_OR_RETURN(auto p, Decode<config::LaunchProfile>(file, config->messages_));
+    RETURN_IF_ERROR(ValidateProfile(file, p));
+    if (config->FindProfile(p.getName().cStr()) != nullptr)
+      return Bad(file, "name", absl::StrCat("profile \"", p.getName().cStr(), "\" defined twice"));
+    config->profiles_.push_back(p);
+  }
+  if (config->FindProfile("default") == nullptr) {
+    // An implicit default profile with the schema's defaults, so a minimal config works.
+    auto message = std::make_unique<capnp::MallocMessageBuilder>();
+    message->initRoot<config::LaunchProfile>().setName("default");
+    config->profiles_.push_back(message->getRoot<config::LaunchProfile>().asReader());
+    config->messages_.push_back(std::move(message));
+  }
+
+  ASSIGN_OR_RETURN(auto deployment_files, JsonFilesIn(dir + "/deployments"));
+  for (const auto& file : deployment_files) {
+    ASSIGN_OR_RETURN(auto d, Decode<config::Deployment>(file, config->messages_));
+    RETURN_IF_ERROR(ValidateDeployment(file, d));
+    if (config->FindDeployment(d.getId().cStr()) != nullptr)
+      return Bad(file, "id", absl::StrCat("deployment \"", d.getId().cStr(), "\" defined twice"));
+    for (const auto& name : config->ProfilesOf(d)) {
+      if (config->FindProfile(name) == nullptr)
+        return Bad(file, "profiles", absl::StrCat("unknown launch profile \"", name, "\""));
+    }
+    config->deployments_.push_back(d);
+  }
+  if (config->deployments_.empty())
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/deployments: no deployment defined"));
+  return config;
+}
+
+}  // namespace paseo

@@ -1,0 +1,51 @@
+// Loading and validating the privhelper's root-owned JSON configuration (schema/config.capnp).
+// Decoding goes through capnp's JsonCodec with unknown fields rejected; every error names the
+// file and the field. Usage:
+//   absl::StatusOr<std::unique_ptr<Config>> config = LoadConfig("/etc/paseo-sandbox");
+//   const config::Deployment::Reader* d = (*config)->FindDeployment("paseo-main");
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <capnp/message.h>
+
+#include "absl/status/statusor.h"
+#include "schema/config.capnp.h"
+
+namespace paseo {
+
+class Config {
+ public:
+  config::HelperConfig::Reader helper() const { return helper_; }
+  const std::vector<config::Deployment::Reader>& deployments() const { return deployments_; }
+  const std::vector<config::LaunchProfile::Reader>& profiles() const { return profiles_; }
+
+  const config::Deployment::Reader* FindDeployment(std::string_view id) const;
+  const config::LaunchProfile::Reader* FindProfile(std::string_view name) const;
+  // The profiles a deployment may use, in order ("default" when it names none).
+  std::vector<std::string> ProfilesOf(const config::Deployment::Reader& d) const;
+  // <stateDir>/rootfs/<version>/rootfs for the profile's (or the default) rootfs version.
+  std::string RootfsPath(const config::LaunchProfile::Reader& profile) const;
+  std::string BrokerBinary(std::string_view privhelper_path) const;
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
+  std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages_;
+  config::HelperConfig::Reader helper_;
+  std::vector<config::Deployment::Reader> deployments_;
+  std::vector<config::LaunchProfile::Reader> profiles_;
+};
+
+// Reads <dir>/helper.json, <dir>/deployments/*.json and <dir>/profiles/*.json, decodes and
+// validates them. Errors: "<file>: <field>: <problem>" as InvalidArgument (NotFound when a
+// required file is missing).
+absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
+
+// True for an absolute path with no empty, "." or ".." components and no trailing slash
+// (except "/" itself). Registered roots and sandbox destinations must be normalized this way.
+bool IsNormalizedAbsolutePath(std::string_view path);
+
+}  // namespace paseo

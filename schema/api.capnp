@@ -1,0 +1,174 @@
+# paseo-sandbox public client API: what the Paseo daemon (or the CLI) speaks over
+# /run/paseo-sandbox/supervisor.sock. Capability style: the bootstrap Supervisor is bound to
+# the connecting peer's SO_PEERCRED identity, and every object reached from it re-checks that
+# the peer may use the deployment it belongs to. Nothing here can name a host path, a runsc
+# flag, raw OCI, a hook or a capability.
+#
+# Errors a client can cause come back as RPC exceptions whose description starts with a stable
+# reason token followed by ": " (for example "permission-denied: ...", "invalid-argument: ...",
+# "not-found: ...", "failed-precondition: ...", "internal: ...").
+@0xdd6fab7fcd1b4481;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("paseo::api");
+
+# ---------------------------------------------------------------- specs
+
+enum AccessMode {
+  readOnly @0;
+  readWrite @1;
+}
+
+struct WorkspaceMount {
+  # One workspace to show inside the sandbox.
+  path @0 :Text;
+  # The workspace path as the client sees it (absolute). For a host deployment this is the host
+  # path; for a Docker deployment it is the path inside the client's container. The privhelper
+  # maps it through the deployment's registered roots; it is never used as a host path directly.
+  destination @1 :Text;
+  # Absolute path inside the sandbox. Empty means "/workspace".
+  mode @2 :AccessMode;
+}
+
+struct Label {
+  key @0 :Text;
+  value @1 :Text;
+}
+
+struct SandboxSpec {
+  deploymentId @0 :Text;
+  # Which registered deployment this sandbox belongs to; the caller must be allowed to use it.
+  profile @1 :Text;
+  # Launch profile name; empty selects the deployment's first allowed profile.
+  workspaces @2 :List(WorkspaceMount);
+  labels @3 :List(Label);
+  # Free-form labels kept with the sandbox (at most 32, keys and values at most 256 bytes).
+}
+
+struct ProcessSpec {
+  argv @0 :List(Text);
+  # Program and arguments, run inside the sandbox. Must not be empty.
+  env @1 :List(Text);
+  # "KEY=VALUE" entries. PATH defaults to a standard value when absent.
+  cwd @2 :Text;
+  # Working directory inside the sandbox; empty means the first workspace's destination, or "/".
+}
+
+enum Stream {
+  stdout @0;
+  stderr @1;
+}
+
+struct ExitStatus {
+  # How a process ended.
+  union {
+    running @0 :Void;
+    # Not ended yet (only in ProcessInfo).
+    exitCode @1 :Int32;
+    # Ended by exit(code).
+    signal @2 :Int32;
+    # Killed by this signal number.
+    unknown @3 :Void;
+    # Ended, but the supervisor could not learn how.
+  }
+}
+
+struct SandboxInfo {
+  id @0 :Text;
+  deploymentId @1 :Text;
+  profile @2 :Text;
+  state @3 :Text;
+  # "running" or "deleted".
+  createdAtUnixMs @4 :Int64;
+  labels @5 :List(Label);
+  processCount @6 :UInt32;
+  ownerUid @7 :UInt32;
+  # The uid of the client that created it.
+}
+
+struct ProcessInfo {
+  id @0 :Text;
+  sandboxId @1 :Text;
+  argv @2 :List(Text);
+  status @3 :ExitStatus;
+  stdoutBytes @4 :UInt64;
+  # Total bytes the process has written to stdout so far (the next byte's offset).
+  stderrBytes @5 :UInt64;
+}
+
+# ---------------------------------------------------------------- interfaces
+
+interface Supervisor {
+  # The bootstrap capability, one per connection, bound to the peer's uid and gids.
+
+  createSandbox @0 (spec :SandboxSpec) -> (sandbox :Sandbox, info :SandboxInfo);
+  # Creates and starts a gVisor sandbox over the given workspaces. Fails with
+  # permission-denied if the caller may not use the deployment, invalid-argument for a bad
+  # spec or a workspace outside the deployment's roots.
+
+  getSandbox @1 (id :Text) -> (sandbox :Sandbox);
+  # Looks up a sandbox by id (for reconnecting). not-found if absent or not visible to the caller.
+
+  listSandboxes @2 () -> (sandboxes :List(SandboxInfo));
+  # Every sandbox of every deployment the caller may use.
+
+  info @3 () -> (version :Text, peerUid :UInt32, deployments :List(Text));
+  # Service version, the caller's uid as the service sees it, and the deployments it may use.
+}
+
+interface Sandbox {
+  startProcess @0 (spec :ProcessSpec) -> (process :Process, info :ProcessInfo);
+  # Starts a process inside the sandbox with pipes for stdin, stdout and stderr.
+
+  getProcess @1 (id :Text) -> (process :Process);
+  # Looks up a process of this sandbox by id. not-found if absent.
+
+  listProcesses @2 () -> (processes :List(ProcessInfo));
+  # Every process started in this sandbox, running or ended.
+
+  inspect @3 () -> (info :SandboxInfo);
+  # The sandbox's current state.
+
+  delete @4 (force :Bool) -> ();
+  # Stops the sandbox and frees everything it held. Without force, fails with
+  # failed-precondition while processes still run.
+}
+
+interface Process {
+  info @0 () -> (info :ProcessInfo);
+  # The process's current state and output counters.
+
+  writeInput @1 (data :Data) -> stream;
+  # Appends bytes to the process's stdin (flow-controlled).
+
+  closeInput @2 () -> ();
+  # Closes stdin: the process reads end-of-file after what was written.
+
+  signal @3 (signal :Int32) -> ();
+  # Sends a signal (1..64) to the process.
+
+  wait @4 () -> (status :ExitStatus);
+  # Resolves when the process has ended.
+
+  subscribe @5 (stream :Stream, fromOffset :UInt64, sink :OutputSink) -> (subscription :Subscription);
+  # Replays the stream from byte offset fromOffset, then follows live output, then calls
+  # sink.end(). If fromOffset is older than the oldest byte kept, sink.gap() comes first.
+  # Dropping the returned Subscription stops delivery.
+}
+
+interface OutputSink {
+  # Implemented by the client; receives one stream's bytes in order.
+
+  write @0 (offset :UInt64, data :Data) -> stream;
+  # data[0] is the stream's byte number `offset` (counted from 0 at process start).
+
+  gap @1 (lostBytes :UInt64) -> ();
+  # lostBytes bytes before the next write were no longer kept and cannot be replayed.
+
+  end @2 (status :ExitStatus, endOffset :UInt64) -> ();
+  # The stream is complete: endOffset is its total length; status is how the process ended.
+}
+
+interface Subscription {
+  # Handle for a subscribe() call; dropping it cancels the subscription.
+}

@@ -1,0 +1,71 @@
+# Root-owned configuration of the privhelper, decoded from JSON with capnp's JsonCodec.
+# Layout of the config directory:
+#   helper.json            one HelperConfig
+#   deployments/<x>.json   one Deployment each
+#   profiles/<x>.json      one LaunchProfile each
+# Unknown fields are errors; every error names the file and the field.
+@0xe55dc4c2b280fa50;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("paseo::config");
+
+struct RunscPin {
+  path @0 :Text = "/usr/bin/runsc";
+  sha256 @1 :Text;
+  # Hex sha256 of the runsc binary; required. The privhelper refuses to start on a mismatch
+  # and executes the very file it hashed (execveat on the open fd).
+  platform @2 :Text = "ptrace";
+  # gVisor platform: "ptrace" or "kvm".
+}
+
+struct HelperConfig {
+  stateDir @0 :Text = "/var/lib/paseo-sandbox";
+  # Bundles, rootfs versions and broker records live here.
+  runDir @1 :Text = "/run/paseo-sandbox";
+  # The client socket, runsc's root and the control netns pin live here.
+  brokerUser @2 :Text = "paseo-sandbox";
+  # Unprivileged system user the broker runs as.
+  socketGroup @3 :Text = "paseo-sandbox";
+  # Group that owns the client socket (mode 0660).
+  brokerBinary @4 :Text;
+  # Absolute path of the broker; empty means "paseo-sandbox-broker" beside the privhelper.
+  runsc @5 :RunscPin;
+  rootfsVersion @6 :Text;
+  # Default rootfs version: a directory under <stateDir>/rootfs/ holding rootfs/ and manifest.json.
+}
+
+struct WorkspaceRoot {
+  hostPath @0 :Text;
+  # Absolute host directory; workspaces must resolve beneath it.
+  clientPath @1 :Text;
+  # The same directory as the client sees it (a Docker container's path); empty = hostPath.
+}
+
+struct RunAs {
+  uid @0 :UInt32;
+  gid @1 :UInt32;
+}
+
+struct Deployment {
+  id @0 :Text;
+  allowedUids @1 :List(UInt32);
+  allowedGids @2 :List(UInt32);
+  # A peer may use the deployment if its uid is listed, or its gid or a supplementary group is.
+  workspaceRoots @3 :List(WorkspaceRoot);
+  runAs @4 :RunAs;
+  # uid:gid agents run as; absent means the owner of the first workspace root.
+  profiles @5 :List(Text);
+  # Launch profiles this deployment may use; the first is the default. Empty = ["default"].
+}
+
+struct LaunchProfile {
+  name @0 :Text;
+  rootfsVersion @1 :Text;
+  # Empty means the HelperConfig's rootfsVersion.
+  outputBufferBytes @2 :UInt64 = 8388608;
+  # Output kept in broker memory per stream.
+  memoryLimitBytes @3 :UInt64 = 0;
+  # Sandbox memory limit; 0 = none.
+  tmpfsBytes @4 :UInt64 = 67108864;
+  # Size of the sandbox's /tmp.
+}

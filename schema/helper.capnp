@@ -1,0 +1,65 @@
+# The private broker <-> privhelper protocol, spoken over a socketpair the privhelper made.
+# A closed set of typed requests: no host paths, no runsc argv, no raw OCI, no capabilities.
+# The privhelper re-validates every request against its own root-owned config, so a
+# compromised broker gets no more than an authorized client would.
+@0xabd93f429ec2e95b;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("paseo::helper");
+
+using Api = import "/schema/api.capnp";
+
+struct DeploymentPolicy {
+  # What the broker needs to authorize a client for one deployment.
+  id @0 :Text;
+  allowedUids @1 :List(UInt32);
+  allowedGids @2 :List(UInt32);
+  profiles @3 :List(Text);
+  # Launch profiles the deployment may use; the first is the default.
+  outputBufferBytes @4 :UInt64;
+  # Bytes of output kept in memory per stream (from the default profile).
+}
+
+struct BrokerPolicy {
+  deployments @0 :List(DeploymentPolicy);
+}
+
+struct CreateSandboxRequest {
+  sandboxId @0 :Text;
+  # Chosen by the broker; validated as an id (it becomes a path component).
+  deploymentId @1 :Text;
+  profile @2 :Text;
+  workspaces @3 :List(Api.WorkspaceMount);
+}
+
+struct StartProcessRequest {
+  sandboxId @0 :Text;
+  processId @1 :Text;
+  argv @2 :List(Text);
+  env @3 :List(Text);
+  cwd @4 :Text;
+}
+
+interface Fd {
+  # Carries one file descriptor (SCM_RIGHTS); the receiver dups it and drops the capability.
+}
+
+interface Helper {
+  policy @0 () -> (policy :BrokerPolicy);
+  # The deployments and who may use them, so the broker can authorize clients.
+
+  createSandbox @1 (request :CreateSandboxRequest) -> ();
+  # Resolves the workspaces, writes the bundle, and creates and starts the sandbox.
+
+  startProcess @2 (request :StartProcessRequest) -> (stdin :Fd, stdout :Fd, stderr :Fd);
+  # Starts a process in a running sandbox; returns the broker's ends of its stdio pipes.
+
+  waitProcess @3 (sandboxId :Text, processId :Text) -> (status :Api.ExitStatus);
+  # Resolves when the process has ended.
+
+  signalProcess @4 (sandboxId :Text, processId :Text, signal :Int32) -> ();
+  # Sends a signal to a running process.
+
+  deleteSandbox @5 (sandboxId :Text) -> ();
+  # Kills and deletes the sandbox, unmounts its workspaces and removes its bundle.
+}
