@@ -1,4 +1,5 @@
 // Id generation and validation; see ids.h.
+#include "absl/strings/string_view.h"
 #include "common/ids.h"
 
 #include <sys/random.h>
@@ -8,7 +9,7 @@
 
 namespace paseo {
 
-std::string NewId(std::string_view prefix) {
+std::string NewId(absl::string_view prefix) {
   uint8_t bytes[12];
   size_t got = 0;
   while (got < sizeof(bytes)) {
@@ -28,7 +29,7 @@ std::string NewId(std::string_view prefix) {
   return id;
 }
 
-bool IsValidId(std::string_view id) {
+bool IsValidId(absl::string_view id) {
   if (id.empty() || id.size() > 64 || id[0] == '-') return false;
   for (char c : id) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';

@@ -1,4 +1,5 @@
 // See json_writer.h.
+#include "absl/strings/string_view.h"
 #include "common/json_writer.h"
 
 #include <cstdio>
@@ -27,13 +28,13 @@ void JsonWriter::Close(char c) {
   first_.pop_back();
 }
 
-void JsonWriter::Key(std::string_view key) {
+void JsonWriter::Key(absl::string_view key) {
   String(key);
   out_.push_back(':');
   after_key_ = true;
 }
 
-void JsonWriter::String(std::string_view value) {
+void JsonWriter::String(absl::string_view value) {
   Separate();
   out_.push_back('"');
   for (unsigned char c : value) {

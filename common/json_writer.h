@@ -4,7 +4,7 @@
 
 #include <cstdint>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 namespace paseo {
@@ -19,8 +19,8 @@ class JsonWriter {
   void EndObject() { Close('}'); }
   void BeginArray() { Open('['); }
   void EndArray() { Close(']'); }
-  void Key(std::string_view key);
-  void String(std::string_view value);
+  void Key(absl::string_view key);
+  void String(absl::string_view value);
   void Int(int64_t value);
   void Bool(bool value);
   void StringArray(const std::vector<std::string>& values);

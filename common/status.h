@@ -5,7 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,7 +14,7 @@
 namespace paseo {
 
 // An error for a failed syscall: "<op> <subject>: <strerror(err)>".
-inline absl::Status ErrnoStatus(std::string_view op, std::string_view subject, int err = errno) {
+inline absl::Status ErrnoStatus(absl::string_view op, absl::string_view subject, int err = errno) {
   std::string msg = absl::StrCat(op, subject.empty() ? "" : " ", subject, ": ", std::strerror(err));
   switch (err) {
     case ENOENT:

@@ -1,4 +1,5 @@
 // See config.h.
+#include "absl/strings/string_view.h"
 #include "privhelper/config.h"
 
 #include <dirent.h>
@@ -20,7 +21,7 @@
 namespace paseo {
 namespace {
 
-absl::Status Bad(const std::string& file, std::string_view field, std::string_view problem) {
+absl::Status Bad(const std::string& file, absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(file, ": ", field, ": ", problem));
 }
 
@@ -71,7 +72,7 @@ absl::StatusOr<std::vector<std::string>> JsonFilesIn(const std::string& dir) {
   return files;
 }
 
-bool IsHexSha256(std::string_view s) {
+bool IsHexSha256(absl::string_view s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
@@ -130,27 +131,27 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
 
 }  // namespace
 
-bool IsNormalizedAbsolutePath(std::string_view path) {
+bool IsNormalizedAbsolutePath(absl::string_view path) {
   if (path.empty() || path[0] != '/' || path.size() > 4095) return false;
   if (path == "/") return true;
   if (path.back() == '/') return false;
-  for (std::string_view part : absl::StrSplit(path.substr(1), '/')) {
+  for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
     if (part.empty() || part == "." || part == "..") return false;
-    if (part.find('\0') != std::string_view::npos) return false;
+    if (part.find('\0') != absl::string_view::npos) return false;
   }
   return true;
 }
 
-const config::Deployment::Reader* Config::FindDeployment(std::string_view id) const {
+const config::Deployment::Reader* Config::FindDeployment(absl::string_view id) const {
   for (const auto& d : deployments_) {
-    if (std::string_view(d.getId().cStr()) == id) return &d;
+    if (absl::string_view(d.getId().cStr()) == id) return &d;
   }
   return nullptr;
 }
 
-const config::LaunchProfile::Reader* Config::FindProfile(std::string_view name) const {
+const config::LaunchProfile::Reader* Config::FindProfile(absl::string_view name) const {
   for (const auto& p : profiles_) {
-    if (std::string_view(p.getName().cStr()) == name) return &p;
+    if (absl::string_view(p.getName().cStr()) == name) return &p;
   }
   return nullptr;
 }
@@ -168,9 +169,9 @@ std::string Config::RootfsPath(const config::LaunchProfile::Reader& profile) con
   return absl::StrCat(helper_.getStateDir().cStr(), "/rootfs/", version, "/rootfs");
 }
 
-std::string Config::BrokerBinary(std::string_view privhelper_path) const {
+std::string Config::BrokerBinary(absl::string_view privhelper_path) const {
   if (helper_.getBrokerBinary().size() > 0) return helper_.getBrokerBinary();
-  std::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
+  absl::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
   return absl::StrCat(dir, "paseo-sandbox-broker");
 }
 

@@ -7,7 +7,7 @@
 
 #include <memory>
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 #include <vector>
 
 #include <capnp/message.h>
@@ -23,13 +23,13 @@ class Config {
   const std::vector<config::Deployment::Reader>& deployments() const { return deployments_; }
   const std::vector<config::LaunchProfile::Reader>& profiles() const { return profiles_; }
 
-  const config::Deployment::Reader* FindDeployment(std::string_view id) const;
-  const config::LaunchProfile::Reader* FindProfile(std::string_view name) const;
+  const config::Deployment::Reader* FindDeployment(absl::string_view id) const;
+  const config::LaunchProfile::Reader* FindProfile(absl::string_view name) const;
   // The profiles a deployment may use, in order ("default" when it names none).
   std::vector<std::string> ProfilesOf(const config::Deployment::Reader& d) const;
   // <stateDir>/rootfs/<version>/rootfs for the profile's (or the default) rootfs version.
   std::string RootfsPath(const config::LaunchProfile::Reader& profile) const;
-  std::string BrokerBinary(std::string_view privhelper_path) const;
+  std::string BrokerBinary(absl::string_view privhelper_path) const;
 
  private:
   friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
@@ -46,6 +46,6 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
 
 // True for an absolute path with no empty, "." or ".." components and no trailing slash
 // (except "/" itself). Registered roots and sandbox destinations must be normalized this way.
-bool IsNormalizedAbsolutePath(std::string_view path);
+bool IsNormalizedAbsolutePath(absl::string_view path);
 
 }  // namespace paseo

@@ -1,4 +1,5 @@
 // See workspace_resolver.h.
+#include "absl/strings/string_view.h"
 #include "privhelper/workspace_resolver.h"
 
 #include <fcntl.h>
@@ -23,7 +24,7 @@ int Openat2(int dirfd, const char* path, uint64_t flags, uint64_t resolve) {
 }
 
 // If `path` equals `prefix` or continues it with '/', returns the rest without its leading '/'.
-bool StripPathPrefix(std::string_view path, std::string_view prefix, std::string_view* rest) {
+bool StripPathPrefix(absl::string_view path, absl::string_view prefix, absl::string_view* rest) {
   if (path.substr(0, prefix.size()) != prefix) return false;
   if (path.size() == prefix.size()) {
     *rest = "";
@@ -38,11 +39,11 @@ bool StripPathPrefix(std::string_view path, std::string_view prefix, std::string
   return true;
 }
 
-absl::Status Refuse(std::string_view client_path, std::string_view why) {
+absl::Status Refuse(absl::string_view client_path, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("workspace \"", client_path, "\": ", why));
 }
 
-absl::StatusOr<uint64_t> MountId(int fd, std::string_view what) {
+absl::StatusOr<uint64_t> MountId(int fd, absl::string_view what) {
   struct statx stx = {};
   if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) != 0)
     return ErrnoStatus("statx", what);
@@ -53,28 +54,28 @@ absl::StatusOr<uint64_t> MountId(int fd, std::string_view what) {
 }  // namespace
 
 absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
-                                                   std::string_view client_path) {
+                                                   absl::string_view client_path) {
   if (client_path.size() > 4095) return Refuse(client_path.substr(0, 64), "path is too long");
-  if (client_path.find('\0') != std::string_view::npos) return Refuse("?", "path contains NUL");
+  if (client_path.find('\0') != absl::string_view::npos) return Refuse("?", "path contains NUL");
   if (client_path.empty() || client_path[0] != '/') return Refuse(client_path, "must be absolute");
-  std::string_view trimmed = client_path;
+  absl::string_view trimmed = client_path;
   if (trimmed.size() > 1 && trimmed.back() == '/') trimmed.remove_suffix(1);
-  for (std::string_view part : absl::StrSplit(trimmed.substr(1), '/')) {
+  for (absl::string_view part : absl::StrSplit(trimmed.substr(1), '/')) {
     if (trimmed == "/") break;
     if (part.empty()) return Refuse(client_path, "empty path component (\"//\")");
     if (part == "." || part == "..") return Refuse(client_path, "\".\" and \"..\" are not allowed");
   }
 
   for (auto root : deployment.getWorkspaceRoots()) {
-    std::string_view host_root = root.getHostPath().cStr();
-    std::string_view mapped = root.getClientPath().size() > 0 ? root.getClientPath().cStr()
+    absl::string_view host_root = root.getHostPath().cStr();
+    absl::string_view mapped = root.getClientPath().size() > 0 ? root.getClientPath().cStr()
                                                               : host_root;
-    std::string_view rest;
+    absl::string_view rest;
     if (!StripPathPrefix(trimmed, mapped, &rest)) continue;
 
     ResolvedWorkspace ws;
-    ws.host_root = host_root;
-    ws.relative = rest;
+    ws.host_root = std::string(host_root);
+    ws.relative = std::string(rest);
     // The registered root must itself be reached without any symlink: a root swapped for a
     // symlink after registration would otherwise move the whole deployment elsewhere.
     int root_fd = Openat2(AT_FDCWD, std::string(host_root).c_str(),

@@ -9,7 +9,7 @@
 #include <sys/types.h>
 
 #include <string>
-#include <string_view>
+#include "absl/strings/string_view.h"
 
 #include <kj/io.h>
 
@@ -32,7 +32,7 @@ struct ResolvedWorkspace {
 // RESOLVE_NO_MAGICLINKS). The root itself is opened with RESOLVE_NO_SYMLINKS from "/", so a
 // root replaced by a symlink after registration is refused too.
 absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
-                                                   std::string_view client_path);
+                                                   absl::string_view client_path);
 
 // Creates `staging` (mode 0700, root-owned; it must not exist) and bind-mounts the resolved
 // directory onto it, non-recursively, nosuid and nodev, read-only if asked. The bind goes

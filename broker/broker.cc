@@ -1,0 +1,549 @@
+// See broker.h.
+#include "broker/broker.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include <kj/debug.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/rpc_errors.h"
+
+namespace paseo {
+namespace {
+
+constexpr size_t kMaxLabels = 32;
+constexpr size_t kMaxLabelBytes = 256;
+constexpr size_t kChunk = 64 * 1024;
+constexpr char kVersion[] = "paseo-sandbox 0.1.0";
+
+[[noreturn]] void Fail(const absl::Status& status) {
+  kj::throwFatalException(StatusToException(status));
+}
+
+// A failure from the privhelper keeps its reason token; anything else becomes internal.
+kj::Exception Forwarded(kj::Exception&& e) {
+  std::string d = ClientFacingDescription(e);
+  if (d.find(": ") == std::string::npos) d = "internal: " + d;
+  return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                       kj::heapString(d.data(), d.size()));
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void FillProcessInfo(const ProcessRecord& p, api::ProcessInfo::Builder out) {
+  out.setId(p.id);
+  out.setSandboxId(p.sandbox_id);
+  auto argv = out.initArgv(static_cast<unsigned>(p.argv.size()));
+  for (size_t i = 0; i < p.argv.size(); ++i) argv.set(static_cast<unsigned>(i), p.argv[i]);
+  p.exit.To(out.initStatus());
+  out.setStdoutBytes(p.stdout_buf.end());
+  out.setStderrBytes(p.stderr_buf.end());
+}
+
+void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
+  out.setId(s.id);
+  out.setDeploymentId(s.deployment_id);
+  out.setProfile(s.profile);
+  out.setState(s.state);
+  out.setCreatedAtUnixMs(s.created_ms);
+  out.setOwnerUid(s.owner_uid);
+  out.setProcessCount(static_cast<uint32_t>(s.processes.size()));
+  auto labels = out.initLabels(static_cast<unsigned>(s.labels.size()));
+  for (size_t i = 0; i < s.labels.size(); ++i) {
+    labels[static_cast<unsigned>(i)].setKey(s.labels[i].first);
+    labels[static_cast<unsigned>(i)].setValue(s.labels[i].second);
+  }
+}
+
+// Reads a pipe from the process into its buffer until EOF. Reading never waits for any
+// subscriber, so a slow client cannot stall the process.
+kj::Promise<void> Drain(kj::Own<kj::AsyncInputStream> in, OutputBuffer& buf) {
+  auto space = kj::heapArray<char>(kChunk);
+  auto read = in->tryRead(space.begin(), 1, space.size());
+  return read.then([in = kj::mv(in), space = kj::mv(space), &buf](size_t n) mutable
+                   -> kj::Promise<void> {
+    if (n == 0) {
+      buf.Close();
+      return kj::READY_NOW;
+    }
+    buf.Append(space.begin(), n);
+    return Drain(kj::mv(in), buf);
+  });
+}
+
+// Delivers one stream to one subscriber: gap if needed, kept bytes, live bytes, then end.
+// Each step waits for the sink's flow control, so every subscriber has its own pace.
+kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t next,
+                          api::OutputSink::Client sink) {
+  OutputBuffer& buf = p->buffer(stream);
+  if (next < buf.start()) {
+    auto req = sink.gapRequest();
+    req.setLostBytes(buf.start() - next);
+    uint64_t resume = buf.start();
+    return req.send().then([p = kj::mv(p), stream, resume, sink](auto&&) mutable {
+      return Deliver(kj::mv(p), stream, resume, kj::mv(sink));
+    });
+  }
+  if (next < buf.end()) {
+    std::string bytes = buf.Read(next, kChunk);
+    auto req = sink.writeRequest();
+    req.setOffset(next);
+    req.setData(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(bytes.data()), bytes.size()));
+    uint64_t after = next + bytes.size();
+    return req.send().then([p = kj::mv(p), stream, after, sink]() mutable {
+      return Deliver(kj::mv(p), stream, after, kj::mv(sink));
+    });
+  }
+  if (buf.closed() && p->ended()) {
+    auto req = sink.endRequest();
+    p->exit.To(req.initStatus());
+    req.setEndOffset(buf.end());
+    return req.send().ignoreResult();
+  }
+  auto changed = buf.closed() ? p->WhenEnded() : buf.WhenChanged();
+  return changed.then([p = kj::mv(p), stream, next, sink]() mutable {
+    return Deliver(kj::mv(p), stream, next, kj::mv(sink));
+  });
+}
+
+class SubscriptionImpl final : public api::Subscription::Server {
+ public:
+  explicit SubscriptionImpl(kj::Promise<void> delivery)
+      : delivery_(delivery.eagerlyEvaluate([](kj::Exception&&) {
+          // The client went away or its sink failed: nothing more to deliver.
+        })) {}
+
+ private:
+  kj::Promise<void> delivery_;
+};
+
+class ProcessImpl final : public api::Process::Server {
+ public:
+  ProcessImpl(Broker& broker, Peer peer, std::string sandbox_id, kj::Own<ProcessRecord> p)
+      : broker_(broker), peer_(std::move(peer)), sandbox_id_(std::move(sandbox_id)),
+        p_(kj::mv(p)) {}
+
+ protected:
+  kj::Promise<void> info(InfoContext context) override {
+    Check();
+    FillProcessInfo(*p_, context.getResults().initInfo());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> writeInput(WriteInputContext context) override {
+    Check();
+    auto data = context.getParams().getData();
+    KJ_IF_MAYBE(s, p_->stdin_stream) {
+      auto copy = kj::heapArray<capnp::byte>(data);
+      kj::AsyncOutputStream* stream = s->get();
+      auto done = p_->stdin_chain.then([stream, copy = kj::mv(copy)]() mutable {
+        auto write = stream->write(copy.begin(), copy.size());
+        return write.attach(kj::mv(copy));
+      });
+      auto forked = done.fork();
+      p_->stdin_chain = forked.addBranch().catch_([](kj::Exception&&) {});
+      return forked.addBranch().catch_([](kj::Exception&&) {
+        Fail(absl::FailedPreconditionError("the process no longer reads its input"));
+      });
+    }
+    Fail(absl::FailedPreconditionError("input is closed"));
+  }
+
+  kj::Promise<void> closeInput(CloseInputContext context) override {
+    Check();
+    auto p = kj::addRef(*p_);
+    return p_->stdin_chain.then([p = kj::mv(p)]() mutable { p->stdin_stream = nullptr; });
+  }
+
+  kj::Promise<void> signal(SignalContext context) override {
+    Check();
+    int sig = context.getParams().getSignal();
+    if (sig < 1 || sig > 64) Fail(absl::InvalidArgumentError("signal must be 1..64"));
+    auto req = broker_.helper().signalProcessRequest();
+    req.setSandboxId(sandbox_id_);
+    req.setProcessId(p_->id);
+    req.setSignal(sig);
+    return req.send().ignoreResult().catch_([](kj::Exception&& e) {
+      kj::throwFatalException(Forwarded(kj::mv(e)));
+    });
+  }
+
+  kj::Promise<void> wait(WaitContext context) override {
+    Check();
+    auto p = kj::addRef(*p_);
+    return p_->WhenEnded().then([context, p = kj::mv(p)]() mutable {
+      p->exit.To(context.getResults().initStatus());
+    });
+  }
+
+  kj::Promise<void> subscribe(SubscribeContext context) override {
+    Check();
+    auto params = context.getParams();
+    auto delivery = Deliver(kj::addRef(*p_), params.getStream(), params.getFromOffset(),
+                            params.getSink());
+    context.getResults().setSubscription(kj::heap<SubscriptionImpl>(kj::mv(delivery)));
+    return kj::READY_NOW;
+  }
+
+ private:
+  // The process stays reachable only while its sandbox exists and the peer may use it.
+  void Check() { broker_.VisibleSandbox(peer_, sandbox_id_); }
+
+  Broker& broker_;
+  Peer peer_;
+  std::string sandbox_id_;
+  kj::Own<ProcessRecord> p_;
+};
+
+kj::Own<kj::AsyncOutputStream> TakeWriteFd(Broker& broker, int fd) {
+  return broker.low().wrapOutputFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+}
+
+// The fd of a capability the privhelper passed, duplicated so that we own it.
+kj::Promise<int> OwnFd(helper::Fd::Client cap) {
+  return cap.getFd().then([](kj::Maybe<int> fd) {
+    KJ_IF_MAYBE(f, fd) {
+      int dup = fcntl(*f, F_DUPFD_CLOEXEC, 3);
+      if (dup < 0) Fail(absl::InternalError("cannot duplicate a stdio fd"));
+      return dup;
+    }
+    Fail(absl::InternalError("the privhelper sent no fd"));
+  });
+}
+
+class SandboxImpl final : public api::Sandbox::Server {
+ public:
+  SandboxImpl(Broker& broker, Peer peer, std::string id)
+      : broker_(broker), peer_(std::move(peer)), id_(std::move(id)) {}
+
+ protected:
+  kj::Promise<void> startProcess(StartProcessContext context) override {
+    SandboxRecord& sb = broker_.VisibleSandbox(peer_, id_);
+    auto spec = context.getParams().getSpec();
+    if (spec.getArgv().size() == 0) Fail(absl::InvalidArgumentError("argv must not be empty"));
+    auto p = kj::refcounted<ProcessRecord>(sb.buffer_bytes);
+    p->id = NewId("p-");
+    p->sandbox_id = id_;
+    for (auto a : spec.getArgv()) p->argv.emplace_back(a.cStr());
+
+    auto req = broker_.helper().startProcessRequest();
+    auto r = req.initRequest();
+    r.setSandboxId(id_);
+    r.setProcessId(p->id);
+    r.setArgv(spec.getArgv());
+    r.setEnv(spec.getEnv());
+    r.setCwd(spec.getCwd());
+    return req.send()
+        .catch_([](kj::Exception&& e) -> capnp::Response<helper::Helper::StartProcessResults> {
+          kj::throwFatalException(Forwarded(kj::mv(e)));
+        })
+        .then([this, p = kj::mv(p)](capnp::Response<helper::Helper::StartProcessResults> res) mutable {
+          auto in = OwnFd(res.getStdin());
+          auto out = OwnFd(res.getStdout());
+          auto err = OwnFd(res.getStderr());
+          return in.then([out = kj::mv(out)](int i) mutable {
+                     return out.then([i](int o) { return std::make_pair(i, o); });
+                   })
+              .then([err = kj::mv(err)](std::pair<int, int> io) mutable {
+                return err.then([io](int e) { return std::make_tuple(io.first, io.second, e); });
+              })
+              .then([this, p = kj::mv(p)](std::tuple<int, int, int> fds) mutable {
+                return Register(kj::mv(p), std::get<0>(fds), std::get<1>(fds), std::get<2>(fds));
+              });
+        })
+        .then([this, context](kj::Own<ProcessRecord> p) mutable {
+          auto results = context.getResults();
+          FillProcessInfo(*p, results.initInfo());
+          results.setProcess(kj::heap<ProcessImpl>(broker_, peer_, id_, kj::mv(p)));
+        });
+  }
+
+  kj::Promise<void> getProcess(GetProcessContext context) override {
+    SandboxRecord& sb = broker_.VisibleSandbox(peer_, id_);
+    auto it = sb.processes.find(context.getParams().getId().cStr());
+    if (it == sb.processes.end()) Fail(absl::NotFoundError("no such process"));
+    context.getResults().setProcess(
+        kj::heap<ProcessImpl>(broker_, peer_, id_, kj::addRef(*it->second)));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listProcesses(ListProcessesContext context) override {
+    SandboxRecord& sb = broker_.VisibleSandbox(peer_, id_);
+    auto list = context.getResults().initProcesses(static_cast<unsigned>(sb.process_order.size()));
+    for (size_t i = 0; i < sb.process_order.size(); ++i)
+      FillProcessInfo(*sb.processes.at(sb.process_order[i]), list[static_cast<unsigned>(i)]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> inspect(InspectContext context) override {
+    FillSandboxInfo(broker_.VisibleSandbox(peer_, id_), context.getResults().initInfo());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> delete_(DeleteContext context) override {
+    SandboxRecord& sb = broker_.VisibleSandbox(peer_, id_);
+    if (sb.state == "deleting") Fail(absl::FailedPreconditionError("already being deleted"));
+    if (!context.getParams().getForce()) {
+      for (const auto& [pid, p] : sb.processes) {
+        if (!p->ended())
+          Fail(absl::FailedPreconditionError(
+              absl::StrCat("process ", pid, " still runs; use force to delete anyway")));
+      }
+    }
+    sb.state = "deleting";
+    auto req = broker_.helper().deleteSandboxRequest();
+    req.setSandboxId(id_);
+    std::string id = id_;
+    Broker& broker = broker_;
+    return req.send().then(
+        [&broker, id](auto&&) {
+          auto it = broker.sandboxes().find(id);
+          if (it == broker.sandboxes().end()) return;
+          for (auto& [pid, p] : it->second->processes) {
+            if (!p->ended()) p->SetExit(ExitInfo{ExitInfo::kUnknown, 0});
+          }
+          broker.sandboxes().erase(it);
+        },
+        [&broker, id](kj::Exception&& e) {
+          auto it = broker.sandboxes().find(id);
+          if (it != broker.sandboxes().end()) it->second->state = "running";
+          kj::throwFatalException(Forwarded(kj::mv(e)));
+        });
+  }
+
+ private:
+  kj::Own<ProcessRecord> Register(kj::Own<ProcessRecord> p, int in, int out, int err) {
+    auto& sandboxes = broker_.sandboxes();
+    auto it = sandboxes.find(id_);
+    if (it == sandboxes.end()) {
+      close(in);
+      close(out);
+      close(err);
+      Fail(absl::NotFoundError("sandbox was deleted"));
+    }
+    SandboxRecord& sb = *it->second;
+    p->stdin_stream = TakeWriteFd(broker_, in);
+    auto& low = broker_.low();
+    auto drain_out = Drain(low.wrapInputFd(out, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+                           p->stdout_buf);
+    auto drain_err = Drain(low.wrapInputFd(err, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+                           p->stderr_buf);
+    auto wait_req = broker_.helper().waitProcessRequest();
+    wait_req.setSandboxId(id_);
+    wait_req.setProcessId(p->id);
+    ProcessRecord* raw = p.get();
+    auto waited = wait_req.send().then(
+        [raw](capnp::Response<helper::Helper::WaitProcessResults> res) {
+          auto s = res.getStatus();
+          ExitInfo info;
+          switch (s.which()) {
+            case api::ExitStatus::EXIT_CODE:
+              info = {ExitInfo::kExitCode, s.getExitCode()};
+              break;
+            case api::ExitStatus::SIGNAL:
+              info = {ExitInfo::kSignal, s.getSignal()};
+              break;
+            default:
+              info = {ExitInfo::kUnknown, 0};
+          }
+          raw->SetExit(info);
+        },
+        [raw](kj::Exception&&) { raw->SetExit(ExitInfo{ExitInfo::kUnknown, 0}); });
+    // The record owns its pumps; they only touch the record itself.
+    kj::Vector<kj::Promise<void>> all;
+    all.add(kj::mv(drain_out));
+    all.add(kj::mv(drain_err));
+    all.add(kj::mv(waited));
+    p->pumps = kj::joinPromises(all.releaseAsArray()).eagerlyEvaluate([raw](kj::Exception&& e) {
+      raw->stdout_buf.Close();
+      raw->stderr_buf.Close();
+    });
+    sb.process_order.push_back(p->id);
+    sb.processes.emplace(p->id, kj::addRef(*p));
+    return p;
+  }
+
+  Broker& broker_;
+  Peer peer_;
+  std::string id_;
+};
+
+class SupervisorImpl final : public api::Supervisor::Server {
+ public:
+  SupervisorImpl(Broker& broker, Peer peer) : broker_(broker), peer_(std::move(peer)) {}
+
+ protected:
+  kj::Promise<void> createSandbox(CreateSandboxContext context) override {
+    RequireSomeDeployment();
+    auto spec = context.getParams().getSpec();
+    std::string deployment = spec.getDeploymentId().cStr();
+    if (!broker_.MayUseDeployment(peer_, deployment))
+      Fail(absl::PermissionDeniedError(absl::StrCat(
+          "uid ", peer_.uid, " may not use deployment \"", deployment, "\"")));
+    auto policy = broker_.Deployment(deployment);
+    if (spec.getLabels().size() > kMaxLabels) Fail(absl::InvalidArgumentError("too many labels"));
+    auto record = std::make_unique<SandboxRecord>();
+    record->id = NewId("sb-");
+    record->deployment_id = deployment;
+    record->profile = spec.getProfile().size() > 0 ? spec.getProfile().cStr()
+                                                   : (*policy->getProfiles().begin()).cStr();
+    record->owner_uid = peer_.uid;
+    record->created_ms = NowMs();
+    record->buffer_bytes = policy->getOutputBufferBytes();
+    for (auto l : spec.getLabels()) {
+      if (l.getKey().size() > kMaxLabelBytes || l.getValue().size() > kMaxLabelBytes)
+        Fail(absl::InvalidArgumentError("label too long"));
+      record->labels.emplace_back(l.getKey().cStr(), l.getValue().cStr());
+    }
+    auto req = broker_.helper().createSandboxRequest();
+    auto r = req.initRequest();
+    r.setSandboxId(record->id);
+    r.setDeploymentId(deployment);
+    r.setProfile(record->profile);
+    r.setWorkspaces(spec.getWorkspaces());
+    std::string id = record->id;
+    record->state = "creating";
+    broker_.sandboxes().emplace(id, std::move(record));
+    Broker& broker = broker_;
+    return req.send().then(
+        [this, context, id](auto&&) mutable {
+          SandboxRecord& sb = broker_.VisibleSandbox(peer_, id);
+          sb.state = "running";
+          auto results = context.getResults();
+          FillSandboxInfo(sb, results.initInfo());
+          results.setSandbox(kj::heap<SandboxImpl>(broker_, peer_, id));
+        },
+        [&broker, id](kj::Exception&& e) {
+          broker.sandboxes().erase(id);
+          kj::throwFatalException(Forwarded(kj::mv(e)));
+        });
+  }
+
+  kj::Promise<void> getSandbox(GetSandboxContext context) override {
+    RequireSomeDeployment();
+    std::string id = context.getParams().getId().cStr();
+    broker_.VisibleSandbox(peer_, id);
+    context.getResults().setSandbox(kj::heap<SandboxImpl>(broker_, peer_, id));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listSandboxes(ListSandboxesContext context) override {
+    RequireSomeDeployment();
+    std::vector<const SandboxRecord*> visible;
+    for (const auto& [id, sb] : broker_.sandboxes()) {
+      if (broker_.MayUseDeployment(peer_, sb->deployment_id) && sb->state != "creating")
+        visible.push_back(sb.get());
+    }
+    auto list = context.getResults().initSandboxes(static_cast<unsigned>(visible.size()));
+    for (size_t i = 0; i < visible.size(); ++i)
+      FillSandboxInfo(*visible[i], list[static_cast<unsigned>(i)]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> info(InfoContext context) override {
+    auto results = context.getResults();
+    results.setVersion(kVersion);
+    results.setPeerUid(peer_.uid);
+    auto names = broker_.DeploymentsFor(peer_);
+    auto list = results.initDeployments(static_cast<unsigned>(names.size()));
+    for (size_t i = 0; i < names.size(); ++i) list.set(static_cast<unsigned>(i), names[i]);
+    return kj::READY_NOW;
+  }
+
+ private:
+  void RequireSomeDeployment() {
+    if (broker_.DeploymentsFor(peer_).empty())
+      Fail(absl::PermissionDeniedError(
+          absl::StrCat("uid ", peer_.uid, " is not allowed to use any deployment")));
+  }
+
+  Broker& broker_;
+  Peer peer_;
+};
+
+}  // namespace
+
+void ExitInfo::To(api::ExitStatus::Builder out) const {
+  switch (kind) {
+    case kRunning:
+      out.setRunning();
+      break;
+    case kExitCode:
+      out.setExitCode(value);
+      break;
+    case kSignal:
+      out.setSignal(value);
+      break;
+    case kUnknown:
+      out.setUnknown();
+      break;
+  }
+}
+
+void ProcessRecord::SetExit(ExitInfo info) {
+  if (ended()) return;
+  exit = info;
+  auto waiters = kj::mv(exit_waiters);
+  exit_waiters = {};
+  for (auto& w : waiters) w->fulfill();
+}
+
+kj::Promise<void> ProcessRecord::WhenEnded() {
+  if (ended()) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  exit_waiters.add(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void Broker::ErrorHandler::taskFailed(kj::Exception&& exception) {
+  KJ_LOG(WARNING, "broker task failed", exception);
+}
+
+Broker::Broker(kj::AsyncIoProvider& io, kj::LowLevelAsyncIoProvider& low,
+               helper::Helper::Client helper, capnp::MallocMessageBuilder& policy_message)
+    : io_(io),
+      low_(low),
+      helper_(kj::mv(helper)),
+      policy_(policy_message.getRoot<helper::BrokerPolicy>().asReader()),
+      tasks_(error_handler_) {}
+
+api::Supervisor::Client Broker::NewSupervisor(Peer peer) {
+  return kj::heap<SupervisorImpl>(*this, std::move(peer));
+}
+
+std::optional<helper::DeploymentPolicy::Reader> Broker::Deployment(const std::string& id) const {
+  for (auto d : policy_.getDeployments()) {
+    if (id == d.getId().cStr()) return d;
+  }
+  return std::nullopt;
+}
+
+bool Broker::MayUseDeployment(const Peer& peer, const std::string& id) const {
+  auto d = Deployment(id);
+  return d.has_value() && MayUse(peer, *d);
+}
+
+std::vector<std::string> Broker::DeploymentsFor(const Peer& peer) const {
+  std::vector<std::string> names;
+  for (auto d : policy_.getDeployments()) {
+    if (MayUse(peer, d)) names.emplace_back(d.getId().cStr());
+  }
+  return names;
+}
+
+SandboxRecord& Broker::VisibleSandbox(const Peer& peer, const std::string& id) {
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || !MayUseDeployment(peer, it->second->deployment_id))
+    Fail(absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\"")));
+  return *it->second;
+}
+
+}  // namespace paseo

@@ -1,0 +1,150 @@
+// paseo-sandbox-broker: the unprivileged half. Started only by the privhelper, with the helper
+// socketpair as fd 3 and the listening client socket as fd 4; it refuses to run as root or with
+// any capability. Serves the public API (schema/api.capnp) to every connecting peer, bound to
+// that peer's SO_PEERCRED identity.
+#include <signal.h>
+#include <sys/capability.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/debug.h>
+
+#include "broker/authorization.h"
+#include "broker/broker.h"
+
+namespace paseo {
+namespace {
+
+// Public socket limits: a client message may not make the broker allocate more than 8 MiB
+// (capnp allocates a message's declared size up front), and no fds are accepted.
+constexpr uint64_t kClientTraversalWords = 1 << 20;
+constexpr size_t kMaxConnections = 4096;
+
+void Log(const std::string& message) {
+  std::fprintf(stderr, "paseo-sandbox-broker: %s\n", message.c_str());
+}
+
+bool IsSocket(int fd) {
+  struct stat st;
+  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+bool HasAnyCapability() {
+  cap_t caps = cap_get_proc();
+  cap_t empty = cap_init();
+  bool any = cap_compare(caps, empty) != 0;
+  cap_free(caps);
+  cap_free(empty);
+  return any;
+}
+
+struct ClientConnection {
+  ClientConnection(kj::Own<kj::AsyncIoStream> s, api::Supervisor::Client bootstrap)
+      : stream(kj::mv(s)),
+        network(*stream, capnp::rpc::twoparty::Side::SERVER,
+                [] {
+                  capnp::ReaderOptions options;
+                  options.traversalLimitInWords = kClientTraversalWords;
+                  options.nestingLimit = 32;
+                  return options;
+                }()),
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
+class Listener {
+ public:
+  Listener(Broker& broker, kj::Own<kj::ConnectionReceiver> receiver)
+      : broker_(broker), receiver_(kj::mv(receiver)), tasks_(handler_) {}
+
+  kj::Promise<void> Run() {
+    return receiver_->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
+      Peer peer;
+      int fd = -1;
+      KJ_IF_MAYBE(f, stream->getFd()) { fd = *f; }
+      if (fd < 0 || !ReadPeer(fd, &peer)) {
+        Log("dropping a connection without peer credentials");
+      } else if (open_ >= kMaxConnections) {
+        Log("too many connections; dropping one");
+      } else {
+        ++open_;
+        auto conn = kj::heap<ClientConnection>(kj::mv(stream), broker_.NewSupervisor(peer));
+        auto done = conn->network.onDisconnect().attach(kj::mv(conn));
+        tasks_.add(done.then([this] { --open_; }));
+      }
+      return Run();
+    });
+  }
+
+ private:
+  struct Handler : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override { KJ_LOG(INFO, "client connection ended", e); }
+  };
+  Broker& broker_;
+  kj::Own<kj::ConnectionReceiver> receiver_;
+  Handler handler_;
+  kj::TaskSet tasks_;
+  size_t open_ = 0;
+};
+
+int Main(int argc, char** argv) {
+  int helper_fd = -1;
+  int listen_fd = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--helper-fd=3") == 0) helper_fd = 3;
+    else if (std::strcmp(argv[i], "--listen-fd=4") == 0) listen_fd = 4;
+    else {
+      std::fprintf(stderr, "usage: paseo-sandbox-broker --helper-fd=3 --listen-fd=4\n"
+                           "(started by paseo-sandbox-privhelper, not by hand)\n");
+      return 2;
+    }
+  }
+  if (helper_fd < 0 || listen_fd < 0 || !IsSocket(helper_fd) || !IsSocket(listen_fd)) {
+    Log("fd 3 and fd 4 must be the helper socketpair and the listening socket");
+    return 2;
+  }
+  if (geteuid() == 0 || getuid() == 0 || HasAnyCapability()) {
+    Log("refusing to run as root or with capabilities");
+    return 1;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  auto io = kj::setupAsyncIo();
+  auto& low = *io.lowLevelProvider;
+  auto helper_stream =
+      low.wrapUnixSocketFd(helper_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  capnp::TwoPartyVatNetwork helper_network(*helper_stream, /*maxFdsPerMessage=*/3,
+                                           capnp::rpc::twoparty::Side::CLIENT);
+  auto helper_rpc = capnp::makeRpcClient(helper_network);
+  capnp::word scratch[4];
+  capnp::MallocMessageBuilder vat_id_message(scratch);
+  auto vat_id = vat_id_message.initRoot<capnp::rpc::twoparty::VatId>();
+  vat_id.setSide(capnp::rpc::twoparty::Side::SERVER);
+  auto helper = helper_rpc.bootstrap(vat_id).castAs<helper::Helper>();
+
+  auto policy_response = helper.policyRequest().send().wait(io.waitScope);
+  capnp::MallocMessageBuilder policy_message;
+  policy_message.setRoot(policy_response.getPolicy());
+
+  Broker broker(*io.provider, low, helper, policy_message);
+  Listener listener(broker, low.wrapListenSocketFd(listen_fd,
+                                                   kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP));
+  Log("serving");
+  // Serve until the privhelper goes away: without it the broker can do nothing useful.
+  listener.Run().exclusiveJoin(helper_network.onDisconnect()).wait(io.waitScope);
+  Log("privhelper connection closed; exiting");
+  return 0;
+}
+
+}  // namespace
+}  // namespace paseo
+
+int main(int argc, char** argv) { return paseo::Main(argc, argv); }

@@ -1,0 +1,619 @@
+#include "privhelper/bundle.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <kj/exception.h>
+
+#include "gtest/gtest.h"
+
+namespace paseo {
+namespace {
+
+using capnp::JsonValue;
+
+// A decoded JSON document. `root` stays valid as long as the Parsed lives.
+struct Parsed {
+  capnp::MallocMessageBuilder message;
+  JsonValue::Reader root;
+  bool ok = false;
+};
+
+// Cap'n Proto 0.9.2's JSON parser decodes the hex letters of a \uXXXX escape wrongly ('a'..'f'
+// count as 0..5, so "\u000b" becomes 0x01; fixed upstream in capnproto/capnproto#1552). The
+// writer's escapes are correct JSON, so decode every \u escape here, correctly, into raw UTF-8
+// (or \" / \\) before handing the text to capnp, which accepts raw bytes inside strings.
+std::string DecodeUnicodeEscapes(const std::string& text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out.push_back(text[i]);
+      continue;
+    }
+    if (text[i + 1] != 'u') {  // any other escape, including "\\", is copied whole
+      out.append(text, i, 2);
+      ++i;
+      continue;
+    }
+    uint32_t cp = 0;
+    bool ok = i + 5 < text.size();
+    for (size_t k = i + 2; ok && k < i + 6; ++k) {
+      int d = hex(text[k]);
+      ok = d >= 0;
+      cp = cp * 16 + uint32_t(d);
+    }
+    if (!ok || (cp >= 0xd800 && cp <= 0xdfff)) {
+      ADD_FAILURE() << "unsupported \\u escape at offset " << i;
+      out.append(text, i, 2);
+      ++i;
+      continue;
+    }
+    if (cp == '"' || cp == '\\') {
+      out.push_back('\\');
+      out.push_back(char(cp));
+    } else if (cp < 0x80) {
+      out.push_back(char(cp));
+    } else if (cp < 0x800) {
+      out.push_back(char(0xc0 | (cp >> 6)));
+      out.push_back(char(0x80 | (cp & 0x3f)));
+    } else {
+      out.push_back(char(0xe0 | (cp >> 12)));
+      out.push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+      out.push_back(char(0x80 | (cp & 0x3f)));
+    }
+    i += 5;
+  }
+  return out;
+}
+
+std::unique_ptr<Parsed> Parse(const std::string& rendered) {
+  auto p = std::make_unique<Parsed>();
+  std::string text = DecodeUnicodeEscapes(rendered);
+  capnp::JsonCodec codec;
+  auto builder = p->message.initRoot<JsonValue>();
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+    codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), builder);
+  });
+  KJ_IF_MAYBE(e, error) {
+    ADD_FAILURE() << "not valid JSON: " << e->getDescription().cStr() << "\n" << text;
+    return p;
+  }
+  p->root = p->message.getRoot<JsonValue>().asReader();
+  p->ok = true;
+  return p;
+}
+
+const char* KindName(JsonValue::Which w) {
+  switch (w) {
+    case JsonValue::NULL_: return "null";
+    case JsonValue::BOOLEAN: return "boolean";
+    case JsonValue::NUMBER: return "number";
+    case JsonValue::STRING: return "string";
+    case JsonValue::ARRAY: return "array";
+    case JsonValue::OBJECT: return "object";
+    case JsonValue::CALL: return "call";
+  }
+  return "?";
+}
+
+// Number of fields called `name` in an object (0 if `v` is not an object).
+int CountField(JsonValue::Reader v, std::string_view name) {
+  if (!v.isObject()) return 0;
+  int n = 0;
+  for (auto f : v.getObject()) n += std::string_view(f.getName().cStr()) == name;
+  return n;
+}
+
+bool Has(JsonValue::Reader v, std::string_view name) { return CountField(v, name) > 0; }
+
+// The field `name` of object `v`; records a failure (and returns a JSON null) when `v` is not an
+// object or does not have exactly one such field.
+JsonValue::Reader Field(JsonValue::Reader v, std::string_view name) {
+  if (!v.isObject()) {
+    ADD_FAILURE() << "looking up \"" << name << "\" in a " << KindName(v.which());
+    return JsonValue::Reader();
+  }
+  int n = CountField(v, name);
+  if (n != 1) {
+    ADD_FAILURE() << "field \"" << name << "\" appears " << n << " times";
+    return JsonValue::Reader();
+  }
+  for (auto f : v.getObject()) {
+    if (std::string_view(f.getName().cStr()) == name) return f.getValue();
+  }
+  return JsonValue::Reader();
+}
+
+// Nested lookup: Get(root, {"process", "user", "uid"}).
+JsonValue::Reader Get(JsonValue::Reader v, std::initializer_list<std::string_view> path) {
+  for (auto name : path) v = Field(v, name);
+  return v;
+}
+
+std::string Str(JsonValue::Reader v) {
+  if (!v.isString()) {
+    ADD_FAILURE() << "expected a string, got a " << KindName(v.which());
+    return "<not a string>";
+  }
+  auto t = v.getString();
+  return std::string(t.begin(), t.end());
+}
+
+double Num(JsonValue::Reader v) {
+  if (!v.isNumber()) {
+    ADD_FAILURE() << "expected a number, got a " << KindName(v.which());
+    return -12345;
+  }
+  return v.getNumber();
+}
+
+// true/false, or a failure for anything else (returns false).
+bool Bool(JsonValue::Reader v) {
+  if (!v.isBoolean()) {
+    ADD_FAILURE() << "expected a boolean, got a " << KindName(v.which());
+    return false;
+  }
+  return v.getBoolean();
+}
+
+std::vector<JsonValue::Reader> Array(JsonValue::Reader v) {
+  std::vector<JsonValue::Reader> out;
+  if (!v.isArray()) {
+    ADD_FAILURE() << "expected an array, got a " << KindName(v.which());
+    return out;
+  }
+  for (auto e : v.getArray()) out.push_back(e);
+  return out;
+}
+
+std::vector<std::string> Strings(JsonValue::Reader v) {
+  std::vector<std::string> out;
+  for (auto e : Array(v)) out.push_back(Str(e));
+  return out;
+}
+
+std::vector<std::string> Keys(JsonValue::Reader v) {
+  std::vector<std::string> out;
+  if (v.isObject()) {
+    for (auto f : v.getObject()) out.emplace_back(f.getName().cStr());
+  }
+  return out;
+}
+
+bool Contains(const std::vector<std::string>& v, std::string_view s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+// Every object in the document has distinct keys (Go's decoder would silently take the last).
+void ExpectNoDuplicateKeys(JsonValue::Reader v, const std::string& where = "$") {
+  if (v.isObject()) {
+    std::set<std::string> seen;
+    for (auto f : v.getObject()) {
+      std::string name = f.getName().cStr();
+      EXPECT_TRUE(seen.insert(name).second) << "duplicate key " << where << "." << name;
+      ExpectNoDuplicateKeys(f.getValue(), where + "." + name);
+    }
+  } else if (v.isArray()) {
+    int i = 0;
+    for (auto e : v.getArray()) ExpectNoDuplicateKeys(e, where + "[" + std::to_string(i++) + "]");
+  }
+}
+
+// The rendered text has no raw control bytes: JSON requires them escaped inside strings.
+void ExpectNoRawControlBytes(const std::string& text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    EXPECT_GE(c, 0x20) << "raw control byte " << int(c) << " at offset " << i;
+    if (c < 0x20) return;
+  }
+}
+
+void ExpectNoCapabilities(JsonValue::Reader process) {
+  JsonValue::Reader caps = Field(process, "capabilities");
+  ASSERT_TRUE(caps.isObject()) << KindName(caps.which());
+  for (const char* set : {"bounding", "effective", "inheritable", "permitted", "ambient"}) {
+    SCOPED_TRACE(set);
+    JsonValue::Reader list = Field(caps, set);
+    ASSERT_TRUE(list.isArray()) << KindName(list.which());
+    EXPECT_EQ(list.getArray().size(), 0u);
+  }
+  // No other set sneaks in with contents either.
+  for (auto f : caps.getObject()) {
+    EXPECT_TRUE(f.getValue().isArray() && f.getValue().getArray().size() == 0)
+        << "capability set " << f.getName().cStr() << " is not an empty list";
+  }
+  EXPECT_TRUE(Bool(Field(process, "noNewPrivileges")));
+}
+
+void ExpectUser(JsonValue::Reader process, uint32_t uid, uint32_t gid) {
+  JsonValue::Reader user = Field(process, "user");
+  EXPECT_EQ(Num(Field(user, "uid")), double(uid));
+  EXPECT_EQ(Num(Field(user, "gid")), double(gid));
+  // Supplementary groups, when present, add nothing beyond the primary group.
+  if (Has(user, "additionalGids")) {
+    for (auto g : Array(Field(user, "additionalGids"))) EXPECT_EQ(Num(g), double(gid));
+  }
+}
+
+BundleSpec TypicalBundle() {
+  BundleSpec spec;
+  spec.rootfs = "/var/lib/paseo-sandbox/rootfs/v1/rootfs";
+  spec.hostname = "sb-1234";
+  spec.uid = 1000;
+  spec.gid = 1001;
+  spec.mounts = {
+      {"/var/lib/paseo-sandbox/bundles/sb-1234/mounts/0", "/workspace", false},
+      {"/var/lib/paseo-sandbox/bundles/sb-1234/mounts/1", "/home/agent/.config/creds", true},
+  };
+  spec.tmpfs_bytes = 128ull << 20;
+  spec.memory_limit_bytes = 0;
+  return spec;
+}
+
+// The mount entries of an OCI config, by destination; fails on a repeated destination.
+std::map<std::string, JsonValue::Reader> MountsByDestination(JsonValue::Reader root) {
+  std::map<std::string, JsonValue::Reader> out;
+  for (auto m : Array(Field(root, "mounts"))) {
+    std::string dest = Str(Field(m, "destination"));
+    EXPECT_TRUE(out.emplace(dest, m).second) << "mount destination repeated: " << dest;
+  }
+  return out;
+}
+
+TEST(RenderOciConfigTest, IsValidJsonWithoutDuplicateKeysOrRawControlBytes) {
+  std::string text = RenderOciConfig(TypicalBundle());
+  auto doc = Parse(text);
+  ASSERT_TRUE(doc->ok);
+  ASSERT_TRUE(doc->root.isObject());
+  ExpectNoDuplicateKeys(doc->root);
+  ExpectNoRawControlBytes(text);
+}
+
+TEST(RenderOciConfigTest, ProcessRunsInitAsTheDeploymentUserWithNoPrivileges) {
+  BundleSpec spec = TypicalBundle();
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  EXPECT_EQ(Str(Field(doc->root, "ociVersion")), "1.0.2");
+
+  JsonValue::Reader process = Field(doc->root, "process");
+  ASSERT_TRUE(process.isObject());
+  ExpectUser(process, 1000, 1001);
+  EXPECT_FALSE(Bool(Field(process, "terminal")));
+  EXPECT_EQ(Strings(Field(process, "args")), SandboxInitArgv());
+  EXPECT_EQ(Strings(Field(process, "env")), ProcessEnv({}));
+  EXPECT_EQ(Str(Field(process, "cwd")), "/");
+  ExpectNoCapabilities(process);
+
+  // The file-descriptor limit is set.
+  bool nofile = false;
+  for (auto r : Array(Field(process, "rlimits"))) {
+    if (Str(Field(r, "type")) == "RLIMIT_NOFILE") {
+      nofile = true;
+      EXPECT_GT(Num(Field(r, "hard")), 0);
+      EXPECT_LE(Num(Field(r, "soft")), Num(Field(r, "hard")));
+    }
+  }
+  EXPECT_TRUE(nofile);
+}
+
+TEST(RenderOciConfigTest, UserIdsAreRenderedExactly) {
+  for (auto [uid, gid] : std::vector<std::pair<uint32_t, uint32_t>>{
+           {1, 1}, {65534, 65534}, {100000, 200000}, {4294967294u, 4294967294u}}) {
+    BundleSpec spec = TypicalBundle();
+    spec.uid = uid;
+    spec.gid = gid;
+    auto doc = Parse(RenderOciConfig(spec));
+    ASSERT_TRUE(doc->ok);
+    SCOPED_TRACE(uid);
+    ExpectUser(Field(doc->root, "process"), uid, gid);
+  }
+}
+
+TEST(SandboxInitArgvTest, IsAnAbsoluteIdleCommand) {
+  std::vector<std::string> argv = SandboxInitArgv();
+  ASSERT_FALSE(argv.empty());
+  EXPECT_EQ(argv[0][0], '/');
+}
+
+TEST(RenderOciConfigTest, RootIsTheReadOnlyRootfs) {
+  BundleSpec spec = TypicalBundle();
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  JsonValue::Reader root = Field(doc->root, "root");
+  EXPECT_EQ(Str(Field(root, "path")), spec.rootfs);
+  EXPECT_TRUE(Bool(Field(root, "readonly")));
+  EXPECT_EQ(Str(Field(doc->root, "hostname")), "sb-1234");
+}
+
+TEST(RenderOciConfigTest, BaseMountsAndSizedTmp) {
+  BundleSpec spec = TypicalBundle();
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  auto mounts = MountsByDestination(doc->root);
+
+  ASSERT_EQ(mounts.count("/proc"), 1u);
+  EXPECT_EQ(Str(Field(mounts["/proc"], "type")), "proc");
+
+  ASSERT_EQ(mounts.count("/tmp"), 1u);
+  JsonValue::Reader tmp = mounts["/tmp"];
+  EXPECT_EQ(Str(Field(tmp, "type")), "tmpfs");
+  std::vector<std::string> options = Strings(Field(tmp, "options"));
+  EXPECT_TRUE(Contains(options, "size=134217728")) << ::testing::PrintToString(options);
+  EXPECT_TRUE(Contains(options, "nosuid"));
+  EXPECT_TRUE(Contains(options, "nodev"));
+  // Exactly one size option.
+  EXPECT_EQ(std::count_if(options.begin(), options.end(),
+                          [](const std::string& o) { return o.rfind("size=", 0) == 0; }),
+            1);
+
+  spec.tmpfs_bytes = 1ull << 20;
+  auto doc2 = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc2->ok);
+  auto mounts2 = MountsByDestination(doc2->root);
+  EXPECT_TRUE(Contains(Strings(Field(mounts2["/tmp"], "options")), "size=1048576"));
+}
+
+TEST(RenderOciConfigTest, StagedMountsAreNonRecursiveBindsOfTheStagingPaths) {
+  BundleSpec spec = TypicalBundle();
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  auto mounts = MountsByDestination(doc->root);
+
+  for (const StagedMount& staged : spec.mounts) {
+    SCOPED_TRACE(staged.destination);
+    ASSERT_EQ(mounts.count(staged.destination), 1u);
+    JsonValue::Reader m = mounts[staged.destination];
+    EXPECT_EQ(Str(Field(m, "type")), "bind");
+    EXPECT_EQ(Str(Field(m, "source")), staged.source);
+    std::vector<std::string> options = Strings(Field(m, "options"));
+    SCOPED_TRACE(::testing::PrintToString(options));
+    EXPECT_TRUE(Contains(options, staged.read_only ? "ro" : "rw"));
+    EXPECT_FALSE(Contains(options, staged.read_only ? "rw" : "ro"));
+    EXPECT_TRUE(Contains(options, "nosuid"));
+    EXPECT_TRUE(Contains(options, "nodev"));
+    EXPECT_FALSE(Contains(options, "rbind"));
+  }
+
+  // The staged mounts are the only binds, and they follow every base mount (so a staged mount
+  // beneath /tmp is not hidden by the tmpfs).
+  auto all = Array(Field(doc->root, "mounts"));
+  size_t binds = 0;
+  size_t last_base = 0, first_bind = all.size();
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::string type = Str(Field(all[i], "type"));
+    std::vector<std::string> options = Strings(Field(all[i], "options"));
+    bool is_bind = type == "bind" || Contains(options, "bind") || Contains(options, "rbind");
+    if (is_bind) {
+      ++binds;
+      first_bind = std::min(first_bind, i);
+    } else {
+      last_base = i;
+    }
+  }
+  EXPECT_EQ(binds, spec.mounts.size());
+  EXPECT_LT(last_base, first_bind);
+}
+
+TEST(RenderOciConfigTest, NoStagedMountsMeansNoBinds) {
+  BundleSpec spec = TypicalBundle();
+  spec.mounts.clear();
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  for (auto m : Array(Field(doc->root, "mounts"))) {
+    EXPECT_NE(Str(Field(m, "type")), "bind") << Str(Field(m, "destination"));
+  }
+}
+
+TEST(RenderOciConfigTest, FreshNamespacesAndMaskedPaths) {
+  auto doc = Parse(RenderOciConfig(TypicalBundle()));
+  ASSERT_TRUE(doc->ok);
+  JsonValue::Reader linux_ = Field(doc->root, "linux");
+  std::vector<std::string> types;
+  for (auto ns : Array(Field(linux_, "namespaces"))) {
+    types.push_back(Str(Field(ns, "type")));
+    // A path would join an existing (host) namespace instead of creating one.
+    EXPECT_FALSE(Has(ns, "path")) << types.back();
+  }
+  for (const char* want : {"pid", "ipc", "uts", "mount", "network"}) {
+    EXPECT_TRUE(Contains(types, want)) << want << " in " << ::testing::PrintToString(types);
+  }
+  std::vector<std::string> masked = Strings(Field(linux_, "maskedPaths"));
+  EXPECT_TRUE(Contains(masked, "/proc/kcore")) << ::testing::PrintToString(masked);
+  EXPECT_TRUE(Contains(masked, "/proc/keys"));
+  EXPECT_TRUE(Contains(masked, "/sys/firmware"));
+  std::vector<std::string> readonly = Strings(Field(linux_, "readonlyPaths"));
+  EXPECT_TRUE(Contains(readonly, "/proc/sys")) << ::testing::PrintToString(readonly);
+  EXPECT_TRUE(Contains(readonly, "/proc/sysrq-trigger"));
+}
+
+TEST(RenderOciConfigTest, MemoryLimitOnlyWhenSet) {
+  BundleSpec spec = TypicalBundle();
+  spec.memory_limit_bytes = 0;
+  {
+    auto doc = Parse(RenderOciConfig(spec));
+    ASSERT_TRUE(doc->ok);
+    JsonValue::Reader linux_ = Field(doc->root, "linux");
+    EXPECT_FALSE(Has(linux_, "resources") && Has(Field(linux_, "resources"), "memory"))
+        << "memory limit rendered although memory_limit_bytes == 0";
+  }
+  for (uint64_t limit : {uint64_t{1}, uint64_t{512} << 20, uint64_t{1} << 40}) {
+    SCOPED_TRACE(limit);
+    spec.memory_limit_bytes = limit;
+    auto doc = Parse(RenderOciConfig(spec));
+    ASSERT_TRUE(doc->ok);
+    EXPECT_EQ(Num(Get(doc->root, {"linux", "resources", "memory", "limit"})), double(limit));
+  }
+}
+
+// Strings that break naive JSON writers.
+std::vector<std::string> NastyStrings() {
+  std::string all_controls;
+  for (int c = 1; c < 0x20; ++c) all_controls.push_back(static_cast<char>(c));
+  return {
+      "",
+      "plain",
+      "with \"quotes\"",
+      "back\\slash",
+      "\\\"",
+      "\\",
+      "\"",
+      "trailing backslash\\",
+      "line1\nline2",
+      "tab\there",
+      "cr\rlf\n",
+      all_controls,
+      "\x7f del",
+      "\\u0041 literal escape",
+      "\\n not a newline",
+      "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80",
+      "\", \"uid\": 0, \"x\": \"",
+      "}]}",
+      "/bin/sh",
+  };
+}
+
+TEST(RenderProcessJsonTest, FieldsAreRenderedFromTheSpec) {
+  ExecSpec spec;
+  spec.argv = {"/bin/sh", "-c", "echo hi"};
+  spec.env = {"HOME=/home/agent", "TERM=xterm"};
+  spec.cwd = "/workspace/project";
+  spec.uid = 1000;
+  spec.gid = 1000;
+  std::string text = RenderProcessJson(spec);
+  auto doc = Parse(text);
+  ASSERT_TRUE(doc->ok);
+  ExpectNoDuplicateKeys(doc->root);
+  ExpectNoRawControlBytes(text);
+
+  EXPECT_EQ(Strings(Field(doc->root, "args")), spec.argv);
+  EXPECT_EQ(Strings(Field(doc->root, "env")), ProcessEnv(spec.env));
+  EXPECT_EQ(Str(Field(doc->root, "cwd")), "/workspace/project");
+  EXPECT_FALSE(Bool(Field(doc->root, "terminal")));
+  ExpectUser(doc->root, 1000, 1000);
+  ExpectNoCapabilities(doc->root);
+}
+
+TEST(RenderProcessJsonTest, NastyStringsRoundTripExactly) {
+  ExecSpec spec;
+  spec.argv = NastyStrings();
+  for (const auto& s : NastyStrings()) spec.env.push_back("V=" + s);
+  spec.env.push_back("PATH=/opt/\"x\"\\bin\n");
+  spec.cwd = "/work\"space\\with\nnewline";
+  spec.uid = 1234;
+  spec.gid = 5678;
+
+  std::string text = RenderProcessJson(spec);
+  ExpectNoRawControlBytes(text);
+  auto doc = Parse(text);
+  ASSERT_TRUE(doc->ok);
+
+  std::vector<std::string> args = Strings(Field(doc->root, "args"));
+  ASSERT_EQ(args.size(), spec.argv.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    EXPECT_EQ(args[i], spec.argv[i]) << "argv[" << i << "]";
+  }
+  EXPECT_EQ(Strings(Field(doc->root, "env")), spec.env);  // PATH given: nothing added
+  EXPECT_EQ(Str(Field(doc->root, "cwd")), spec.cwd);
+  // The injection attempt in argv did not create or override any field.
+  ExpectUser(doc->root, 1234, 5678);
+  std::vector<std::string> keys = Keys(doc->root);
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"args", "capabilities", "cwd", "env",
+                                            "noNewPrivileges", "rlimits", "terminal", "user"}));
+  ExpectNoDuplicateKeys(doc->root);
+}
+
+TEST(RenderOciConfigTest, NastyStringsRoundTripExactly) {
+  for (const auto& s : NastyStrings()) {
+    SCOPED_TRACE(::testing::PrintToString(s));
+    BundleSpec spec = TypicalBundle();
+    spec.rootfs = "/rootfs/" + s;
+    spec.hostname = s;
+    spec.mounts = {{"/staging/" + s, "/dest/" + s, true}};
+    std::string text = RenderOciConfig(spec);
+    ExpectNoRawControlBytes(text);
+    auto doc = Parse(text);
+    ASSERT_TRUE(doc->ok);
+    EXPECT_EQ(Str(Get(doc->root, {"root", "path"})), spec.rootfs);
+    EXPECT_EQ(Str(Field(doc->root, "hostname")), spec.hostname);
+    auto mounts = MountsByDestination(doc->root);
+    ASSERT_EQ(mounts.count("/dest/" + s), 1u);
+    EXPECT_EQ(Str(Field(mounts["/dest/" + s], "source")), "/staging/" + s);
+    ExpectUser(Field(doc->root, "process"), 1000, 1001);
+    ExpectNoDuplicateKeys(doc->root);
+  }
+}
+
+// The test's own escape decoding (see DecodeUnicodeEscapes) is right, or the round trips above
+// prove nothing.
+TEST(JsonTestHelperTest, DecodesUnicodeEscapesCorrectly) {
+  auto doc = Parse(R"(["\u000b\u001F", "caf\u00e9", "\\u0041", "\u0022\u005c", "\u20AC"])");
+  ASSERT_TRUE(doc->ok);
+  EXPECT_EQ(Strings(doc->root), (std::vector<std::string>{"\x0b\x1f", "caf\xc3\xa9", "\\u0041",
+                                                          "\"\\", "\xe2\x82\xac"}));
+}
+
+// The writer escapes control bytes with the standard JSON escapes.
+TEST(RenderProcessJsonTest, ControlBytesUseStandardEscapes) {
+  ExecSpec spec;
+  spec.argv = {"a\x01\x0b\x1f\n\"\\z"};
+  std::string text = RenderProcessJson(spec);
+  EXPECT_NE(text.find(R"("a\u0001\u000b\u001f\n\"\\z")"), std::string::npos) << text;
+}
+
+bool IsPath(const std::string& e) { return e.rfind("PATH=", 0) == 0; }
+
+TEST(ProcessEnvTest, AddsDefaultPathOnlyWhenMissing) {
+  std::vector<std::string> empty = ProcessEnv({});
+  ASSERT_EQ(empty.size(), 1u);
+  ASSERT_TRUE(IsPath(empty[0])) << empty[0];
+  std::string default_path = empty[0];
+  for (const char* dir : {"/usr/bin", "/bin", "/usr/local/bin"}) {
+    EXPECT_TRUE((default_path + ":").find(std::string(dir) + ":") != std::string::npos)
+        << dir << " not in " << default_path;
+  }
+
+  std::vector<std::string> with_home = ProcessEnv({"HOME=/home/agent", "LANG=C.UTF-8"});
+  EXPECT_EQ(with_home.size(), 3u);
+  EXPECT_EQ(std::count_if(with_home.begin(), with_home.end(), IsPath), 1);
+  EXPECT_TRUE(Contains(with_home, default_path));
+  EXPECT_TRUE(Contains(with_home, "HOME=/home/agent"));
+  EXPECT_TRUE(Contains(with_home, "LANG=C.UTF-8"));
+  // The caller's entries keep their order.
+  auto home = std::find(with_home.begin(), with_home.end(), "HOME=/home/agent");
+  auto lang = std::find(with_home.begin(), with_home.end(), "LANG=C.UTF-8");
+  EXPECT_LT(home, lang);
+
+  // Names that merely contain PATH do not count as PATH.
+  for (const char* not_path : {"MYPATH=/x", "PATHEXT=.sh", "LD_LIBRARY_PATH=/lib", "path=/x"}) {
+    std::vector<std::string> env = ProcessEnv({not_path});
+    EXPECT_EQ(env.size(), 2u) << not_path;
+    EXPECT_TRUE(Contains(env, default_path)) << not_path;
+    EXPECT_TRUE(Contains(env, not_path));
+  }
+
+  // A given PATH replaces the default: exactly the caller's env, one PATH.
+  std::vector<std::string> given = {"HOME=/h", "PATH=/opt/bin", "X=1"};
+  std::vector<std::string> env = ProcessEnv(given);
+  EXPECT_EQ(env, given);
+  EXPECT_EQ(std::count_if(env.begin(), env.end(), IsPath), 1);
+
+  std::vector<std::string> empty_path = ProcessEnv({"PATH="});
+  EXPECT_EQ(empty_path, std::vector<std::string>{"PATH="});
+}
+
+}  // namespace
+}  // namespace paseo

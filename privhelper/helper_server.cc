@@ -1,0 +1,374 @@
+// See helper_server.h.
+#include "privhelper/helper_server.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include <kj/debug.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/rpc_errors.h"
+#include "common/status.h"
+#include "privhelper/bundle.h"
+#include "privhelper/workspace_resolver.h"
+
+namespace paseo {
+namespace {
+
+[[noreturn]] void Fail(const absl::Status& status) {
+  kj::throwFatalException(StatusToException(status));
+}
+
+// Writes a file the privhelper generated, root-only, refusing to follow or reuse anything.
+absl::Status WriteNewFile(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("create", path);
+  kj::AutoCloseFd owned(fd);
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+struct Pipe {
+  kj::AutoCloseFd read, write;
+};
+
+absl::StatusOr<Pipe> MakePipe() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", "");
+  return Pipe{kj::AutoCloseFd(fds[0]), kj::AutoCloseFd(fds[1])};
+}
+
+class FdCap final : public helper::Fd::Server {
+ public:
+  explicit FdCap(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
+  kj::Maybe<int> getFd() override { return fd_.get(); }
+
+ private:
+  kj::AutoCloseFd fd_;
+};
+
+void SetExitStatus(api::ExitStatus::Builder out, int wait_status) {
+  if (WIFEXITED(wait_status)) {
+    out.setExitCode(WEXITSTATUS(wait_status));
+  } else if (WIFSIGNALED(wait_status)) {
+    // runsc exec itself died by a signal: the process's own status is unknown.
+    out.setUnknown();
+  } else {
+    out.setUnknown();
+  }
+}
+
+}  // namespace
+
+SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc)
+    : config_(config), runsc_(runsc) {}
+
+SandboxHost::~SandboxHost() {
+  // Anything still here at destruction was not deleted through DeleteAll: at least release
+  // the mounts so nothing outlives the process in this mount namespace.
+  for (auto& [id, sandbox] : sandboxes_) {
+    for (const auto& s : sandbox->staging) (void)UnstageBind(s);
+  }
+}
+
+SandboxHost::Sandbox* SandboxHost::Find(const std::string& id) {
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? nullptr : it->second.get();
+}
+
+void SandboxHost::RemoveBundle(Sandbox& sandbox) {
+  bool all_unmounted = true;
+  for (const auto& s : sandbox.staging) {
+    absl::Status st = UnstageBind(s);
+    if (!st.ok()) {
+      all_unmounted = false;
+      KJ_LOG(ERROR, "leaving staging dir in place", st.ToString());
+    }
+  }
+  sandbox.staging.clear();
+  for (const auto& f : sandbox.files) unlink(f.c_str());
+  sandbox.files.clear();
+  if (all_unmounted) {
+    rmdir((sandbox.bundle_dir + "/mounts").c_str());
+    rmdir(sandbox.bundle_dir.c_str());
+  }
+}
+
+kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
+  if (Find(request.sandbox_id) != nullptr)
+    Fail(absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists")));
+  const auto& deployment = *request.deployment;
+
+  // Resolve every workspace before touching anything, so a refusal changes nothing.
+  std::vector<ResolvedWorkspace> resolved;
+  for (const auto& m : request.mounts) {
+    auto ws = ResolveWorkspace(deployment, m.client_path);
+    if (!ws.ok()) Fail(ws.status());
+    resolved.push_back(std::move(*ws));
+  }
+  uid_t uid;
+  gid_t gid;
+  if (deployment.hasRunAs()) {
+    uid = deployment.getRunAs().getUid();
+    gid = deployment.getRunAs().getGid();
+  } else {
+    // Default: the owner of the first workspace root.
+    auto first = deployment.getWorkspaceRoots()[0];
+    std::string mapped =
+        first.getClientPath().size() > 0 ? first.getClientPath().cStr() : first.getHostPath().cStr();
+    auto root = ResolveWorkspace(deployment, mapped);
+    if (!root.ok()) Fail(root.status());
+    uid = root->root_owner_uid;
+    gid = root->root_owner_gid;
+  }
+  if (uid == 0)
+    Fail(absl::FailedPreconditionError(absl::StrCat(
+        "deployment ", deployment.getId().cStr(),
+        ": agents never run as root; the workspace root is owned by root, so set runAs")));
+
+  auto sandbox = kj::heap<Sandbox>();
+  sandbox->id = request.sandbox_id;
+  sandbox->uid = uid;
+  sandbox->gid = gid;
+  sandbox->default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
+  sandbox->bundle_dir =
+      absl::StrCat(config_.helper().getStateDir().cStr(), "/bundles/", request.sandbox_id);
+  Sandbox& sb = *sandbox;
+  sandboxes_.emplace(sb.id, kj::mv(sandbox));
+
+  auto fail_and_clean = [this, &sb](const absl::Status& status) -> void {
+    RemoveBundle(sb);
+    sandboxes_.erase(sb.id);
+    Fail(status);
+  };
+  if (mkdir(sb.bundle_dir.c_str(), 0700) != 0) {
+    absl::Status st = ErrnoStatus("mkdir", sb.bundle_dir);
+    sandboxes_.erase(sb.id);
+    Fail(st);
+  }
+  std::string mounts_dir = sb.bundle_dir + "/mounts";
+  if (mkdir(mounts_dir.c_str(), 0700) != 0) fail_and_clean(ErrnoStatus("mkdir", mounts_dir));
+
+  BundleSpec spec;
+  spec.rootfs = config_.RootfsPath(*request.profile);
+  spec.uid = uid;
+  spec.gid = gid;
+  spec.tmpfs_bytes = request.profile->getTmpfsBytes();
+  spec.memory_limit_bytes = request.profile->getMemoryLimitBytes();
+  for (size_t i = 0; i < resolved.size(); ++i) {
+    std::string staging = absl::StrCat(mounts_dir, "/", i);
+    absl::Status st = StageBind(resolved[i], staging, request.mounts[i].read_only);
+    if (!st.ok()) fail_and_clean(st);
+    sb.staging.push_back(staging);
+    spec.mounts.push_back({staging, request.mounts[i].destination, request.mounts[i].read_only});
+  }
+  struct stat rootfs_st;
+  if (stat(spec.rootfs.c_str(), &rootfs_st) != 0 || !S_ISDIR(rootfs_st.st_mode))
+    fail_and_clean(absl::FailedPreconditionError(
+        absl::StrCat("rootfs ", spec.rootfs, " is not installed")));
+  std::string config_path = sb.bundle_dir + "/config.json";
+  absl::Status st = WriteNewFile(config_path, RenderOciConfig(spec));
+  if (!st.ok()) fail_and_clean(st);
+  sb.files.push_back(config_path);
+
+  std::string id = sb.id;
+  return runsc_.Run({"create", "--bundle", sb.bundle_dir, id})
+      .then([this, id](RunscResult created) {
+        if (!created.ok()) {
+          return kj::Promise<RunscResult>(created);
+        }
+        return runsc_.Run({"start", id});
+      })
+      .then([this, id](RunscResult started) -> kj::Promise<void> {
+        Sandbox* sb = Find(id);
+        if (sb == nullptr) Fail(absl::InternalError("sandbox vanished during create"));
+        if (started.ok()) {
+          sb->running = true;
+          return kj::READY_NOW;
+        }
+        std::string why = started.Describe();
+        return runsc_.Run({"delete", "--force", id}).then([this, id, why](RunscResult) {
+          if (Sandbox* sb = Find(id)) {
+            RemoveBundle(*sb);
+            sandboxes_.erase(id);
+          }
+          Fail(absl::InternalError(absl::StrCat("cannot start sandbox: ", why)));
+        });
+      });
+}
+
+kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request) {
+  Sandbox* sb = Find(request.sandbox_id);
+  if (sb == nullptr || !sb->running || sb->deleting)
+    Fail(absl::NotFoundError(absl::StrCat("no running sandbox ", request.sandbox_id)));
+  if (sb->processes.count(request.process_id))
+    Fail(absl::AlreadyExistsError(absl::StrCat("process ", request.process_id, " exists")));
+
+  ExecSpec exec;
+  exec.argv = request.argv;
+  exec.env = request.env;
+  exec.cwd = request.cwd.empty() ? sb->default_cwd : request.cwd;
+  exec.uid = sb->uid;
+  exec.gid = sb->gid;
+  std::string process_json = absl::StrCat(sb->bundle_dir, "/process-", request.process_id, ".json");
+  std::string pid_file = absl::StrCat(sb->bundle_dir, "/process-", request.process_id, ".pid");
+  absl::Status st = WriteNewFile(process_json, RenderProcessJson(exec));
+  if (!st.ok()) Fail(st);
+  sb->files.push_back(process_json);
+  sb->files.push_back(pid_file);
+
+  auto in = MakePipe();
+  auto out = MakePipe();
+  auto err = MakePipe();
+  if (!in.ok() || !out.ok() || !err.ok()) Fail(absl::ResourceExhaustedError("out of pipes"));
+  auto pid = runsc_.Start({"exec", "--process", process_json, "--internal-pid-file", pid_file,
+                           request.sandbox_id},
+                          in->read.get(), out->write.get(), err->write.get());
+  if (!pid.ok()) Fail(pid.status());
+  auto process = kj::heap<Process>(Process{WatchChild(runsc_.events(), *pid).fork(), pid_file});
+  sb->processes.emplace(request.process_id, kj::mv(process));
+  // Our copies of the child's ends close here; the broker holds the others.
+  return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+}
+
+kj::Promise<int> SandboxHost::Wait(const std::string& sandbox_id, const std::string& process_id) {
+  Sandbox* sb = Find(sandbox_id);
+  if (sb == nullptr) Fail(absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id)));
+  auto it = sb->processes.find(process_id);
+  if (it == sb->processes.end())
+    Fail(absl::NotFoundError(absl::StrCat("no process ", process_id)));
+  Process* p = it->second.get();
+  return p->exit.addBranch().then([p](int status) {
+    p->exited = true;
+    return status;
+  });
+}
+
+kj::Promise<void> SandboxHost::Signal(const std::string& sandbox_id,
+                                      const std::string& process_id, int sig) {
+  if (sig < 1 || sig > 64) Fail(absl::InvalidArgumentError("signal must be 1..64"));
+  Sandbox* sb = Find(sandbox_id);
+  if (sb == nullptr || !sb->running)
+    Fail(absl::NotFoundError(absl::StrCat("no running sandbox ", sandbox_id)));
+  auto it = sb->processes.find(process_id);
+  if (it == sb->processes.end())
+    Fail(absl::NotFoundError(absl::StrCat("no process ", process_id)));
+  if (it->second->exited) Fail(absl::FailedPreconditionError("process has ended"));
+  std::ifstream in(it->second->pid_file);
+  long internal_pid = 0;
+  if (!(in >> internal_pid) || internal_pid <= 0)
+    Fail(absl::UnavailableError("process is still starting; retry"));
+  return runsc_
+      .Run({"kill", absl::StrCat("--pid=", internal_pid), sandbox_id, absl::StrCat(sig)})
+      .then([](RunscResult r) {
+        if (!r.ok()) Fail(absl::FailedPreconditionError(r.Describe()));
+      });
+}
+
+kj::Promise<void> SandboxHost::Delete(const std::string& sandbox_id) {
+  Sandbox* sb = Find(sandbox_id);
+  if (sb == nullptr) Fail(absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id)));
+  if (sb->deleting) Fail(absl::FailedPreconditionError("sandbox is already being deleted"));
+  sb->deleting = true;
+  std::string id = sandbox_id;
+  return runsc_.Run({"kill", "--all", id, "KILL"})
+      .then([this, id](RunscResult) { return runsc_.Run({"delete", "--force", id}); })
+      .then([this, id](RunscResult deleted) {
+        Sandbox* sb = Find(id);
+        if (sb == nullptr) return;
+        if (!deleted.ok()) {
+          sb->deleting = false;
+          Fail(absl::InternalError(deleted.Describe()));
+        }
+        RemoveBundle(*sb);
+        sandboxes_.erase(id);
+      });
+}
+
+kj::Promise<void> SandboxHost::DeleteAll() {
+  kj::Vector<kj::Promise<void>> all;
+  std::vector<std::string> ids;
+  for (const auto& [id, sb] : sandboxes_) {
+    if (!sb->deleting) ids.push_back(id);
+  }
+  for (const auto& id : ids) {
+    all.add(Delete(id).catch_([id](kj::Exception&& e) {
+      KJ_LOG(ERROR, "cannot delete sandbox at shutdown", id, e);
+    }));
+  }
+  return kj::joinPromises(all.releaseAsArray());
+}
+
+// ---------------------------------------------------------------- RPC adapter
+
+kj::Promise<void> HelperServer::policy(PolicyContext context) {
+  auto deployments = context.getResults().initPolicy().initDeployments(
+      static_cast<unsigned>(config_.deployments().size()));
+  for (size_t i = 0; i < config_.deployments().size(); ++i) {
+    const auto& d = config_.deployments()[i];
+    auto out = deployments[static_cast<unsigned>(i)];
+    out.setId(d.getId());
+    out.setAllowedUids(d.getAllowedUids());
+    out.setAllowedGids(d.getAllowedGids());
+    auto names = config_.ProfilesOf(d);
+    auto profiles = out.initProfiles(static_cast<unsigned>(names.size()));
+    for (size_t j = 0; j < names.size(); ++j) profiles.set(static_cast<unsigned>(j), names[j]);
+    out.setOutputBufferBytes(config_.FindProfile(names[0])->getOutputBufferBytes());
+  }
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> HelperServer::createSandbox(CreateSandboxContext context) {
+  auto request = ValidateCreate(config_, context.getParams().getRequest());
+  if (!request.ok()) Fail(request.status());
+  return host_.Create(std::move(*request));
+}
+
+kj::Promise<void> HelperServer::startProcess(StartProcessContext context) {
+  auto request = ValidateStart(context.getParams().getRequest());
+  if (!request.ok()) Fail(request.status());
+  return host_.StartProcess(std::move(*request)).then([context](SandboxHost::Stdio stdio) mutable {
+    auto results = context.getResults();
+    results.setStdin(kj::heap<FdCap>(kj::mv(stdio.stdin_w)));
+    results.setStdout(kj::heap<FdCap>(kj::mv(stdio.stdout_r)));
+    results.setStderr(kj::heap<FdCap>(kj::mv(stdio.stderr_r)));
+  });
+}
+
+kj::Promise<void> HelperServer::waitProcess(WaitProcessContext context) {
+  auto params = context.getParams();
+  if (!IsValidId(params.getSandboxId().cStr()) || !IsValidId(params.getProcessId().cStr()))
+    Fail(absl::InvalidArgumentError("not a valid id"));
+  return host_.Wait(params.getSandboxId().cStr(), params.getProcessId().cStr())
+      .then([context](int status) mutable {
+        SetExitStatus(context.getResults().initStatus(), status);
+      });
+}
+
+kj::Promise<void> HelperServer::signalProcess(SignalProcessContext context) {
+  auto params = context.getParams();
+  if (!IsValidId(params.getSandboxId().cStr()) || !IsValidId(params.getProcessId().cStr()))
+    Fail(absl::InvalidArgumentError("not a valid id"));
+  return host_.Signal(params.getSandboxId().cStr(), params.getProcessId().cStr(),
+                      params.getSignal());
+}
+
+kj::Promise<void> HelperServer::deleteSandbox(DeleteSandboxContext context) {
+  auto params = context.getParams();
+  if (!IsValidId(params.getSandboxId().cStr())) Fail(absl::InvalidArgumentError("not a valid id"));
+  return host_.Delete(params.getSandboxId().cStr());
+}
+
+}  // namespace paseo

@@ -1,0 +1,321 @@
+// paseo-sandbox-privhelper: the root half of the service. Loads and validates the root-owned
+// config, verifies the pinned runsc, creates the client socket, starts the broker as the
+// unprivileged user with no capabilities, moves itself into a private control network
+// namespace for every runsc call, and serves the broker's closed set of requests.
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <openssl/evp.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/capability.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/spawn.h"
+#include "common/status.h"
+#include "privhelper/config.h"
+#include "privhelper/helper_server.h"
+#include "privhelper/runsc.h"
+
+namespace paseo {
+namespace {
+
+void Log(const std::string& message) {
+  std::fprintf(stderr, "paseo-sandbox-privhelper: %s\n", message.c_str());
+}
+
+absl::StatusOr<std::string> Sha256OfFd(int fd) {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  char buf[1 << 16];
+  off_t off = 0;
+  ssize_t n;
+  while ((n = pread(fd, buf, sizeof(buf), off)) > 0) {
+    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
+    off += n;
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx, md, &len);
+  EVP_MD_CTX_free(ctx);
+  if (n < 0) return ErrnoStatus("read", "runsc");
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i) absl::StrAppend(&hex, absl::Hex(md[i], absl::kZeroPad2));
+  return hex;
+}
+
+// Opens the pinned runsc and checks its digest. The returned fd is what every runsc call
+// executes (execveat), so replacing the file on disk later changes nothing.
+absl::StatusOr<int> OpenPinnedRunsc(const config::RunscPin::Reader& pin) {
+  int fd = open(pin.getPath().cStr(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open", pin.getPath().cStr());
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        pin.getPath().cStr(), ": must be a regular file owned by root and not group/other writable"));
+  }
+  auto digest = Sha256OfFd(fd);
+  if (!digest.ok() || *digest != pin.getSha256().cStr()) {
+    close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        pin.getPath().cStr(), ": sha256 ", digest.ok() ? *digest : "unreadable",
+        " does not match the pinned ", pin.getSha256().cStr()));
+  }
+  return fd;
+}
+
+absl::Status MakeDir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
+  if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", path);
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path);
+  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(path + " is not a directory");
+  if (chown(path.c_str(), uid, gid) != 0) return ErrnoStatus("chown", path);
+  if (chmod(path.c_str(), mode) != 0) return ErrnoStatus("chmod", path);
+  return absl::OkStatus();
+}
+
+// The client socket: pathname only, root:<socketGroup> 0660. The mode is set explicitly after
+// bind (a new socket's mode follows the umask) and bind happens under a 0177 umask so there is
+// no window in which it is more open.
+absl::StatusOr<int> ListenOnSocket(const std::string& path, gid_t group) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path))
+    return absl::InvalidArgumentError(path + ": socket path too long");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus("socket", path);
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      close(fd);
+      return absl::FailedPreconditionError(path + " exists and is not a socket");
+    }
+    unlink(path.c_str());
+  }
+  mode_t old = umask(0177);
+  int rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  umask(old);
+  if (rc != 0) {
+    absl::Status s = ErrnoStatus("bind", path);
+    close(fd);
+    return s;
+  }
+  if (chown(path.c_str(), 0, group) != 0 || chmod(path.c_str(), 0660) != 0 ||
+      listen(fd, 128) != 0) {
+    absl::Status s = ErrnoStatus("chown/chmod/listen", path);
+    close(fd);
+    return s;
+  }
+  return fd;
+}
+
+// Runs in the forked broker child before exec: its own empty network namespace (it needs no
+// network, and must never share the control netns where runsc's control sockets live), the
+// bounding and ambient sets emptied while still root, then the broker user's ids (which
+// clears the permitted and effective sets), an explicitly empty capability state, and
+// no_new_privs so nothing it execs can gain any.
+int BecomeBroker(uid_t uid, gid_t gid) {
+  if (unshare(CLONE_NEWNET) != 0) return errno;
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
+  if (setgroups(1, &gid) != 0) return errno;
+  if (setresgid(gid, gid, gid) != 0) return errno;
+  if (setresuid(uid, uid, uid) != 0) return errno;
+  cap_t empty = cap_init();
+  if (empty == nullptr) return ENOMEM;
+  int rc = cap_set_proc(empty);
+  cap_free(empty);
+  if (rc != 0) return errno;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  return 0;
+}
+
+absl::Status EnterControlNetns() {
+  // A fresh netns with only loopback: runsc binds each sandbox's control socket as an abstract
+  // socket in the netns it runs in, and abstract sockets are scoped per netns.
+  if (unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare", "CLONE_NEWNET");
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return ErrnoStatus("socket", "AF_INET");
+  ifreq ifr = {};
+  std::strcpy(ifr.ifr_name, "lo");
+  int rc = ioctl(s, SIOCGIFFLAGS, &ifr);
+  if (rc == 0) {
+    ifr.ifr_flags |= IFF_UP;
+    rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+  }
+  close(s);
+  if (rc != 0) return ErrnoStatus("ioctl", "lo up");
+  return absl::OkStatus();
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: paseo-sandbox-privhelper [--config-dir DIR] [--check-config]\n"
+               "  --config-dir DIR  root-owned configuration (default /etc/paseo-sandbox)\n"
+               "  --check-config    load and validate the configuration, then exit\n");
+  return 2;
+}
+
+int Main(int argc, char** argv) {
+  std::string config_dir = "/etc/paseo-sandbox";
+  bool check_only = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--config-dir" && i + 1 < argc) {
+      config_dir = argv[++i];
+    } else if (arg == "--check-config") {
+      check_only = true;
+    } else {
+      return Usage();
+    }
+  }
+  auto config = LoadConfig(config_dir);
+  if (!config.ok()) {
+    Log(absl::StrCat("configuration error: ", config.status().message()));
+    return 1;
+  }
+  if (check_only) {
+    std::printf("configuration OK: %zu deployment(s), %zu profile(s)\n",
+                (*config)->deployments().size(), (*config)->profiles().size());
+    return 0;
+  }
+  if (geteuid() != 0) {
+    Log("must run as root");
+    return 1;
+  }
+  const auto helper = (*config)->helper();
+  auto runsc_fd = OpenPinnedRunsc(helper.getRunsc());
+  if (!runsc_fd.ok()) {
+    Log(std::string(runsc_fd.status().message()));
+    return 1;
+  }
+  passwd* broker_pw = getpwnam(helper.getBrokerUser().cStr());
+  group* socket_gr = getgrnam(helper.getSocketGroup().cStr());
+  if (broker_pw == nullptr || socket_gr == nullptr || broker_pw->pw_uid == 0) {
+    Log(absl::StrCat("broker user \"", helper.getBrokerUser().cStr(), "\" or socket group \"",
+                     helper.getSocketGroup().cStr(), "\" does not exist (or is root)"));
+    return 1;
+  }
+  uid_t broker_uid = broker_pw->pw_uid;
+  gid_t broker_gid = broker_pw->pw_gid;
+  gid_t socket_gid = socket_gr->gr_gid;
+
+  std::string run_dir = helper.getRunDir().cStr();
+  std::string state_dir = helper.getStateDir().cStr();
+  for (auto [dir, mode] : {std::pair{run_dir, 0755}, {run_dir + "/runsc", 0700},
+                           {state_dir, 0755}, {state_dir + "/bundles", 0700}}) {
+    absl::Status st = MakeDir(dir, mode, 0, 0);
+    if (!st.ok()) {
+      Log(std::string(st.message()));
+      return 1;
+    }
+  }
+  std::string socket_path = run_dir + "/supervisor.sock";
+  auto listen_fd = ListenOnSocket(socket_path, socket_gid);
+  if (!listen_fd.ok()) {
+    Log(std::string(listen_fd.status().message()));
+    return 1;
+  }
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    Log("socketpair failed");
+    return 1;
+  }
+
+  kj::UnixEventPort::captureChildExit();
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGINT);
+  signal(SIGPIPE, SIG_IGN);
+  auto io = kj::setupAsyncIo();
+  auto& events = io.unixEventPort;
+
+  SpawnRequest broker;
+  broker.path = (*config)->BrokerBinary(argv[0][0] == '/' ? argv[0] : "/proc/self/exe");
+  if (broker.path == "/proc/self/paseo-sandbox-broker") {
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    self[n > 0 ? n : 0] = '\0';
+    broker.path = (*config)->BrokerBinary(self);
+  }
+  broker.argv = {broker.path, "--helper-fd=3", "--listen-fd=4"};
+  broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
+  broker.fds = {{0, STDIN_FILENO}, {1, STDOUT_FILENO}, {2, STDERR_FILENO}, {3, pair[1]},
+                {4, *listen_fd}};
+  broker.in_child = [broker_uid, broker_gid] { return BecomeBroker(broker_uid, broker_gid); };
+  auto broker_pid = Spawn(broker);
+  if (!broker_pid.ok()) {
+    Log(absl::StrCat("cannot start broker: ", broker_pid.status().message()));
+    unlink(socket_path.c_str());
+    return 1;
+  }
+  pid_t pid = *broker_pid;
+  auto broker_exit = WatchChild(events, pid).fork();
+  close(pair[1]);
+  close(*listen_fd);
+
+  absl::Status netns = EnterControlNetns();
+  if (!netns.ok()) {
+    Log(std::string(netns.message()));
+    kill(pid, SIGKILL);
+    unlink(socket_path.c_str());
+    return 1;
+  }
+
+  RunscRunner runsc(events, *runsc_fd, run_dir + "/runsc", helper.getRunsc().getPlatform().cStr());
+  SandboxHost host(**config, runsc);
+  auto stream = io.lowLevelProvider->wrapUnixSocketFd(
+      pair[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  capnp::TwoPartyVatNetwork network(*stream, /*maxFdsPerMessage=*/0,
+                                    capnp::rpc::twoparty::Side::SERVER);
+  auto rpc = capnp::makeRpcServer(network, kj::heap<HelperServer>(**config, host));
+  Log(absl::StrCat("serving ", socket_path, " (broker pid ", pid, ")"));
+
+  int exit_code = 0;
+  auto why = broker_exit.addBranch()
+                 .then([&](int status) {
+                   pid = 0;
+                   exit_code = 1;
+                   return absl::StrCat("broker exited (status ", status, ")");
+                 })
+                 .exclusiveJoin(events.onSignal(SIGTERM).then(
+                     [](siginfo_t) { return std::string("SIGTERM"); }))
+                 .exclusiveJoin(events.onSignal(SIGINT).then(
+                     [](siginfo_t) { return std::string("SIGINT"); }))
+                 .wait(io.waitScope);
+  Log(absl::StrCat("shutting down: ", why));
+  unlink(socket_path.c_str());
+  if (pid > 0) {
+    kill(pid, SIGTERM);
+    auto timeout = io.provider->getTimer().afterDelay(5 * kj::SECONDS).then([pid] {
+      kill(pid, SIGKILL);
+    });
+    broker_exit.addBranch().ignoreResult().exclusiveJoin(kj::mv(timeout)).wait(io.waitScope);
+  }
+  host.DeleteAll().wait(io.waitScope);
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace paseo
+
+int main(int argc, char** argv) { return paseo::Main(argc, argv); }
