@@ -209,7 +209,9 @@ kj::Own<kj::AsyncOutputStream> TakeWriteFd(Broker& broker, int fd) {
 
 // The fd of a capability the privhelper passed, duplicated so that we own it.
 kj::Promise<int> OwnFd(helper::Fd::Client cap) {
-  return cap.getFd().then([](kj::Maybe<int> fd) {
+  // The received fd belongs to the capability: keep it alive until the fd is duplicated.
+  auto fd_promise = cap.getFd();
+  return fd_promise.then([cap = kj::mv(cap)](kj::Maybe<int> fd) {
     KJ_IF_MAYBE(f, fd) {
       int dup = fcntl(*f, F_DUPFD_CLOEXEC, 3);
       if (dup < 0) Fail(absl::InternalError("cannot duplicate a stdio fd"));

@@ -124,8 +124,7 @@ int Main(int argc, char** argv) {
   capnp::TwoPartyVatNetwork helper_network(*helper_stream, /*maxFdsPerMessage=*/3,
                                            capnp::rpc::twoparty::Side::CLIENT);
   auto helper_rpc = capnp::makeRpcClient(helper_network);
-  capnp::word scratch[4];
-  capnp::MallocMessageBuilder vat_id_message(scratch);
+  capnp::MallocMessageBuilder vat_id_message(4);
   auto vat_id = vat_id_message.initRoot<capnp::rpc::twoparty::VatId>();
   vat_id.setSide(capnp::rpc::twoparty::Side::SERVER);
   auto helper = helper_rpc.bootstrap(vat_id).castAs<helper::Helper>();

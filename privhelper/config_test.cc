@@ -275,7 +275,8 @@ std::vector<BadCase> BadCases() {
 
       // Type mismatches and malformed JSON: the file is named.
       {"StringWhereListExpected",
-       {{"deployments/main.json", dep(absl::StrCat(R"("id": "x", "allowedUids": "1000", )", kRoots))}},
+       {{"deployments/main.json",
+         dep(absl::StrCat(R"("id": "x", "allowedUids": "1000", )", kRoots))}},
        "deployments/main.json", {}},
       {"NumberWhereTextExpected", {{"helper.json", HelperWith(R"("stateDir": 5)")}},
        "helper.json", {}},
@@ -387,7 +388,8 @@ std::vector<BadCase> BadCases() {
        "deployments/main.json", {}, "workspaceRoots[0].hostPath: "},
       {"WorkspaceRootRelative",
        {{"deployments/main.json",
-         dep(absl::StrCat(R"("id": "x", )", kUids, R"(, "workspaceRoots": [{"hostPath": "srv"}])"))}},
+         dep(absl::StrCat(R"("id": "x", )", kUids,
+                          R"(, "workspaceRoots": [{"hostPath": "srv"}])"))}},
        "deployments/main.json", {}, "workspaceRoots[0].hostPath: "},
       {"WorkspaceRootMissingHostPath",
        {{"deployments/main.json",
@@ -397,12 +399,14 @@ std::vector<BadCase> BadCases() {
       {"SecondWorkspaceRootBad",
        {{"deployments/main.json",
          dep(absl::StrCat(R"("id": "x", )", kUids,
-                          R"(, "workspaceRoots": [{"hostPath": "/srv/a"}, {"hostPath": "/srv/b/"}])"))}},
+                          R"(, "workspaceRoots": [{"hostPath": "/srv/a"}, )",
+                          R"({"hostPath": "/srv/b/"}])"))}},
        "deployments/main.json", {}, "workspaceRoots[1].hostPath: "},
       {"ClientPathRelative",
        {{"deployments/main.json",
          dep(absl::StrCat(R"("id": "x", )", kUids,
-                          R"(, "workspaceRoots": [{"hostPath": "/srv/a", "clientPath": "w/.."}])"))}},
+                          R"(, "workspaceRoots": )",
+                          R"([{"hostPath": "/srv/a", "clientPath": "w/.."}])"))}},
        "deployments/main.json", {}, "workspaceRoots[0].clientPath: "},
       {"NoWorkspaceRoots",
        {{"deployments/main.json",
@@ -497,17 +501,20 @@ TEST_F(ConfigTest, UnicodeEscapesAreDecodedCorrectlyOrRejected) {
 }
 
 TEST(IsNormalizedAbsolutePathTest, Accepts) {
-  for (const std::string& p : std::vector<std::string>{"/", "/a", "/a/b", "/srv/paseo/workspace", "/.hidden", "/a/...",
-                        "/a.b/..c/c..", "/with space/x", std::string("/") + std::string(4094, 'a')}) {
+  std::vector<std::string> good = {"/", "/a", "/a/b", "/srv/paseo/workspace", "/.hidden",
+                                   "/a/...", "/a.b/..c/c..", "/with space/x",
+                                   std::string("/") + std::string(4094, 'a')};
+  for (const std::string& p : good) {
     EXPECT_TRUE(IsNormalizedAbsolutePath(p)) << p;
   }
 }
 
 TEST(IsNormalizedAbsolutePathTest, Rejects) {
-  for (const std::string& p : std::vector<std::string>{"", "a", "a/b", "./a", "../a", "~/a", "/a/", "/a/b/", "//", "//a",
-                        "/a//b", "/.", "/..", "/./a", "/../a", "/a/.", "/a/..", "/a/./b",
-                        "/a/../b", std::string("/a\0b", 4), std::string("\0/a", 3),
-                        std::string("/") + std::string(4095, 'a')}) {
+  std::vector<std::string> bad = {"", "a", "a/b", "./a", "../a", "~/a", "/a/", "/a/b/", "//",
+                                  "//a", "/a//b", "/.", "/..", "/./a", "/../a", "/a/.", "/a/..",
+                                  "/a/./b", "/a/../b", std::string("/a\0b", 4),
+                                  std::string("\0/a", 3), std::string("/") + std::string(4095, 'a')};
+  for (const std::string& p : bad) {
     EXPECT_FALSE(IsNormalizedAbsolutePath(p)) << "accepted: " << p;
   }
 }

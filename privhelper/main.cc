@@ -285,7 +285,10 @@ int Main(int argc, char** argv) {
   SandboxHost host(**config, runsc);
   auto stream = io.lowLevelProvider->wrapUnixSocketFd(
       pair[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-  capnp::TwoPartyVatNetwork network(*stream, /*maxFdsPerMessage=*/0,
+  // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (see
+  // testing/fd_passing_test.cc). The broker's requests carry no capabilities, so any fd it
+  // sent would be closed with its message.
+  capnp::TwoPartyVatNetwork network(*stream, /*maxFdsPerMessage=*/3,
                                     capnp::rpc::twoparty::Side::SERVER);
   auto rpc = capnp::makeRpcServer(network, kj::heap<HelperServer>(**config, host));
   Log(absl::StrCat("serving ", socket_path, " (broker pid ", pid, ")"));

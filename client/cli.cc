@@ -1,0 +1,453 @@
+// paseo-sandbox: the command-line client of the public API.
+//
+//   paseo-sandbox run --workspace .:/workspace:rw -- sh -c 'echo hi > /workspace/f'
+//   paseo-sandbox ps --json
+//   paseo-sandbox rm sb-...
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <kj/debug.h>
+
+#include "client/client.h"
+#include "common/json_writer.h"
+
+namespace paseo::client {
+namespace {
+
+constexpr char kUsage[] = R"(usage: paseo-sandbox [--socket PATH] [--json] COMMAND [ARGS]
+
+Runs commands in gVisor sandboxes through the paseo-sandbox service.
+
+Global options:
+  --socket PATH   service socket (default $PASEO_SANDBOX_SOCKET or /run/paseo-sandbox/supervisor.sock)
+  --json          machine-readable output (ps, info)
+
+Commands:
+  run [options] -- ARGV...   create a sandbox, run ARGV in it, stream its stdout and stderr,
+                             delete the sandbox, and exit with the command's exit code
+      --deployment ID        deployment to use (default: the only one you may use)
+      --profile NAME         launch profile (default: the deployment's default)
+      --workspace PATH[:DEST][:ro|:rw]
+                             show PATH (as you see it) at DEST (default /workspace) inside the
+                             sandbox, read-only unless :rw is given; may be repeated
+      --env KEY=VALUE        environment entry (repeatable)
+      --cwd DIR              working directory inside the sandbox
+      --keep                 keep the sandbox after the command ends (prints its id on stderr)
+  ps                         list your sandboxes and their processes
+  rm [--no-force] ID...      delete sandboxes (running processes are killed unless --no-force)
+  info                       service version, your uid as the service sees it, your deployments
+  help                       this text
+
+Exit status of run: the command's exit code; 128+N if it was killed by signal N; 125 if the
+sandbox could not be created or the service refused the request.
+)";
+
+constexpr int kServiceError = 125;
+
+struct Options {
+  std::string socket = DefaultSocketPath();
+  bool json = false;
+};
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "paseo-sandbox: %s\n", message.c_str());
+  return kServiceError;
+}
+
+// Makes PATH absolute against the current directory, lexically (no symlink is resolved here:
+// the service decides what the path means, and refuses symlinks).
+std::string AbsolutePath(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof(cwd)) == nullptr) return path;
+  std::string base = cwd;
+  if (path.empty() || path == ".") return base;
+  std::string rest = path;
+  while (rest.rfind("./", 0) == 0) rest = rest.substr(2);
+  return base == "/" ? "/" + rest : base + "/" + rest;
+}
+
+bool ParseWorkspace(const std::string& arg, api::WorkspaceMount::Builder out) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t colon = arg.find(':', start);
+    parts.push_back(arg.substr(start, colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.empty() || parts.size() > 3 || parts[0].empty()) return false;
+  api::AccessMode mode = api::AccessMode::READ_ONLY;
+  std::string dest;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (parts[i] == "ro") mode = api::AccessMode::READ_ONLY;
+    else if (parts[i] == "rw") mode = api::AccessMode::READ_WRITE;
+    else if (i == 1) dest = parts[i];
+    else return false;
+  }
+  out.setPath(AbsolutePath(parts[0]));
+  out.setDestination(dest);
+  out.setMode(mode);
+  return true;
+}
+
+class StreamSink final : public api::OutputSink::Server {
+ public:
+  StreamSink(int fd, kj::Own<kj::PromiseFulfiller<void>> done) : fd_(fd), done_(kj::mv(done)) {}
+
+ protected:
+  kj::Promise<void> write(WriteContext context) override {
+    auto data = context.getParams().getData();
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::write(fd_, data.begin() + off, data.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        break;  // our stdout is gone; keep draining so the process is not blocked by us
+      }
+      off += static_cast<size_t>(n);
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> gap(GapContext context) override {
+    std::fprintf(stderr, "paseo-sandbox: %llu bytes of output were lost\n",
+                 static_cast<unsigned long long>(context.getParams().getLostBytes()));
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> end(EndContext context) override {
+    done_->fulfill();
+    return kj::READY_NOW;
+  }
+
+ private:
+  int fd_;
+  kj::Own<kj::PromiseFulfiller<void>> done_;
+};
+
+int ExitCodeOf(api::ExitStatus::Reader status) {
+  switch (status.which()) {
+    case api::ExitStatus::EXIT_CODE:
+      return status.getExitCode();
+    case api::ExitStatus::SIGNAL:
+      return 128 + status.getSignal();
+    default:
+      return 255;
+  }
+}
+
+std::string DescribeStatus(api::ExitStatus::Reader status) {
+  switch (status.which()) {
+    case api::ExitStatus::RUNNING:
+      return "running";
+    case api::ExitStatus::EXIT_CODE:
+      return "exited " + std::to_string(status.getExitCode());
+    case api::ExitStatus::SIGNAL:
+      return "signal " + std::to_string(status.getSignal());
+    default:
+      return "unknown";
+  }
+}
+
+int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> args) {
+  std::string deployment, profile, cwd;
+  std::vector<std::string> workspaces, env, argv;
+  bool keep = false;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* name) -> std::optional<std::string> {
+      if (i + 1 >= args.size()) {
+        Fail(std::string(name) + " needs a value");
+        return std::nullopt;
+      }
+      return args[++i];
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "--deployment") {
+      auto v = value("--deployment");
+      if (!v) return 2;
+      deployment = *v;
+    } else if (a == "--profile") {
+      auto v = value("--profile");
+      if (!v) return 2;
+      profile = *v;
+    } else if (a == "--workspace") {
+      auto v = value("--workspace");
+      if (!v) return 2;
+      workspaces.push_back(*v);
+    } else if (a == "--env") {
+      auto v = value("--env");
+      if (!v) return 2;
+      env.push_back(*v);
+    } else if (a == "--cwd") {
+      auto v = value("--cwd");
+      if (!v) return 2;
+      cwd = *v;
+    } else if (a == "--keep") {
+      keep = true;
+    } else if (!a.empty() && a[0] == '-') {
+      Fail("run: unknown option " + a);
+      return 2;
+    } else {
+      break;
+    }
+  }
+  argv.assign(args.begin() + static_cast<long>(i), args.end());
+  if (argv.empty()) {
+    Fail("run: no command given (paseo-sandbox run [options] -- ARGV...)");
+    return 2;
+  }
+
+  Connection conn(io, opts.socket);
+  auto& ws = io.waitScope;
+  if (deployment.empty()) {
+    auto info = conn.supervisor().infoRequest().send().wait(ws);
+    if (info.getDeployments().size() != 1)
+      return Fail("run: you may use " + std::to_string(info.getDeployments().size()) +
+                  " deployments; choose one with --deployment");
+    deployment = info.getDeployments()[0];
+  }
+  auto create = conn.supervisor().createSandboxRequest();
+  auto spec = create.initSpec();
+  spec.setDeploymentId(deployment);
+  spec.setProfile(profile);
+  auto mounts = spec.initWorkspaces(static_cast<unsigned>(workspaces.size()));
+  for (size_t w = 0; w < workspaces.size(); ++w) {
+    if (!ParseWorkspace(workspaces[w], mounts[static_cast<unsigned>(w)])) {
+      Fail("run: bad --workspace " + workspaces[w] + " (PATH[:DEST][:ro|:rw])");
+      return 2;
+    }
+  }
+  auto created = create.send().wait(ws);
+  auto sandbox = created.getSandbox();
+  std::string sandbox_id = created.getInfo().getId();
+
+  int code = kServiceError;
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+    auto start = sandbox.startProcessRequest();
+    auto pspec = start.initSpec();
+    auto pargv = pspec.initArgv(static_cast<unsigned>(argv.size()));
+    for (size_t a = 0; a < argv.size(); ++a) pargv.set(static_cast<unsigned>(a), argv[a]);
+    auto penv = pspec.initEnv(static_cast<unsigned>(env.size()));
+    for (size_t e = 0; e < env.size(); ++e) penv.set(static_cast<unsigned>(e), env[e]);
+    pspec.setCwd(cwd);
+    auto started = start.send().wait(ws);
+    auto process = started.getProcess();
+
+    auto out_done = kj::newPromiseAndFulfiller<void>();
+    auto err_done = kj::newPromiseAndFulfiller<void>();
+    auto sub_out = process.subscribeRequest();
+    sub_out.setStream(api::Stream::STDOUT);
+    sub_out.setFromOffset(0);
+    sub_out.setSink(kj::heap<StreamSink>(STDOUT_FILENO, kj::mv(out_done.fulfiller)));
+    auto sub_err = process.subscribeRequest();
+    sub_err.setStream(api::Stream::STDERR);
+    sub_err.setFromOffset(0);
+    sub_err.setSink(kj::heap<StreamSink>(STDERR_FILENO, kj::mv(err_done.fulfiller)));
+    auto s1 = sub_out.send().wait(ws);
+    auto s2 = sub_err.send().wait(ws);
+    auto interrupted = io.unixEventPort.onSignal(SIGINT)
+                           .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
+                           .then([](siginfo_t) { return true; });
+    bool stopped = out_done.promise.then([p = kj::mv(err_done.promise)]() mutable {
+                                     return kj::mv(p);
+                                   })
+                       .then([] { return false; })
+                       .exclusiveJoin(kj::mv(interrupted))
+                       .wait(ws);
+    if (stopped) {
+      code = 130;
+      return;
+    }
+    auto status = process.waitRequest().send().wait(ws);
+    code = ExitCodeOf(status.getStatus());
+  });
+  if (keep) {
+    std::fprintf(stderr, "paseo-sandbox: kept sandbox %s\n", sandbox_id.c_str());
+  } else {
+    auto del = sandbox.deleteRequest();
+    del.setForce(true);
+    kj::Maybe<kj::Exception> del_error =
+        kj::runCatchingExceptions([&] { del.send().wait(ws); });
+    KJ_IF_MAYBE(e, del_error) {
+      Fail("cannot delete sandbox " + sandbox_id + ": " + ErrorText(*e));
+    }
+  }
+  KJ_IF_MAYBE(e, error) { return Fail(ErrorText(*e)); }
+  return code;
+}
+
+int Ps(kj::AsyncIoContext& io, const Options& opts) {
+  Connection conn(io, opts.socket);
+  auto& ws = io.waitScope;
+  auto list = conn.supervisor().listSandboxesRequest().send().wait(ws);
+  JsonWriter json;
+  json.BeginArray();
+  if (!opts.json) std::printf("%-28s %-16s %-10s %s\n", "SANDBOX", "DEPLOYMENT", "STATE", "PROCESSES");
+  for (auto sb : list.getSandboxes()) {
+    auto get = conn.supervisor().getSandboxRequest();
+    get.setId(sb.getId());
+    auto procs = get.send().getSandbox().listProcessesRequest().send().wait(ws);
+    if (opts.json) {
+      json.BeginObject();
+      json.Key("id");
+      json.String(sb.getId().cStr());
+      json.Key("deployment");
+      json.String(sb.getDeploymentId().cStr());
+      json.Key("profile");
+      json.String(sb.getProfile().cStr());
+      json.Key("state");
+      json.String(sb.getState().cStr());
+      json.Key("createdAtUnixMs");
+      json.Int(sb.getCreatedAtUnixMs());
+      json.Key("ownerUid");
+      json.Int(sb.getOwnerUid());
+      json.Key("processes");
+      json.BeginArray();
+      for (auto p : procs.getProcesses()) {
+        json.BeginObject();
+        json.Key("id");
+        json.String(p.getId().cStr());
+        json.Key("argv");
+        json.BeginArray();
+        for (auto a : p.getArgv()) json.String(a.cStr());
+        json.EndArray();
+        json.Key("status");
+        json.String(DescribeStatus(p.getStatus()));
+        json.Key("stdoutBytes");
+        json.Int(static_cast<int64_t>(p.getStdoutBytes()));
+        json.Key("stderrBytes");
+        json.Int(static_cast<int64_t>(p.getStderrBytes()));
+        json.EndObject();
+      }
+      json.EndArray();
+      json.EndObject();
+    } else {
+      std::printf("%-28s %-16s %-10s %u\n", sb.getId().cStr(), sb.getDeploymentId().cStr(),
+                  sb.getState().cStr(), sb.getProcessCount());
+      for (auto p : procs.getProcesses()) {
+        std::string cmd;
+        for (auto a : p.getArgv()) cmd += (cmd.empty() ? "" : " ") + std::string(a.cStr());
+        std::printf("  %-26s %-12s %s\n", p.getId().cStr(), DescribeStatus(p.getStatus()).c_str(),
+                    cmd.c_str());
+      }
+    }
+  }
+  json.EndArray();
+  if (opts.json) std::printf("%s\n", json.Take().c_str());
+  return 0;
+}
+
+int Rm(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
+  bool force = true;
+  std::vector<std::string> ids;
+  for (const auto& a : args) {
+    if (a == "--no-force") force = false;
+    else if (a == "--force") force = true;
+    else ids.push_back(a);
+  }
+  if (ids.empty()) {
+    Fail("rm: no sandbox id given");
+    return 2;
+  }
+  Connection conn(io, opts.socket);
+  int rc = 0;
+  for (const auto& id : ids) {
+    kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+      auto get = conn.supervisor().getSandboxRequest();
+      get.setId(id);
+      auto del = get.send().getSandbox().deleteRequest();
+      del.setForce(force);
+      del.send().wait(io.waitScope);
+    });
+    KJ_IF_MAYBE(e, error) {
+      rc = Fail(id + ": " + ErrorText(*e));
+    }
+  }
+  return rc;
+}
+
+int Info(kj::AsyncIoContext& io, const Options& opts) {
+  Connection conn(io, opts.socket);
+  auto info = conn.supervisor().infoRequest().send().wait(io.waitScope);
+  if (opts.json) {
+    JsonWriter json;
+    json.BeginObject();
+    json.Key("version");
+    json.String(info.getVersion().cStr());
+    json.Key("peerUid");
+    json.Int(info.getPeerUid());
+    json.Key("deployments");
+    json.BeginArray();
+    for (auto d : info.getDeployments()) json.String(d.cStr());
+    json.EndArray();
+    json.EndObject();
+    std::printf("%s\n", json.Take().c_str());
+  } else {
+    std::printf("version: %s\nyour uid: %u\ndeployments:", info.getVersion().cStr(),
+                info.getPeerUid());
+    for (auto d : info.getDeployments()) std::printf(" %s", d.cStr());
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  Options opts;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    if (args[i] == "--socket" && i + 1 < args.size()) {
+      opts.socket = args[++i];
+    } else if (args[i] == "--json") {
+      opts.json = true;
+    } else if (args[i] == "-h" || args[i] == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      break;
+    }
+  }
+  if (i >= args.size()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string command = args[i];
+  std::vector<std::string> rest(args.begin() + static_cast<long>(i) + 1, args.end());
+  if (command == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  signal(SIGPIPE, SIG_IGN);
+  auto io = kj::setupAsyncIo();
+  int rc = 0;
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+    if (command == "run") rc = Run(io, opts, rest);
+    else if (command == "ps") rc = Ps(io, opts);
+    else if (command == "rm") rc = Rm(io, opts, rest);
+    else if (command == "info") rc = Info(io, opts);
+    else {
+      Fail("unknown command \"" + command + "\" (try paseo-sandbox help)");
+      rc = 2;
+    }
+  });
+  KJ_IF_MAYBE(e, error) { return Fail(ErrorText(*e)); }
+  return rc;
+}
+
+}  // namespace
+}  // namespace paseo::client
+
+int main(int argc, char** argv) { return paseo::client::Main(argc, argv); }

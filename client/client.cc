@@ -1,0 +1,56 @@
+// See client.h.
+#include "client/client.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <kj/debug.h>
+
+#include "common/rpc_errors.h"
+
+namespace paseo::client {
+
+std::string DefaultSocketPath() {
+  const char* env = std::getenv("PASEO_SANDBOX_SOCKET");
+  return env != nullptr && *env != '\0' ? env : kDefaultSocket;
+}
+
+namespace {
+
+int ConnectUnix(const std::string& path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    KJ_FAIL_REQUIRE("socket path too long", path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  KJ_SYSCALL(fd);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    std::string msg = "cannot connect to " + path + ": " + std::strerror(err);
+    if (err == EACCES) msg += " (is your user in the socket's group?)";
+    if (err == ENOENT || err == ECONNREFUSED) msg += " (is the paseo-sandbox service running?)";
+    kj::throwFatalException(kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                                          kj::heapString(msg.c_str())));
+  }
+  return fd;
+}
+
+}  // namespace
+
+Connection::Connection(kj::AsyncIoContext& io, const std::string& socket_path)
+    : stream_(io.lowLevelProvider->wrapSocketFd(ConnectUnix(socket_path),
+                                                kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
+      client_(kj::heap<capnp::TwoPartyClient>(*stream_)),
+      supervisor_(client_->bootstrap().castAs<api::Supervisor>()) {}
+
+std::string ErrorText(const kj::Exception& e) { return ClientFacingDescription(e); }
+
+}  // namespace paseo::client

@@ -1,0 +1,40 @@
+// The C++ client library for the paseo-sandbox public API. Connects to the supervisor's Unix
+// socket and hands out the bootstrap Supervisor capability.
+//
+//   auto io = kj::setupAsyncIo();
+//   paseo::client::Connection conn(io, "/run/paseo-sandbox/supervisor.sock");
+//   auto info = conn.supervisor().infoRequest().send().wait(io.waitScope);
+#pragma once
+
+#include <string>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include "schema/api.capnp.h"
+
+namespace paseo::client {
+
+inline constexpr char kDefaultSocket[] = "/run/paseo-sandbox/supervisor.sock";
+
+// $PASEO_SANDBOX_SOCKET if set, else kDefaultSocket.
+std::string DefaultSocketPath();
+
+class Connection {
+ public:
+  // Connects synchronously (throws kj::Exception with a readable message on failure).
+  Connection(kj::AsyncIoContext& io, const std::string& socket_path);
+
+  api::Supervisor::Client& supervisor() { return supervisor_; }
+  kj::Promise<void> onDisconnect() { return client_->onDisconnect(); }
+
+ private:
+  kj::Own<kj::AsyncIoStream> stream_;
+  kj::Own<capnp::TwoPartyClient> client_;
+  api::Supervisor::Client supervisor_;
+};
+
+// The client-facing text of an RPC error: "<reason>: <message>" without kj's prefixes.
+std::string ErrorText(const kj::Exception& e);
+
+}  // namespace paseo::client
