@@ -1,6 +1,7 @@
 #include "common/ids.h"
 
 #include <set>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -19,7 +20,7 @@ TEST(IdsTest, NewIdsAreValidDistinctAndPrefixed) {
 }
 
 TEST(IdsTest, RejectsAnythingThatCouldBeMoreThanOnePathComponent) {
-  for (std::string bad : {"", ".", "..", "a/b", "/", "-rf", "A", "a b", "a.b", "a\n",
+  for (const std::string& bad : std::vector<std::string>{"", ".", "..", "a/b", "/", "-rf", "A", "a b", "a.b", "a\n",
                           std::string("a\0b", 3), std::string(65, 'a'), "é"}) {
     EXPECT_FALSE(IsValidId(bad)) << "accepted: " << bad;
   }

@@ -5,11 +5,13 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include <capnp/compat/json.h>
+#include <capnp/schema.h>
 #include <kj/exception.h>
 
 #include "absl/strings/match.h"
@@ -34,22 +36,97 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return buf.str();
 }
 
+// Checks a raw JSON value against the schema type it must decode into, so that an unknown field
+// or a type mismatch is reported with the field's path (JsonCodec's own messages do not name
+// the field on a type mismatch).
+absl::Status CheckShape(const std::string& file, const std::string& path,
+                        capnp::JsonValue::Reader value, capnp::Type type) {
+  auto want = [&](const char* what) { return Bad(file, path, absl::StrCat("expected ", what)); };
+  switch (type.which()) {
+    case capnp::schema::Type::TEXT:
+    case capnp::schema::Type::ENUM:
+      return value.isString() ? absl::OkStatus() : want("a string");
+    case capnp::schema::Type::BOOL:
+      return value.isBoolean() ? absl::OkStatus() : want("true or false");
+    case capnp::schema::Type::INT8:
+    case capnp::schema::Type::INT16:
+    case capnp::schema::Type::INT32:
+    case capnp::schema::Type::UINT8:
+    case capnp::schema::Type::UINT16:
+    case capnp::schema::Type::UINT32:
+    case capnp::schema::Type::FLOAT32:
+    case capnp::schema::Type::FLOAT64:
+      return value.isNumber() ? absl::OkStatus() : want("a number");
+    case capnp::schema::Type::INT64:
+    case capnp::schema::Type::UINT64:
+      // JsonCodec writes 64-bit integers as strings and reads either form.
+      return value.isNumber() || value.isString() ? absl::OkStatus() : want("a number");
+    case capnp::schema::Type::LIST: {
+      if (!value.isArray()) return want("a list");
+      auto element = type.asList().getElementType();
+      auto items = value.getArray();
+      for (unsigned i = 0; i < items.size(); ++i)
+        RETURN_IF_ERROR(CheckShape(file, absl::StrCat(path, "[", i, "]"), items[i], element));
+      return absl::OkStatus();
+    }
+    case capnp::schema::Type::STRUCT: {
+      if (!value.isObject()) return want("an object");
+      auto schema = type.asStruct();
+      for (auto field : value.getObject()) {
+        std::string name = field.getName();
+        std::string where = path.empty() ? name : absl::StrCat(path, ".", name);
+        KJ_IF_MAYBE(f, schema.findFieldByName(field.getName())) {
+          RETURN_IF_ERROR(CheckShape(file, where, field.getValue(), f->getType()));
+        } else {
+          return Bad(file, where, "unknown field");
+        }
+      }
+      return absl::OkStatus();
+    }
+    default:
+      return absl::OkStatus();
+  }
+}
+
+// capnp 0.9.2's JSON parser decodes the hex letters of a \uXXXX escape wrongly
+// (capnproto/capnproto#1552), which would silently turn one path into another. Refuse such
+// escapes; \u escapes with decimal digits only, and plain UTF-8, decode correctly.
+absl::Status RefuseHexLetterEscapes(const std::string& file, const std::string& text) {
+  for (size_t i = 0; i + 1 < text.size(); ++i) {
+    if (text[i] != '\\') continue;
+    if (text[i + 1] == 'u') {
+      for (size_t j = i + 2; j < i + 6 && j < text.size(); ++j) {
+        if (std::isalpha(static_cast<unsigned char>(text[j])))
+          return Bad(file, "(text)",
+                     "\\u escapes with hex letters are not supported; write the character as "
+                     "UTF-8 instead");
+      }
+    }
+    ++i;  // skip the escaped character (handles "\\\\u...")
+  }
+  return absl::OkStatus();
+}
+
 // Decodes one JSON file into a fresh message whose root is T.
 template <typename T>
 absl::StatusOr<typename T::Reader> Decode(
     const std::string& path, std::vector<std::unique_ptr<capnp::MallocMessageBuilder>>& keep) {
   ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  auto message = std::make_unique<capnp::MallocMessageBuilder>();
+  RETURN_IF_ERROR(RefuseHexLetterEscapes(path, text));
+  capnp::MallocMessageBuilder raw;
   capnp::JsonCodec codec;
   codec.setRejectUnknownFields(true);
-  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
-    codec.decode(kj::StringPtr(text.c_str(), text.size()), message->initRoot<T>());
-  });
+  auto root = raw.initRoot<capnp::JsonValue>();
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions(
+      [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
   KJ_IF_MAYBE(e, error) {
-    // JsonCodec's messages name the offending field ("Unknown field: foo", "Type mismatch");
-    // strip kj's source-location prefix so the operator sees only the problem.
-    std::string desc = e->getDescription().cStr();
-    return Bad(path, "(decode)", desc);
+    return Bad(path, "(syntax)", absl::StrCat("not valid JSON: ", e->getDescription().cStr()));
+  }
+  RETURN_IF_ERROR(CheckShape(path, "", root.asReader(), capnp::Type(capnp::Schema::from<T>())));
+  auto message = std::make_unique<capnp::MallocMessageBuilder>();
+  error = kj::runCatchingExceptions([&] { codec.decode(root.asReader(), message->initRoot<T>()); });
+  KJ_IF_MAYBE(e, error) {
+    return Bad(path, "(decode)", e->getDescription().cStr());
   }
   auto reader = message->getRoot<T>().asReader();
   keep.push_back(std::move(message));
@@ -108,6 +185,8 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
   if (p.getOutputBufferBytes() < 4096 || p.getOutputBufferBytes() > (1ull << 32))
     return Bad(file, "outputBufferBytes", "must be between 4096 and 4294967296");
   if (p.getTmpfsBytes() < (1 << 20)) return Bad(file, "tmpfsBytes", "must be at least 1048576");
+  if (p.getMemoryLimitBytes() > (1ull << 50))
+    return Bad(file, "memoryLimitBytes", "must be at most 2^50 (0 means no limit)");
   return absl::OkStatus();
 }
 
