@@ -1,0 +1,263 @@
+// See harness.h.
+#include "testing/harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace paseo::testing {
+namespace {
+
+[[noreturn]] void Die(const std::string& why) {
+  std::fprintf(stderr, "integration harness: %s\n", why.c_str());
+  std::exit(2);
+}
+
+std::string Runfile(const std::string& rel) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr || ws == nullptr) Die("run me with bazel test");
+  return std::string(srcdir) + "/" + ws + "/" + rel;
+}
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) Die(what + ": " + std::strerror(errno));
+}
+
+void CopyExecutable(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary);
+  out << in.rdbuf();
+  out.close();
+  Check(in.good() || in.eof(), "copy " + from);
+  Check(chmod(to.c_str(), 0755) == 0, "chmod " + to);
+}
+
+// Runs a command and returns its stdout (dies if it fails).
+std::string Capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  Check(p != nullptr, "popen " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  if (pclose(p) != 0) Die("command failed: " + cmd);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+void LoopbackUp() {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ifreq ifr = {};
+  std::strcpy(ifr.ifr_name, "lo");
+  ioctl(s, SIOCGIFFLAGS, &ifr);
+  ifr.ifr_flags |= IFF_UP;
+  ioctl(s, SIOCSIFFLAGS, &ifr);
+  close(s);
+}
+
+bool CanConnect(const std::string& path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Service& Service::Get() {
+  static Service* service = [] {
+    auto* s = new Service;
+    s->Start();
+    return s;
+  }();
+  return *service;
+}
+
+void Service::Start() {
+  if (geteuid() != 0) Die("the integration suites need root");
+  passwd* pw = getpwnam("paseo-sandbox");
+  group* gr = getgrnam("paseo-sandbox");
+  if (pw == nullptr || gr == nullptr)
+    Die("user and group paseo-sandbox must exist (testing/run-tests creates them)");
+  broker_uid_ = pw->pw_uid;
+  socket_gid_ = gr->gr_gid;
+
+  // Our own mount and network namespaces: nothing we mount is visible to the host, and the
+  // service (and the runsc control netns it makes inside) never touches the host's network.
+  Check(unshare(CLONE_NEWNS | CLONE_NEWNET) == 0, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
+  Check(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private");
+  LoopbackUp();
+
+  char templ[] = "/tmp/paseo-it.XXXXXX";
+  Check(mkdtemp(templ) != nullptr, "mkdtemp");
+  base_ = templ;
+  Check(mount("tmpfs", base_.c_str(), "tmpfs", 0, "mode=0755,size=512m") == 0, "mount tmpfs");
+  for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/state", "/run",
+                        "/ws-alpha", "/ws-beta", "/outside"}) {
+    Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
+  }
+  Check(chown((base_ + "/ws-alpha").c_str(), 4242, 4242) == 0, "chown ws-alpha");
+  Check(chown((base_ + "/ws-beta").c_str(), 4343, 4343) == 0, "chown ws-beta");
+  // Binaries must be executable by the broker user and the test uids: copy them out of
+  // Bazel's runfiles (which live under root's 0700 home).
+  CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
+                 base_ + "/bin/paseo-sandbox-privhelper");
+  CopyExecutable(Runfile("broker/paseo-sandbox-broker"), base_ + "/bin/paseo-sandbox-broker");
+  CopyExecutable(Runfile("client/paseo-sandbox"), base_ + "/bin/paseo-sandbox");
+  std::string version =
+      Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base_ + "/state/rootfs");
+  std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
+
+  WriteText(base_ + "/etc/helper.json",
+            "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
+                "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
+                version + "\"}");
+  WriteText(base_ + "/etc/deployments/alpha.json",
+            "{\"id\": \"alpha\", \"allowedUids\": [4242], \"workspaceRoots\": [{\"hostPath\": \"" +
+                base_ + "/ws-alpha\"}]}");
+  WriteText(base_ + "/etc/deployments/beta.json",
+            "{\"id\": \"beta\", \"allowedUids\": [4343], \"workspaceRoots\": [{\"hostPath\": \"" +
+                base_ + "/ws-beta\"}]}");
+
+  std::string log = base_ + "/privhelper.log";
+  pid_t pid = fork();
+  Check(pid >= 0, "fork");
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::string bin = base_ + "/bin/paseo-sandbox-privhelper";
+    std::string etc = base_ + "/etc";
+    execl(bin.c_str(), bin.c_str(), "--config-dir", etc.c_str(), nullptr);
+    _exit(127);
+  }
+  privhelper_pid_ = pid;
+  for (int i = 0; i < 200 && !CanConnect(socket()); ++i) {
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) Die("privhelper exited: " + ReadFile(log));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!CanConnect(socket())) Die("privhelper did not serve its socket: " + ReadFile(log));
+}
+
+CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args) const {
+  int out[2], err[2];
+  Check(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe2");
+  std::vector<std::string> argv = {base_ + "/bin/paseo-sandbox", "--socket", socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = fork();
+  Check(pid >= 0, "fork");
+  if (pid == 0) {
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    if (chdir(base_.c_str()) != 0) _exit(126);
+    if (setgroups(who.groups.size(), who.groups.data()) != 0 || setresgid(who.gid, who.gid, who.gid) != 0 ||
+        setresuid(who.uid, who.uid, who.uid) != 0)
+      _exit(126);
+    char* envp[] = {nullptr};
+    execve(cargv[0], cargv.data(), envp);
+    _exit(127);
+  }
+  close(out[1]);
+  close(err[1]);
+  CliResult result;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[65536];
+  while (open_fds > 0) {
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      ssize_t n = read(fds[i].fd, buf, sizeof(buf));
+      if (n <= 0) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? result.out : result.err).append(buf, static_cast<size_t>(n));
+      }
+    }
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+void Service::Stop() {
+  if (privhelper_pid_ <= 0) return;
+  kill(privhelper_pid_, SIGTERM);
+  int status;
+  waitpid(privhelper_pid_, &status, 0);
+  privhelper_pid_ = -1;
+}
+
+std::vector<std::string> Service::Leaks() const {
+  std::vector<std::string> leaks;
+  auto list_dir = [](const std::string& dir) {
+    std::vector<std::string> names;
+    if (DIR* d = opendir(dir.c_str())) {
+      while (dirent* e = readdir(d)) {
+        std::string n = e->d_name;
+        if (n != "." && n != "..") names.push_back(n);
+      }
+      closedir(d);
+    }
+    return names;
+  };
+  for (const auto& n : list_dir(bundles())) leaks.push_back("bundle " + n);
+  for (const auto& n : list_dir(runsc_root())) leaks.push_back("runsc state " + n);
+  std::istringstream mounts(ReadFile("/proc/self/mountinfo"));
+  for (std::string line; std::getline(mounts, line);) {
+    std::istringstream fields(line);
+    std::string id, parent, devs, root, point;
+    fields >> id >> parent >> devs >> root >> point;
+    if (point.rfind(base_ + "/", 0) == 0) leaks.push_back("mount " + point);
+  }
+  for (const auto& n : list_dir("/proc")) {
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = ReadFile("/proc/" + n + "/cmdline");
+    if (cmdline.find(runsc_root()) != std::string::npos) leaks.push_back("process " + n);
+  }
+  return leaks;
+}
+
+}  // namespace paseo::testing

@@ -1,0 +1,63 @@
+// Integration harness: a real privhelper (which starts the real broker) serving a private
+// state directory, inside a fresh mount and network namespace that the test process made for
+// itself, plus helpers to run the real CLI as an arbitrary uid. Used by the root suites under
+// testing/ (tagged local + exclusive: runsc cannot run inside Bazel's sandbox).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace paseo::testing {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+struct Identity {
+  uid_t uid;
+  gid_t gid;
+  std::vector<gid_t> groups;
+};
+
+class Service {
+ public:
+  // Unshares mount+net namespaces, mounts a tmpfs work area, copies the binaries, builds the
+  // rootfs, writes the config, starts the privhelper and waits for the socket. Aborts the test
+  // program with a clear message if anything is missing (root, the paseo-sandbox user, runsc).
+  static Service& Get();
+
+  const std::string& base() const { return base_; }
+  std::string socket() const { return base_ + "/run/supervisor.sock"; }
+  std::string runsc_root() const { return base_ + "/run/runsc"; }
+  std::string bundles() const { return base_ + "/state/bundles"; }
+  pid_t privhelper_pid() const { return privhelper_pid_; }
+  gid_t socket_gid() const { return socket_gid_; }
+  uid_t broker_uid() const { return broker_uid_; }
+
+  // Runs `paseo-sandbox --socket <sock> args...` as `who`.
+  CliResult Cli(const Identity& who, const std::vector<std::string>& args) const;
+
+  // Stops the privhelper (SIGTERM) and waits for it.
+  void Stop();
+
+  // What is left behind: bundle dirs, runsc container state, mounts under base, processes
+  // running a runsc from our runsc root. Empty when nothing leaked.
+  std::vector<std::string> Leaks() const;
+
+ private:
+  Service() = default;
+  void Start();
+  std::string base_;
+  pid_t privhelper_pid_ = -1;
+  gid_t socket_gid_ = 0;
+  uid_t broker_uid_ = 0;
+};
+
+// Reads a whole file ("" if unreadable).
+std::string ReadFile(const std::string& path);
+
+}  // namespace paseo::testing

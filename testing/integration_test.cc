@@ -1,0 +1,245 @@
+// Root integration suite for the walking skeleton: real privhelper, broker and runsc, driven
+// through the real CLI as unprivileged uids, inside the test's own mount and network
+// namespaces (testing/harness.h).
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "testing/harness.h"
+
+namespace paseo::testing {
+namespace {
+
+class IntegrationTest : public ::testing::Test {
+ protected:
+  Service& svc = Service::Get();
+  Identity Alpha() const { return {4242, 4242, {4242, svc.socket_gid()}}; }
+  Identity Beta() const { return {4343, 4343, {4343, svc.socket_gid()}}; }
+  // In the socket's group, but allowed by no deployment.
+  Identity Stranger() const { return {4999, 4999, {4999, svc.socket_gid()}}; }
+  std::string AlphaWs() const { return svc.base() + "/ws-alpha"; }
+
+  CliResult RunInAlpha(const std::vector<std::string>& argv, const std::string& mode = "rw") {
+    std::vector<std::string> args = {"run", "--workspace", AlphaWs() + ":/workspace:" + mode, "--"};
+    args.insert(args.end(), argv.begin(), argv.end());
+    return svc.Cli(Alpha(), args);
+  }
+
+  void TearDown() override {
+    // Every run deletes its sandbox: nothing may be left behind after any test.
+    EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  }
+};
+
+TEST_F(IntegrationTest, EchoGivesItsBytesAndExitCodeZero) {
+  auto r = RunInAlpha({"echo", "hello from gvisor"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "hello from gvisor\n");
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(IntegrationTest, ExitCodeIsTheCommands) {
+  auto r = RunInAlpha({"sh", "-c", "exit 7"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+}
+
+TEST_F(IntegrationTest, StdoutAndStderrStaySeparate) {
+  auto r = RunInAlpha({"sh", "-c", "echo out; echo err >&2; echo out2"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "out\nout2\n");
+  EXPECT_EQ(r.err, "err\n");
+}
+
+TEST_F(IntegrationTest, TheSandboxIsGvisorAndSeesItsOwnRootfs) {
+  auto r = RunInAlpha({"sh", "-c", "dmesg | head -1; cat /etc/os-release; id -u"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "Starting gVisor")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "paseo-sandbox minimal rootfs")) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, ReadFile("/etc/os-release").substr(0, 20))) << r.out;
+  EXPECT_TRUE(absl::EndsWith(r.out, "4242\n")) << "runs as the workspace owner: " << r.out;
+}
+
+TEST_F(IntegrationTest, FilesWrittenInARwWorkspaceBelongToTheRunAsUser) {
+  auto r = RunInAlpha({"sh", "-c", "echo data > /workspace/made-inside && echo ok"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  struct stat st;
+  ASSERT_EQ(stat((AlphaWs() + "/made-inside").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 4242u);
+  EXPECT_EQ(st.st_gid, 4242u);
+  EXPECT_EQ(ReadFile(AlphaWs() + "/made-inside"), "data\n");
+  unlink((AlphaWs() + "/made-inside").c_str());
+}
+
+TEST_F(IntegrationTest, ReadOnlyWorkspaceRefusesWritesButCanBeRead) {
+  std::ofstream(AlphaWs() + "/readme") << "visible";
+  auto r = RunInAlpha({"sh", "-c", "cat /workspace/readme; echo x > /workspace/nope"}, "ro");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.out, "visible");
+  EXPECT_TRUE(absl::StrContains(r.err, "Read-only file system")) << r.err;
+  struct stat st;
+  EXPECT_NE(stat((AlphaWs() + "/nope").c_str(), &st), 0);
+  unlink((AlphaWs() + "/readme").c_str());
+}
+
+TEST_F(IntegrationTest, RootfsIsReadOnlyAndTmpIsScratch) {
+  // As a non-root agent, permissions alone would stop a write to /etc; the mount table shows
+  // that the root itself is mounted read-only, and /tmp is the only scratch.
+  auto r = RunInAlpha({"sh", "-c",
+                       "awk '$2==\"/\"{print $4}' /proc/mounts | cut -d, -f1; "
+                       "echo t > /tmp/t && cat /tmp/t"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "ro\nt\n");
+}
+
+TEST_F(IntegrationTest, AUidNoDeploymentAllowsIsRefused) {
+  auto r = svc.Cli(Stranger(), {"run", "--deployment", "alpha", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "permission-denied")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "4999")) << r.err;
+  auto info = svc.Cli(Stranger(), {"ps"});
+  EXPECT_EQ(info.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(info.err, "permission-denied")) << info.err;
+}
+
+TEST_F(IntegrationTest, AUidOutsideTheSocketGroupCannotConnect) {
+  auto r = svc.Cli(Identity{4999, 4999, {4999}}, {"info"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "Permission denied")) << r.err;
+}
+
+TEST_F(IntegrationTest, AnotherDeploymentsWorkspaceIsRefused) {
+  auto r = svc.Cli(Alpha(), {"run", "--deployment", "beta", "--workspace",
+                             svc.base() + "/ws-beta", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "permission-denied")) << r.err;
+  // Naming B's workspace while using A's deployment is refused by the path check.
+  auto r2 = svc.Cli(Alpha(), {"run", "--workspace", svc.base() + "/ws-beta", "--", "true"});
+  EXPECT_EQ(r2.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r2.err, "not beneath any workspace root")) << r2.err;
+}
+
+TEST_F(IntegrationTest, WorkspaceOutsideTheRootIsRefused) {
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", "/etc", "--", "cat", "/workspace/shadow"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "not beneath any workspace root")) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST_F(IntegrationTest, DotDotIsRefused) {
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", AlphaWs() + "/../outside", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "invalid-argument")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "..")) << r.err;
+}
+
+TEST_F(IntegrationTest, SymlinkWorkspaceIsRefused) {
+  std::string link = AlphaWs() + "/escape";
+  ASSERT_EQ(symlink((svc.base() + "/outside").c_str(), link.c_str()), 0);
+  std::string inner = AlphaWs() + "/inner-link";
+  ASSERT_EQ(symlink(".", inner.c_str()), 0);
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", link, "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "symlink")) << r.err;
+  auto r2 = svc.Cli(Alpha(), {"run", "--workspace", inner, "--", "true"});
+  EXPECT_EQ(r2.exit_code, 125) << "even a symlink that stays inside is refused";
+  EXPECT_TRUE(absl::StrContains(r2.err, "symlink")) << r2.err;
+  unlink(link.c_str());
+  unlink(inner.c_str());
+}
+
+TEST_F(IntegrationTest, SubdirectoryWorkspaceShowsOnlyThatSubdirectory) {
+  std::string sub = AlphaWs() + "/project";
+  ASSERT_EQ(mkdir(sub.c_str(), 0755), 0);
+  ASSERT_EQ(chown(sub.c_str(), 4242, 4242), 0);
+  std::ofstream(AlphaWs() + "/sibling") << "x";
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", sub + ":/workspace:rw", "--", "ls", "-a",
+                             "/workspace"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ".\n..\n");
+  unlink((AlphaWs() + "/sibling").c_str());
+  rmdir(sub.c_str());
+}
+
+TEST_F(IntegrationTest, BrokerRunsAsTheUnprivilegedUserWithNoCapabilities) {
+  std::string broker_pid;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = ReadFile("/proc/" + n + "/stat");
+    auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close_paren + 2), ' ');
+    if (f.size() > 1 && f[1] == std::to_string(svc.privhelper_pid()) &&
+        absl::StrContains(ReadFile("/proc/" + n + "/cmdline"), "paseo-sandbox-broker"))
+      broker_pid = n;
+  }
+  closedir(d);
+  ASSERT_FALSE(broker_pid.empty()) << "no broker child of the privhelper";
+  std::string status = ReadFile("/proc/" + broker_pid + "/status");
+  std::string uid = std::to_string(svc.broker_uid());
+  EXPECT_TRUE(absl::StrContains(status, "Uid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid))
+      << status;
+  for (const char* set : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
+    EXPECT_TRUE(absl::StrContains(status, std::string(set) + ":\t0000000000000000")) << status;
+  }
+  EXPECT_TRUE(absl::StrContains(status, "NoNewPrivs:\t1")) << status;
+  // Its own empty network namespace: neither ours nor the runsc control namespace.
+  char mine[64] = {}, theirs[64] = {}, helper[64] = {};
+  readlink("/proc/self/ns/net", mine, sizeof(mine) - 1);
+  readlink(("/proc/" + broker_pid + "/ns/net").c_str(), theirs, sizeof(theirs) - 1);
+  readlink(("/proc/" + std::to_string(svc.privhelper_pid()) + "/ns/net").c_str(), helper,
+           sizeof(helper) - 1);
+  EXPECT_STRNE(mine, theirs);
+  EXPECT_STRNE(helper, theirs);
+  // Exactly stdin/stdout/stderr, the helper socketpair, the listening socket and kj's own
+  // epoll/signalfd/eventfd: nothing inherited from the privhelper.
+  int fds = 0;
+  DIR* fdd = opendir(("/proc/" + broker_pid + "/fd").c_str());
+  while (dirent* e = readdir(fdd)) fds += e->d_name[0] != '.';
+  closedir(fdd);
+  EXPECT_LE(fds, 8);
+}
+
+TEST_F(IntegrationTest, RunscControlSocketsAreNotInTheCallersNetns) {
+  auto r = svc.Cli(Alpha(), {"run", "--keep", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto pos = r.err.find("sb-");
+  ASSERT_NE(pos, std::string::npos) << r.err;
+  std::string id = r.err.substr(pos, 27);
+  // The sandbox is alive, yet no runsc abstract socket exists in this (the caller's) netns.
+  EXPECT_FALSE(absl::StrContains(ReadFile("/proc/net/unix"), "runsc"));
+  auto ps = svc.Cli(Alpha(), {"--json", "ps"});
+  EXPECT_EQ(ps.exit_code, 0) << ps.err;
+  EXPECT_TRUE(absl::StrContains(ps.out, id)) << ps.out;
+  auto other = svc.Cli(Beta(), {"ps"});
+  EXPECT_FALSE(absl::StrContains(other.out, id)) << "beta must not see alpha's sandboxes";
+  auto stranger_rm = svc.Cli(Beta(), {"rm", id});
+  EXPECT_NE(stranger_rm.exit_code, 0);
+  EXPECT_TRUE(absl::StrContains(stranger_rm.err, "not-found")) << stranger_rm.err;
+  auto rm = svc.Cli(Alpha(), {"rm", id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  auto after = svc.Cli(Alpha(), {"ps"});
+  EXPECT_FALSE(absl::StrContains(after.out, id));
+}
+
+}  // namespace
+}  // namespace paseo::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  // Start the service before any test so its namespaces are set up while single-threaded.
+  paseo::testing::Service::Get();
+  int rc = RUN_ALL_TESTS();
+  auto& svc = paseo::testing::Service::Get();
+  svc.Stop();
+  auto leaks = svc.Leaks();
+  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
+  return rc != 0 || !leaks.empty() ? 1 : 0;
+}
