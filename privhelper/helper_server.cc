@@ -111,7 +111,16 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
     Fail(absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists")));
   const auto& deployment = *request.deployment;
 
-  // Resolve every workspace before touching anything, so a refusal changes nothing.
+  // Check destinations and resolve every workspace before touching anything, so a refusal
+  // changes nothing.
+  std::string rootfs = config_.RootfsPath(*request.profile);
+  struct stat rootfs_st;
+  if (stat(rootfs.c_str(), &rootfs_st) != 0 || !S_ISDIR(rootfs_st.st_mode))
+    Fail(absl::FailedPreconditionError(absl::StrCat("rootfs ", rootfs, " is not installed")));
+  for (const auto& m : request.mounts) {
+    absl::Status st = CheckDestination(rootfs, m.destination);
+    if (!st.ok()) Fail(st);
+  }
   std::vector<ResolvedWorkspace> resolved;
   for (const auto& m : request.mounts) {
     auto ws = ResolveWorkspace(deployment, m.client_path);
@@ -162,7 +171,7 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   if (mkdir(mounts_dir.c_str(), 0700) != 0) fail_and_clean(ErrnoStatus("mkdir", mounts_dir));
 
   BundleSpec spec;
-  spec.rootfs = config_.RootfsPath(*request.profile);
+  spec.rootfs = rootfs;
   spec.uid = uid;
   spec.gid = gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
@@ -174,10 +183,6 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
     sb.staging.push_back(staging);
     spec.mounts.push_back({staging, request.mounts[i].destination, request.mounts[i].read_only});
   }
-  struct stat rootfs_st;
-  if (stat(spec.rootfs.c_str(), &rootfs_st) != 0 || !S_ISDIR(rootfs_st.st_mode))
-    fail_and_clean(absl::FailedPreconditionError(
-        absl::StrCat("rootfs ", spec.rootfs, " is not installed")));
   std::string config_path = sb.bundle_dir + "/config.json";
   absl::Status st = WriteNewFile(config_path, RenderOciConfig(spec));
   if (!st.ok()) fail_and_clean(st);

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <vector>
 #include <string>
 
 #include <capnp/rpc-twoparty.h>
@@ -29,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/spawn.h"
 #include "common/status.h"
+#include "privhelper/capabilities.h"
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
 #include "privhelper/runsc.h"
@@ -172,17 +175,22 @@ int Usage() {
   std::fprintf(stderr,
                "usage: paseo-sandbox-privhelper [--config-dir DIR] [--check-config]\n"
                "  --config-dir DIR  root-owned configuration (default /etc/paseo-sandbox)\n"
-               "  --check-config    load and validate the configuration, then exit\n");
+               "  --check-config    load and validate the configuration, then exit\n"
+               "  --without-capability NAME\n"
+               "                    (tests) also drop NAME from the serving capability set\n");
   return 2;
 }
 
 int Main(int argc, char** argv) {
   std::string config_dir = "/etc/paseo-sandbox";
   bool check_only = false;
+  std::vector<std::string> without;  // only ever weakens the privhelper
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--config-dir" && i + 1 < argc) {
       config_dir = argv[++i];
+    } else if (arg == "--without-capability" && i + 1 < argc) {
+      without.emplace_back(argv[++i]);
     } else if (arg == "--check-config") {
       check_only = true;
     } else {
@@ -281,16 +289,29 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
+  std::vector<cap_value_t> keep;
+  for (const auto& c : ServingCapabilities()) {
+    if (std::find(without.begin(), without.end(), c.name) == without.end()) keep.push_back(c.cap);
+  }
+  absl::Status dropped = KeepOnlyCapabilities(keep);
+  if (!dropped.ok()) {
+    Log(std::string(dropped.message()));
+    kill(pid, SIGKILL);
+    unlink(socket_path.c_str());
+    return 1;
+  }
+
   RunscRunner runsc(events, *runsc_fd, run_dir + "/runsc", helper.getRunsc().getPlatform().cStr());
   SandboxHost host(**config, runsc);
-  auto stream = io.lowLevelProvider->wrapUnixSocketFd(
+  kj::Own<kj::AsyncCapabilityStream> stream_holder = io.lowLevelProvider->wrapUnixSocketFd(
       pair[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (see
   // testing/fd_passing_test.cc). The broker's requests carry no capabilities, so any fd it
   // sent would be closed with its message.
-  capnp::TwoPartyVatNetwork network(*stream, /*maxFdsPerMessage=*/3,
-                                    capnp::rpc::twoparty::Side::SERVER);
-  auto rpc = capnp::makeRpcServer(network, kj::heap<HelperServer>(**config, host));
+  kj::Own<capnp::TwoPartyVatNetwork> network_holder = kj::heap<capnp::TwoPartyVatNetwork>(
+      *stream_holder, /*maxFdsPerMessage=*/3, capnp::rpc::twoparty::Side::SERVER);
+  auto rpc_holder = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
+      capnp::makeRpcServer(*network_holder, kj::heap<HelperServer>(**config, host)));
   Log(absl::StrCat("serving ", socket_path, " (broker pid ", pid, ")"));
 
   int exit_code = 0;
@@ -308,9 +329,13 @@ int Main(int argc, char** argv) {
   Log(absl::StrCat("shutting down: ", why));
   unlink(socket_path.c_str());
   if (pid > 0) {
-    kill(pid, SIGTERM);
-    auto timeout = io.provider->getTimer().afterDelay(5 * kj::SECONDS).then([pid] {
-      kill(pid, SIGKILL);
+    // Closing the socketpair ends the broker (it serves only while the privhelper is there);
+    // the privhelper keeps no CAP_KILL to signal a process of another uid.
+    rpc_holder = nullptr;
+    network_holder = nullptr;
+    stream_holder = nullptr;
+    auto timeout = io.provider->getTimer().afterDelay(5 * kj::SECONDS).then([] {
+      Log("broker did not exit within 5 s of the helper socket closing");
     });
     broker_exit.addBranch().ignoreResult().exclusiveJoin(kj::mv(timeout)).wait(io.waitScope);
   }

@@ -153,6 +153,32 @@ absl::Status StageBind(const ResolvedWorkspace& workspace, const std::string& st
   return absl::OkStatus();
 }
 
+absl::Status CheckDestination(const std::string& rootfs, const std::string& destination) {
+  int root_fd = Openat2(AT_FDCWD, rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                        RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (root_fd < 0) return ErrnoStatus("open rootfs", rootfs);
+  kj::AutoCloseFd owned(root_fd);
+  std::string prefix;
+  for (absl::string_view part : absl::StrSplit(absl::string_view(destination).substr(1), '/')) {
+    prefix = prefix.empty() ? std::string(part) : absl::StrCat(prefix, "/", part);
+    int fd = Openat2(root_fd, prefix.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                     RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+    if (fd >= 0) {
+      close(fd);
+      continue;
+    }
+    if (errno == ENOENT) return absl::OkStatus();
+    if (errno == ELOOP)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "destination ", destination, ": /", prefix, " is a symlink in the sandbox's rootfs"));
+    if (errno == ENOTDIR)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "destination ", destination, ": /", prefix, " is not a directory in the rootfs"));
+    return ErrnoStatus("resolve destination", destination);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status UnstageBind(const std::string& staging) {
   if (umount2(staging.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL &&
       errno != ENOENT)

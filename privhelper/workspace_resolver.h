@@ -40,6 +40,12 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
 absl::Status StageBind(const ResolvedWorkspace& workspace, const std::string& staging,
                        bool read_only);
 
+// Refuses a mount destination (a normalized absolute path inside the sandbox) if any existing
+// component of it in the rootfs is a symlink or not a directory: runsc would follow the link
+// inside the rootfs and mount somewhere else than the spec says. Missing trailing components
+// are fine (gVisor creates mount points in its own overlay).
+absl::Status CheckDestination(const std::string& rootfs, const std::string& destination);
+
 // Detaches the staging mount (if mounted) and removes the directory.
 absl::Status UnstageBind(const std::string& staging);
 

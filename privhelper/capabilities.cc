@@ -1,0 +1,51 @@
+// See capabilities.h.
+#include "privhelper/capabilities.h"
+
+#include <linux/capability.h>
+#include <sys/prctl.h>
+
+#include <algorithm>
+
+#include "common/status.h"
+
+namespace paseo {
+
+const std::vector<KeptCapability>& ServingCapabilities() {
+  static const std::vector<KeptCapability> kList = {
+      {CAP_SYS_ADMIN, "cap_sys_admin",
+       "bind-mounting and unmounting staged workspaces; runsc's namespaces and mounts"},
+      {CAP_DAC_OVERRIDE, "cap_dac_override",
+       "opening workspace roots whose mode excludes root; runsc's gofer serving them"},
+      {CAP_SETUID, "cap_setuid", "runsc create/exec switching to the sandbox's users"},
+      {CAP_SETGID, "cap_setgid", "runsc create/exec switching to the sandbox's groups"},
+      {CAP_SYS_CHROOT, "cap_sys_chroot", "runsc's gofer and sandbox pivoting into the rootfs"},
+      {CAP_CHOWN, "cap_chown",
+       "runsc's gofer giving files an agent creates in a workspace the agent's uid:gid"},
+  };
+  return kList;
+}
+
+absl::Status KeepOnlyCapabilities(const std::vector<cap_value_t>& keep) {
+  auto kept = [&](int c) { return std::find(keep.begin(), keep.end(), c) != keep.end(); };
+  for (int c = 0; c <= 63; ++c) {
+    if (kept(c)) continue;
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)
+      return ErrnoStatus("PR_CAPBSET_DROP", std::to_string(c));
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+    return ErrnoStatus("PR_CAP_AMBIENT_CLEAR_ALL", "");
+  cap_t caps = cap_init();
+  if (caps == nullptr) return ErrnoStatus("cap_init", "");
+  if (!keep.empty() &&
+      (cap_set_flag(caps, CAP_PERMITTED, static_cast<int>(keep.size()), keep.data(), CAP_SET) != 0 ||
+       cap_set_flag(caps, CAP_EFFECTIVE, static_cast<int>(keep.size()), keep.data(), CAP_SET) != 0)) {
+    cap_free(caps);
+    return ErrnoStatus("cap_set_flag", "");
+  }
+  int rc = cap_set_proc(caps);
+  cap_free(caps);
+  if (rc != 0) return ErrnoStatus("cap_set_proc", "");
+  return absl::OkStatus();
+}
+
+}  // namespace paseo
