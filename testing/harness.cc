@@ -100,13 +100,13 @@ std::string ReadFile(const std::string& path) {
 }
 
 Service& Service::Get() {
-  static Service* service = [] {
-    auto* s = new Service;
-    s->Start();
-    return s;
-  }();
+  static Service* service = new Service(ServiceOptions{});
   return *service;
 }
+
+Service::Service(ServiceOptions options) : options_(std::move(options)) { Start(); }
+
+Service::~Service() { Stop(); }
 
 void Service::Start() {
   if (geteuid() != 0) Die("the integration suites need root");
@@ -117,11 +117,16 @@ void Service::Start() {
   broker_uid_ = pw->pw_uid;
   socket_gid_ = gr->gr_gid;
 
-  // Our own mount and network namespaces: nothing we mount is visible to the host, and the
-  // service (and the runsc control netns it makes inside) never touches the host's network.
-  Check(unshare(CLONE_NEWNS | CLONE_NEWNET) == 0, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
-  Check(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private");
-  LoopbackUp();
+  // Our own mount and network namespaces, once per test process: nothing we mount is visible
+  // to the host, and the service (and the runsc control netns it makes inside) never touches
+  // the host's network.
+  static bool isolated = [] {
+    Check(unshare(CLONE_NEWNS | CLONE_NEWNET) == 0, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
+    Check(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private");
+    LoopbackUp();
+    return true;
+  }();
+  (void)isolated;
 
   char templ[] = "/tmp/paseo-it.XXXXXX";
   Check(mkdtemp(templ) != nullptr, "mkdtemp");
@@ -137,7 +142,9 @@ void Service::Start() {
   // Bazel's runfiles (which live under root's 0700 home).
   CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
                  base_ + "/bin/paseo-sandbox-privhelper");
-  CopyExecutable(Runfile("broker/paseo-sandbox-broker"), base_ + "/bin/paseo-sandbox-broker");
+  CopyExecutable(Runfile(options_.broker_runfile.empty() ? "broker/paseo-sandbox-broker"
+                                                         : options_.broker_runfile),
+                 base_ + "/bin/paseo-sandbox-broker");
   CopyExecutable(Runfile("client/paseo-sandbox"), base_ + "/bin/paseo-sandbox");
   std::string version =
       Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base_ + "/state/rootfs");
@@ -154,6 +161,7 @@ void Service::Start() {
             "{\"id\": \"beta\", \"allowedUids\": [4343], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-beta\"}]}");
 
+  if (options_.before_start) options_.before_start(base_);
   std::string log = base_ + "/privhelper.log";
   pid_t pid = fork();
   Check(pid >= 0, "fork");
@@ -161,12 +169,17 @@ void Service::Start() {
     int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    std::string bin = base_ + "/bin/paseo-sandbox-privhelper";
-    std::string etc = base_ + "/etc";
-    execl(bin.c_str(), bin.c_str(), "--config-dir", etc.c_str(), nullptr);
+    std::vector<std::string> args = {base_ + "/bin/paseo-sandbox-privhelper", "--config-dir",
+                                     base_ + "/etc"};
+    args.insert(args.end(), options_.privhelper_args.begin(), options_.privhelper_args.end());
+    std::vector<char*> cargs;
+    for (auto& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    execv(cargs[0], cargs.data());
     _exit(127);
   }
   privhelper_pid_ = pid;
+  if (!options_.wait_for_socket) return;
   for (int i = 0; i < 200 && !CanConnect(socket()); ++i) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) Die("privhelper exited: " + ReadFile(log));
@@ -222,13 +235,29 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
   return result;
 }
 
-void Service::Stop() {
-  if (privhelper_pid_ <= 0) return;
+int Service::Stop() {
+  if (privhelper_pid_ <= 0) return -1;
   kill(privhelper_pid_, SIGTERM);
-  int status;
+  int status = -1;
   waitpid(privhelper_pid_, &status, 0);
   privhelper_pid_ = -1;
+  return status;
 }
+
+int Service::WaitExit(int seconds) {
+  if (privhelper_pid_ <= 0) return -1;
+  for (int i = 0; i < seconds * 20; ++i) {
+    int status;
+    if (waitpid(privhelper_pid_, &status, WNOHANG) == privhelper_pid_) {
+      privhelper_pid_ = -1;
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return -1;
+}
+
+std::string Service::Log() const { return ReadFile(base_ + "/privhelper.log"); }
 
 std::vector<std::string> Service::Leaks() const {
   std::vector<std::string> leaks;

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,30 @@ struct Identity {
   std::vector<gid_t> groups;
 };
 
+struct ServiceOptions {
+  // Extra privhelper arguments (for example --without-capability NAME).
+  std::vector<std::string> privhelper_args;
+  // A different broker binary (runfiles-relative), e.g. a hostile one speaking the helper
+  // protocol directly. The broker shares the privhelper's stdout, so what it prints lands in
+  // Log().
+  std::string broker_runfile;
+  // Runs with the work area laid out, before the privhelper starts (for fixtures).
+  std::function<void(const std::string& base)> before_start;
+  // Wait for the client socket to accept connections (false for a broker that never serves).
+  bool wait_for_socket = true;
+};
+
 class Service {
  public:
-  // Unshares mount+net namespaces, mounts a tmpfs work area, copies the binaries, builds the
-  // rootfs, writes the config, starts the privhelper and waits for the socket. Aborts the test
-  // program with a clear message if anything is missing (root, the paseo-sandbox user, runsc).
+  // The shared default service. The first call unshares mount+net namespaces for the whole
+  // test process; every service then gets its own tmpfs work area, binaries, rootfs, config
+  // and privhelper. Aborts with a clear message if anything is missing (root, the
+  // paseo-sandbox user, runsc).
   static Service& Get();
+  explicit Service(ServiceOptions options);
+  ~Service();
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
 
   const std::string& base() const { return base_; }
   std::string socket() const { return base_ + "/run/supervisor.sock"; }
@@ -41,16 +60,19 @@ class Service {
   // Runs `paseo-sandbox --socket <sock> args...` as `who`.
   CliResult Cli(const Identity& who, const std::vector<std::string>& args) const;
 
-  // Stops the privhelper (SIGTERM) and waits for it.
-  void Stop();
+  // Stops the privhelper (SIGTERM) and waits for it; returns its wait status.
+  int Stop();
+  // Waits for the privhelper to exit by itself (up to `seconds`); -1 if it did not.
+  int WaitExit(int seconds);
+  std::string Log() const;
 
   // What is left behind: bundle dirs, runsc container state, mounts under base, processes
   // running a runsc from our runsc root. Empty when nothing leaked.
   std::vector<std::string> Leaks() const;
 
  private:
-  Service() = default;
   void Start();
+  ServiceOptions options_;
   std::string base_;
   pid_t privhelper_pid_ = -1;
   gid_t socket_gid_ = 0;
