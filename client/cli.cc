@@ -41,6 +41,8 @@ Commands:
       --env KEY=VALUE        environment entry (repeatable)
       --cwd DIR              working directory inside the sandbox
       --keep                 keep the sandbox after the command ends (prints its id on stderr)
+  exec [--env K=V] [--cwd DIR] ID -- ARGV...
+                             run ARGV in an existing sandbox (see run --keep); exit status as run
   ps                         list your sandboxes and their processes
   rm [--no-force] ID...      delete sandboxes (running processes are killed unless --no-force)
   info                       service version, your uid as the service sees it, your deployments
@@ -156,6 +158,50 @@ std::string DescribeStatus(api::ExitStatus::Reader status) {
   }
 }
 
+// Starts argv in the sandbox, streams its stdout and stderr to ours until both end, and
+// returns its exit code (130 if we were interrupted). RPC errors propagate as exceptions.
+int RunProcess(kj::AsyncIoContext& io, api::Sandbox::Client& sandbox,
+               const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               const std::string& cwd) {
+  auto& ws = io.waitScope;
+  auto start = sandbox.startProcessRequest();
+  auto pspec = start.initSpec();
+  auto pargv = pspec.initArgv(static_cast<unsigned>(argv.size()));
+  for (size_t a = 0; a < argv.size(); ++a) pargv.set(static_cast<unsigned>(a), argv[a]);
+  auto penv = pspec.initEnv(static_cast<unsigned>(env.size()));
+  for (size_t e = 0; e < env.size(); ++e) penv.set(static_cast<unsigned>(e), env[e]);
+  pspec.setCwd(cwd);
+  auto started = start.send().wait(ws);
+  auto process = started.getProcess();
+
+  auto out_done = kj::newPromiseAndFulfiller<void>();
+  auto err_done = kj::newPromiseAndFulfiller<void>();
+  auto sub_out = process.subscribeRequest();
+  sub_out.setStream(api::Stream::STDOUT);
+  sub_out.setFromOffset(0);
+  sub_out.setSink(kj::heap<StreamSink>(STDOUT_FILENO, kj::mv(out_done.fulfiller)));
+  auto sub_err = process.subscribeRequest();
+  sub_err.setStream(api::Stream::STDERR);
+  sub_err.setFromOffset(0);
+  sub_err.setSink(kj::heap<StreamSink>(STDERR_FILENO, kj::mv(err_done.fulfiller)));
+  auto s1 = sub_out.send().wait(ws);
+  auto s2 = sub_err.send().wait(ws);
+  auto interrupted = io.unixEventPort.onSignal(SIGINT)
+                         .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
+                         .then([](siginfo_t) { return true; });
+  bool stopped = out_done.promise.then([p = kj::mv(err_done.promise)]() mutable {
+                                   return kj::mv(p);
+                                 })
+                     .then([] { return false; })
+                     .exclusiveJoin(kj::mv(interrupted))
+                     .wait(ws);
+  if (stopped) {
+    return 130;
+  }
+  auto status = process.waitRequest().send().wait(ws);
+  return ExitCodeOf(status.getStatus());
+}
+
 int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> args) {
   std::string deployment, profile, cwd;
   std::vector<std::string> workspaces, env, argv;
@@ -233,45 +279,8 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
   std::string sandbox_id = created.getInfo().getId();
 
   int code = kServiceError;
-  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
-    auto start = sandbox.startProcessRequest();
-    auto pspec = start.initSpec();
-    auto pargv = pspec.initArgv(static_cast<unsigned>(argv.size()));
-    for (size_t a = 0; a < argv.size(); ++a) pargv.set(static_cast<unsigned>(a), argv[a]);
-    auto penv = pspec.initEnv(static_cast<unsigned>(env.size()));
-    for (size_t e = 0; e < env.size(); ++e) penv.set(static_cast<unsigned>(e), env[e]);
-    pspec.setCwd(cwd);
-    auto started = start.send().wait(ws);
-    auto process = started.getProcess();
-
-    auto out_done = kj::newPromiseAndFulfiller<void>();
-    auto err_done = kj::newPromiseAndFulfiller<void>();
-    auto sub_out = process.subscribeRequest();
-    sub_out.setStream(api::Stream::STDOUT);
-    sub_out.setFromOffset(0);
-    sub_out.setSink(kj::heap<StreamSink>(STDOUT_FILENO, kj::mv(out_done.fulfiller)));
-    auto sub_err = process.subscribeRequest();
-    sub_err.setStream(api::Stream::STDERR);
-    sub_err.setFromOffset(0);
-    sub_err.setSink(kj::heap<StreamSink>(STDERR_FILENO, kj::mv(err_done.fulfiller)));
-    auto s1 = sub_out.send().wait(ws);
-    auto s2 = sub_err.send().wait(ws);
-    auto interrupted = io.unixEventPort.onSignal(SIGINT)
-                           .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
-                           .then([](siginfo_t) { return true; });
-    bool stopped = out_done.promise.then([p = kj::mv(err_done.promise)]() mutable {
-                                     return kj::mv(p);
-                                   })
-                       .then([] { return false; })
-                       .exclusiveJoin(kj::mv(interrupted))
-                       .wait(ws);
-    if (stopped) {
-      code = 130;
-      return;
-    }
-    auto status = process.waitRequest().send().wait(ws);
-    code = ExitCodeOf(status.getStatus());
-  });
+  kj::Maybe<kj::Exception> error =
+      kj::runCatchingExceptions([&] { code = RunProcess(io, sandbox, argv, env, cwd); });
   if (keep) {
     std::fprintf(stderr, "paseo-sandbox: kept sandbox %s\n", sandbox_id.c_str());
   } else {
@@ -285,6 +294,36 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
   }
   KJ_IF_MAYBE(e, error) { return Fail(ErrorText(*e)); }
   return code;
+}
+
+int Exec(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
+  std::vector<std::string> env;
+  std::string cwd, id;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      ++i;
+      break;
+    } else if ((args[i] == "--env" || args[i] == "--cwd") && i + 1 < args.size()) {
+      (args[i] == "--env" ? env.emplace_back() : cwd) = args[i + 1];
+      ++i;
+    } else if (id.empty() && !args[i].empty() && args[i][0] != '-') {
+      id = args[i];
+    } else {
+      Fail("exec: unexpected argument " + args[i]);
+      return 2;
+    }
+  }
+  std::vector<std::string> argv(args.begin() + static_cast<long>(i), args.end());
+  if (id.empty() || argv.empty()) {
+    Fail("exec: usage: paseo-sandbox exec [--env K=V] [--cwd DIR] SANDBOX-ID -- ARGV...");
+    return 2;
+  }
+  Connection conn(io, opts.socket);
+  auto get = conn.supervisor().getSandboxRequest();
+  get.setId(id);
+  auto sandbox = get.send().getSandbox();
+  return RunProcess(io, sandbox, argv, env, cwd);
 }
 
 int Ps(kj::AsyncIoContext& io, const Options& opts) {
@@ -435,6 +474,7 @@ int Main(int argc, char** argv) {
   int rc = 0;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
     if (command == "run") rc = Run(io, opts, rest);
+    else if (command == "exec") rc = Exec(io, opts, rest);
     else if (command == "ps") rc = Ps(io, opts);
     else if (command == "rm") rc = Rm(io, opts, rest);
     else if (command == "info") rc = Info(io, opts);

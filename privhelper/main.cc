@@ -267,7 +267,9 @@ int Main(int argc, char** argv) {
   }
   broker.argv = {broker.path, "--helper-fd=3", "--listen-fd=4"};
   broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
-  broker.fds = {{0, STDIN_FILENO}, {1, STDOUT_FILENO}, {2, STDERR_FILENO}, {3, pair[1]},
+  int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.
+  broker.fds = {{0, dev_null}, {1, STDOUT_FILENO}, {2, STDERR_FILENO}, {3, pair[1]},
                 {4, *listen_fd}};
   broker.in_child = [broker_uid, broker_gid] { return BecomeBroker(broker_uid, broker_gid); };
   auto broker_pid = Spawn(broker);
@@ -277,6 +279,7 @@ int Main(int argc, char** argv) {
     return 1;
   }
   pid_t pid = *broker_pid;
+  close(dev_null);
   auto broker_exit = WatchChild(events, pid).fork();
   close(pair[1]);
   close(*listen_fd);

@@ -2,10 +2,20 @@
 // through the real CLI as unprivileged uids, inside the test's own mount and network
 // namespaces (testing/harness.h).
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstddef>
+#include <cstring>
 #include <fstream>
+#include <thread>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -227,6 +237,205 @@ TEST_F(IntegrationTest, RunscControlSocketsAreNotInTheCallersNetns) {
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   auto after = svc.Cli(Alpha(), {"ps"});
   EXPECT_FALSE(absl::StrContains(after.out, id));
+}
+
+// The helper runs runsc in its own control netns. From the caller's netns (here, as a
+// non-root uid), no runsc abstract socket can be reached, though it exists in the control
+// netns; paseo-sandbox itself still lists, execs in and deletes the sandbox.
+TEST_F(IntegrationTest, RunscControlSocketsAreUnreachableFromOutsideTheControlNetns) {
+  auto kept = svc.Cli(Alpha(), {"run", "--keep", "--", "true"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  auto pos = kept.err.find("sb-");
+  ASSERT_NE(pos, std::string::npos);
+  std::string id = kept.err.substr(pos, 27);
+
+  // Abstract socket names in the control netns (seen through the privhelper's /proc entry).
+  std::vector<std::string> names;
+  std::istringstream control(
+      ReadFile("/proc/" + std::to_string(svc.privhelper_pid()) + "/net/unix"));
+  for (std::string line; std::getline(control, line);) {
+    auto at = line.find(" @");
+    if (at != std::string::npos) names.push_back(line.substr(at + 2));
+  }
+  bool found = false;
+  for (const auto& n : names) found |= absl::StrContains(n, "runsc-sandbox." + id);
+  EXPECT_TRUE(found) << "runsc's control socket not found in the control netns";
+  EXPECT_FALSE(absl::StrContains(ReadFile("/proc/net/unix"), "runsc"));
+
+  // As uid 4242, try every one of them (and the well-known name) from this netns.
+  names.push_back("runsc-sandbox." + id);
+  pid_t child = fork();
+  if (child == 0) {
+    if (setresgid(4242, 4242, 4242) != 0 || setresuid(4242, 4242, 4242) != 0) _exit(100);
+    int reached = 0;
+    for (const auto& n : names) {
+      for (bool with_nul : {false, true}) {
+        sockaddr_un addr = {};
+        addr.sun_family = AF_UNIX;
+        std::string name = n.substr(0, sizeof(addr.sun_path) - 2);
+        std::memcpy(addr.sun_path + 1, name.data(), name.size());
+        socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 +
+                                               name.size() + (with_nul ? 1 : 0));
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) ++reached;
+        close(fd);
+      }
+    }
+    _exit(reached);
+  }
+  int status;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "abstract runsc sockets reachable from outside";
+
+  auto exec = svc.Cli(Alpha(), {"exec", id, "--", "sh", "-c", "echo in-kept; exit 3"});
+  EXPECT_EQ(exec.exit_code, 3) << exec.err;
+  EXPECT_EQ(exec.out, "in-kept\n");
+  auto rm = svc.Cli(Alpha(), {"rm", id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+}
+
+std::vector<std::string> FdTable(pid_t pid) {
+  std::vector<std::string> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[4096] = {};
+    readlink((dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+    out.push_back(std::string(e->d_name) + " -> " + target);
+  }
+  closedir(d);
+  return out;
+}
+
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> kids;
+  DIR* d = opendir("/proc");
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = ReadFile("/proc/" + n + "/stat");
+    auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close_paren + 2), ' ');
+    if (f.size() > 1 && f[1] == std::to_string(parent)) kids.push_back(std::stoi(n));
+  }
+  closedir(d);
+  return kids;
+}
+
+// fd hygiene: a running `runsc exec` holds its three stdio pipes and nothing the privhelper
+// has open (helper socket, the pinned runsc, config, other sandboxes' pipes); the broker holds
+// none of the privhelper's files either.
+TEST_F(IntegrationTest, RunscAndTheBrokerInheritNoFdTheyShouldNotHave) {
+  pid_t cli = fork();
+  if (cli == 0) {
+    auto r = svc.Cli(Alpha(), {"run", "--", "sleep", "3"});
+    _exit(r.exit_code);
+  }
+  std::vector<std::string> exec_fds;
+  for (int i = 0; i < 100 && exec_fds.empty(); ++i) {
+    for (pid_t kid : ChildrenOf(svc.privhelper_pid())) {
+      if (absl::StrContains(ReadFile("/proc/" + std::to_string(kid) + "/cmdline"),
+                            std::string("exec\0", 5)))
+        exec_fds = FdTable(kid);
+    }
+    usleep(50000);
+  }
+  ASSERT_FALSE(exec_fds.empty()) << "no runsc exec seen";
+  std::vector<std::string> helper_fds = FdTable(svc.privhelper_pid());
+  auto target = [](const std::string& entry) { return entry.substr(entry.find(" -> ") + 4); };
+  for (const auto& e : exec_fds) {
+    std::string t = target(e);
+    EXPECT_FALSE(absl::StrContains(t, svc.base() + "/etc")) << e;
+    EXPECT_FALSE(absl::StrContains(t, "supervisor.sock")) << e;
+    if (absl::StartsWith(t, "socket:") || absl::StartsWith(t, "pipe:") || t[0] == '/') {
+      for (const auto& h : helper_fds) {
+        EXPECT_NE(t, target(h)) << "runsc exec shares the privhelper's " << h;
+      }
+    }
+  }
+  for (int fd : {0, 1, 2}) {
+    EXPECT_TRUE(absl::StrContains(exec_fds[static_cast<size_t>(fd)], "pipe:"))
+        << exec_fds[static_cast<size_t>(fd)];
+  }
+  int status;
+  waitpid(cli, &status, 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+
+  for (pid_t kid : ChildrenOf(svc.privhelper_pid())) {
+    if (!absl::StrContains(ReadFile("/proc/" + std::to_string(kid) + "/cmdline"), "broker"))
+      continue;
+    for (const auto& e : FdTable(kid)) {
+      std::string t = target(e);
+      // fds 1 and 2 are the privhelper's log streams, shared on purpose.
+      if (absl::StartsWith(e, "1 -> ") || absl::StartsWith(e, "2 -> ")) continue;
+      EXPECT_FALSE(absl::StrContains(t, "runsc")) << e;
+      EXPECT_FALSE(absl::StrContains(t, svc.base() + "/etc")) << e;
+      EXPECT_FALSE(absl::StrContains(t, svc.base() + "/state")) << e;
+      if (!absl::StartsWith(t, "pipe:")) continue;
+      for (const auto& h : helper_fds) EXPECT_NE(t, target(h)) << e;
+    }
+  }
+}
+
+// The RENAME_EXCHANGE race again, this time through the whole service: the client names a
+// path while a racer swaps a directory and a symlink to outside. The sandbox sees the inside
+// or the request is refused; never the outside.
+TEST_F(IntegrationTest, RenameExchangeRaceThroughTheApiNeverEscapes) {
+  std::string race = AlphaWs() + "/race";
+  ASSERT_EQ(mkdir(race.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((race + "/swap").c_str(), 0755), 0);
+  std::ofstream(race + "/swap/marker") << "INSIDE";
+  std::ofstream(svc.base() + "/outside/marker") << "SECRET";
+  ASSERT_EQ(symlink((svc.base() + "/outside").c_str(), (race + "/link").c_str()), 0);
+  std::atomic<bool> stop{false};
+  std::thread racer([&] {
+    std::string a = race + "/swap", b = race + "/link";
+    while (!stop.load()) {
+      syscall(SYS_renameat2, AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE);
+    }
+  });
+  int inside = 0, refused = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::string path = race + (i % 2 ? "/swap" : "/link");
+    auto r = svc.Cli(Alpha(), {"run", "--workspace", path, "--", "cat", "/workspace/marker"});
+    ASSERT_FALSE(absl::StrContains(r.out, "SECRET")) << "escaped at iteration " << i;
+    if (r.exit_code == 0 && r.out == "INSIDE") ++inside;
+    else if (r.exit_code == 125) ++refused;
+    else ADD_FAILURE() << r.exit_code << " " << r.out << " " << r.err;
+  }
+  stop = true;
+  racer.join();
+  std::printf("api race: %d inside, %d refused, 0 escapes\n", inside, refused);
+  EXPECT_GT(inside + refused, 0);
+  unlink((race + "/link").c_str());
+  unlink((race + "/swap").c_str());
+  std::remove((race + "/swap/marker").c_str());
+  std::remove((race + "/link/marker").c_str());
+  rmdir((race + "/swap").c_str());
+  rmdir((race + "/link").c_str());
+  rmdir(race.c_str());
+}
+
+TEST_F(IntegrationTest, ADestinationThroughARootfsSymlinkIsRefusedAndTheSymlinkStillWorks) {
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", AlphaWs() + ":/var/run/ws", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "symlink in the sandbox's rootfs")) << r.err;
+  auto ok = RunInAlpha({"sh", "-c", "readlink /var/run; ls -d /var/run/"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.out, "../run\n/var/run/\n");
+}
+
+TEST_F(IntegrationTest, AFifoWorkspaceIsRefusedWithoutBlocking) {
+  std::string fifo = AlphaWs() + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", fifo, "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(r.err, "not a directory")) << r.err;
+  unlink(fifo.c_str());
 }
 
 }  // namespace
