@@ -205,6 +205,10 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
   }
   if (d.hasRunAs() && d.getRunAs().getUid() == 0)
     return Bad(file, "runAs.uid", "agents never run as root");
+  if (d.hasRunAs() && d.getRunAs().getGid() == 0)
+    return Bad(file, "runAs.gid", "agents never run with group 0");
+  if (d.getMaxSandboxes() == 0 || d.getMaxSandboxes() > 1024)
+    return Bad(file, "maxSandboxes", "must be between 1 and 1024");
   return absl::OkStatus();
 }
 

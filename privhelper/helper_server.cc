@@ -73,19 +73,21 @@ void SetExitStatus(api::ExitStatus::Builder out, int wait_status) {
 }  // namespace
 
 SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc)
-    : config_(config), runsc_(runsc) {}
+    : config_(config), runsc_(runsc), reaper_(reap_errors_) {}
 
 SandboxHost::~SandboxHost() {
-  // Anything still here at destruction was not deleted through DeleteAll: at least release
-  // the mounts so nothing outlives the process in this mount namespace.
+  // Anything still here at destruction was not destroyed through DeleteAll: at least release
+  // the mounts so nothing outlives the process.
   for (auto& [id, sandbox] : sandboxes_) {
     for (const auto& s : sandbox->staging) (void)UnstageBind(s);
   }
 }
 
-SandboxHost::Sandbox* SandboxHost::Find(const std::string& id) {
+SandboxHost::Sandbox* SandboxHost::Find(const std::string& id, uint64_t generation) {
   auto it = sandboxes_.find(id);
-  return it == sandboxes_.end() ? nullptr : it->second.get();
+  if (it == sandboxes_.end()) return nullptr;
+  if (generation != 0 && it->second->generation != generation) return nullptr;
+  return it->second.get();
 }
 
 void SandboxHost::RemoveBundle(Sandbox& sandbox) {
@@ -106,10 +108,52 @@ void SandboxHost::RemoveBundle(Sandbox& sandbox) {
   }
 }
 
+void SandboxHost::Forget(Sandbox& sandbox) {
+  // A `runsc exec` that has not been reaped yet keeps its record until it is, so no zombie
+  // is left behind and no exit is lost.
+  for (auto& [pid, p] : sandbox.processes) {
+    if (!p->exited) reaper_.add(p->exit.addBranch().ignoreResult().attach(kj::addRef(*p)));
+  }
+  RemoveBundle(sandbox);
+  sandboxes_.erase(sandbox.id);
+}
+
+kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr) return kj::READY_NOW;
+  sb->deleting = true;
+  sb->running = false;
+  kj::Promise<void> destroy = kj::READY_NOW;
+  if (sb->container_created) {
+    destroy = runsc_.Run({"kill", "--all", id, "KILL"})
+                  .ignoreResult()
+                  .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
+                  .then([id](RunscResult deleted) {
+                    if (!deleted.ok()) Fail(absl::InternalError(deleted.Describe()));
+                  });
+  }
+  return destroy.then(
+      [this, id, generation]() -> kj::Promise<void> {
+        if (Sandbox* sb = Find(id, generation)) Forget(*sb);
+        return kj::READY_NOW;
+      },
+      [this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
+        // runsc could not delete it: keep the record (and its mounts) so a retry can.
+        if (Sandbox* sb = Find(id, generation)) sb->deleting = false;
+        return kj::mv(e);
+      });
+}
+
 kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   if (Find(request.sandbox_id) != nullptr)
     Fail(absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists")));
   const auto& deployment = *request.deployment;
+  std::string deployment_id = deployment.getId().cStr();
+  size_t count = 0;
+  for (const auto& [id, sb] : sandboxes_) count += sb->deployment == deployment_id;
+  if (count >= deployment.getMaxSandboxes())
+    Fail(absl::ResourceExhaustedError(absl::StrCat("deployment ", deployment_id, " has ", count,
+                                                   " sandboxes (its maxSandboxes)")));
 
   // Check destinations and resolve every workspace before touching anything, so a refusal
   // changes nothing.
@@ -142,13 +186,15 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
     uid = root->root_owner_uid;
     gid = root->root_owner_gid;
   }
-  if (uid == 0)
+  if (uid == 0 || gid == 0)
     Fail(absl::FailedPreconditionError(absl::StrCat(
-        "deployment ", deployment.getId().cStr(),
-        ": agents never run as root; the workspace root is owned by root, so set runAs")));
+        "deployment ", deployment_id,
+        ": agents never run as uid or gid 0; the workspace root is owned by root, so set runAs")));
 
   auto sandbox = kj::heap<Sandbox>();
   sandbox->id = request.sandbox_id;
+  sandbox->generation = next_generation_++;
+  sandbox->deployment = deployment_id;
   sandbox->uid = uid;
   sandbox->gid = gid;
   sandbox->default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
@@ -158,8 +204,7 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   sandboxes_.emplace(sb.id, kj::mv(sandbox));
 
   auto fail_and_clean = [this, &sb](const absl::Status& status) -> void {
-    RemoveBundle(sb);
-    sandboxes_.erase(sb.id);
+    Forget(sb);
     Fail(status);
   };
   if (mkdir(sb.bundle_dir.c_str(), 0700) != 0) {
@@ -189,28 +234,31 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   sb.files.push_back(config_path);
 
   std::string id = sb.id;
+  uint64_t gen = sb.generation;
   return runsc_.Run({"create", "--bundle", sb.bundle_dir, id})
-      .then([this, id](RunscResult created) {
-        if (!created.ok()) {
-          return kj::Promise<RunscResult>(created);
-        }
+      .then([this, id, gen](RunscResult created) {
+        if (!created.ok())
+          Fail(absl::InternalError(absl::StrCat("cannot create sandbox: ", created.Describe())));
+        if (Sandbox* sb = Find(id, gen)) sb->container_created = true;
         return runsc_.Run({"start", id});
       })
-      .then([this, id](RunscResult started) -> kj::Promise<void> {
-        Sandbox* sb = Find(id);
-        if (sb == nullptr) Fail(absl::InternalError("sandbox vanished during create"));
-        if (started.ok()) {
-          sb->running = true;
-          return kj::READY_NOW;
-        }
-        std::string why = started.Describe();
-        return runsc_.Run({"delete", "--force", id}).then([this, id, why](RunscResult) {
-          if (Sandbox* sb = Find(id)) {
-            RemoveBundle(*sb);
-            sandboxes_.erase(id);
-          }
-          Fail(absl::InternalError(absl::StrCat("cannot start sandbox: ", why)));
-        });
+      .then([this, id, gen](RunscResult started) {
+        if (!started.ok())
+          Fail(absl::InternalError(absl::StrCat("cannot start sandbox: ", started.Describe())));
+        Sandbox* sb = Find(id, gen);
+        if (sb == nullptr || sb->deleting)
+          Fail(absl::FailedPreconditionError("sandbox was deleted while being created"));
+        sb->running = true;
+      })
+      .catch_([this, id, gen](kj::Exception&& e) -> kj::Promise<void> {
+        // Whatever failed (runsc, a spawn, a timeout): tear down what exists, then report.
+        Sandbox* sb = Find(id, gen);
+        if (sb == nullptr || sb->running) return kj::mv(e);
+        return Destroy(id, gen)
+            .catch_([](kj::Exception&& cleanup) {
+              KJ_LOG(ERROR, "cleanup after a failed create failed", cleanup);
+            })
+            .then([e = kj::mv(e)]() mutable -> kj::Promise<void> { return kj::mv(e); });
       });
 }
 
@@ -220,6 +268,8 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
     Fail(absl::NotFoundError(absl::StrCat("no running sandbox ", request.sandbox_id)));
   if (sb->processes.count(request.process_id))
     Fail(absl::AlreadyExistsError(absl::StrCat("process ", request.process_id, " exists")));
+  if (sb->processes.size() >= kMaxProcessesPerSandbox)
+    Fail(absl::ResourceExhaustedError("too many processes in this sandbox"));
 
   ExecSpec exec;
   exec.argv = request.argv;
@@ -242,7 +292,13 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
                            request.sandbox_id},
                           in->read.get(), out->write.get(), err->write.get());
   if (!pid.ok()) Fail(pid.status());
-  auto process = kj::heap<Process>(Process{WatchChild(runsc_.events(), *pid).fork(), pid_file});
+  auto process = kj::refcounted<Process>(WatchChild(runsc_.events(), *pid));
+  process->pid_file = pid_file;
+  Process* raw = process.get();
+  // Owned by the process record, so the raw pointer cannot outlive it.
+  process->watcher = process->exit.addBranch()
+                         .then([raw](int) { raw->exited = true; })
+                         .eagerlyEvaluate(nullptr);
   sb->processes.emplace(request.process_id, kj::mv(process));
   // Our copies of the child's ends close here; the broker holds the others.
   return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
@@ -254,22 +310,19 @@ kj::Promise<int> SandboxHost::Wait(const std::string& sandbox_id, const std::str
   auto it = sb->processes.find(process_id);
   if (it == sb->processes.end())
     Fail(absl::NotFoundError(absl::StrCat("no process ", process_id)));
-  Process* p = it->second.get();
-  return p->exit.addBranch().then([p](int status) {
-    p->exited = true;
-    return status;
-  });
+  return it->second->exit.addBranch().attach(kj::addRef(*it->second));
 }
 
 kj::Promise<void> SandboxHost::Signal(const std::string& sandbox_id,
                                       const std::string& process_id, int sig) {
   if (sig < 1 || sig > 64) Fail(absl::InvalidArgumentError("signal must be 1..64"));
   Sandbox* sb = Find(sandbox_id);
-  if (sb == nullptr || !sb->running)
+  if (sb == nullptr || !sb->running || sb->deleting)
     Fail(absl::NotFoundError(absl::StrCat("no running sandbox ", sandbox_id)));
   auto it = sb->processes.find(process_id);
   if (it == sb->processes.end())
     Fail(absl::NotFoundError(absl::StrCat("no process ", process_id)));
+  // `exited` is set as soon as the exit is reaped, so a stale pid file is never used.
   if (it->second->exited) Fail(absl::FailedPreconditionError("process has ended"));
   std::ifstream in(it->second->pid_file);
   long internal_pid = 0;
@@ -286,30 +339,16 @@ kj::Promise<void> SandboxHost::Delete(const std::string& sandbox_id) {
   Sandbox* sb = Find(sandbox_id);
   if (sb == nullptr) Fail(absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id)));
   if (sb->deleting) Fail(absl::FailedPreconditionError("sandbox is already being deleted"));
-  sb->deleting = true;
-  std::string id = sandbox_id;
-  return runsc_.Run({"kill", "--all", id, "KILL"})
-      .then([this, id](RunscResult) { return runsc_.Run({"delete", "--force", id}); })
-      .then([this, id](RunscResult deleted) {
-        Sandbox* sb = Find(id);
-        if (sb == nullptr) return;
-        if (!deleted.ok()) {
-          sb->deleting = false;
-          Fail(absl::InternalError(deleted.Describe()));
-        }
-        RemoveBundle(*sb);
-        sandboxes_.erase(id);
-      });
+  if (!sb->running) Fail(absl::FailedPreconditionError("sandbox is still being created"));
+  return Destroy(sandbox_id, sb->generation);
 }
 
 kj::Promise<void> SandboxHost::DeleteAll() {
   kj::Vector<kj::Promise<void>> all;
-  std::vector<std::string> ids;
-  for (const auto& [id, sb] : sandboxes_) {
-    if (!sb->deleting) ids.push_back(id);
-  }
-  for (const auto& id : ids) {
-    all.add(Delete(id).catch_([id](kj::Exception&& e) {
+  std::vector<std::pair<std::string, uint64_t>> ids;
+  for (const auto& [id, sb] : sandboxes_) ids.emplace_back(id, sb->generation);
+  for (const auto& [id, gen] : ids) {
+    all.add(Destroy(id, gen).catch_([id = id](kj::Exception&& e) {
       KJ_LOG(ERROR, "cannot delete sandbox at shutdown", id, e);
     }));
   }

@@ -35,37 +35,56 @@ class SandboxHost {
   kj::Promise<int> Wait(const std::string& sandbox_id, const std::string& process_id);
   kj::Promise<void> Signal(const std::string& sandbox_id, const std::string& process_id, int sig);
   kj::Promise<void> Delete(const std::string& sandbox_id);
-  // Deletes every sandbox (service shutdown).
+  // Destroys every sandbox, whatever state it is in (service shutdown, after the RPC system
+  // and with it every in-flight request is gone).
   kj::Promise<void> DeleteAll();
   size_t size() const { return sandboxes_.size(); }
 
+  static constexpr size_t kMaxProcessesPerSandbox = 4096;
+
  private:
-  struct Process {
+  struct Process : public kj::Refcounted {
+    explicit Process(kj::Promise<int> exit_status) : exit(exit_status.fork()) {}
     kj::ForkedPromise<int> exit;
+    kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
     std::string pid_file;
     bool exited = false;
   };
   struct Sandbox {
     std::string id;
+    uint64_t generation = 0;  // distinguishes a re-used id from the sandbox a continuation saw
+    std::string deployment;
     std::string bundle_dir;
     std::vector<std::string> staging;  // mounted staging dirs
     std::vector<std::string> files;    // files we wrote in the bundle
     uid_t uid = 0;
     gid_t gid = 0;
     std::string default_cwd = "/";
+    bool container_created = false;
     bool running = false;
     bool deleting = false;
     std::map<std::string, kj::Own<Process>> processes;
   };
+  class ReapErrors : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  };
 
-  Sandbox* Find(const std::string& id);
+  // The sandbox with this id, if it is still the one of this generation (0: any).
+  Sandbox* Find(const std::string& id, uint64_t generation = 0);
+  // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and
+  // forgets the sandbox. Processes still running are reaped in the background.
+  kj::Promise<void> Destroy(const std::string& id, uint64_t generation);
+  void Forget(Sandbox& sandbox);
   // Unmounts and removes everything of the bundle without ever deleting recursively (a staging
   // dir that cannot be unmounted is left in place rather than emptied).
   void RemoveBundle(Sandbox& sandbox);
 
   const Config& config_;
   RunscRunner& runsc_;
+  uint64_t next_generation_ = 1;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;
+  ReapErrors reap_errors_;
+  kj::TaskSet reaper_;
 };
 
 class HelperServer final : public helper::Helper::Server {

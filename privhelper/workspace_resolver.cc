@@ -6,6 +6,7 @@
 #include <linux/openat2.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -131,19 +132,38 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
 
 absl::Status StageBind(const ResolvedWorkspace& workspace, const std::string& staging,
                        bool read_only) {
+  // The new bind must be at least as restrictive as the mount the workspace lives on: a
+  // bind-remount replaces all per-mount flags, so a read-write request on a read-only mount
+  // would otherwise silently make it writable.
+  struct statvfs source;
+  if (fstatvfs(workspace.fd.get(), &source) != 0) return ErrnoStatus("fstatvfs", staging);
+  if ((source.f_flag & ST_RDONLY) && !read_only)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "workspace ", workspace.host_root, "/", workspace.relative,
+        " is on a read-only mount; ask for it read-only"));
   if (mkdir(staging.c_str(), 0700) != 0) return ErrnoStatus("mkdir", staging);
-  std::string source = absl::StrCat("/proc/self/fd/", workspace.fd.get());
+  std::string source_path = absl::StrCat("/proc/self/fd/", workspace.fd.get());
   // MS_BIND without MS_REC: submounts beneath the workspace are not carried along.
-  if (mount(source.c_str(), staging.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+  if (mount(source_path.c_str(), staging.c_str(), nullptr, MS_BIND, nullptr) != 0) {
     absl::Status s = ErrnoStatus("bind mount", staging);
     rmdir(staging.c_str());
     return s;
   }
-  // Keep this mount's later events (our umount) from propagating, and keep host events out.
-  mount(nullptr, staging.c_str(), nullptr, MS_PRIVATE, nullptr);
+  // Our umount later must not propagate anywhere (the privhelper runs in its own mount
+  // namespace, this is belt and braces).
+  if (mount(nullptr, staging.c_str(), nullptr, MS_PRIVATE, nullptr) != 0) {
+    absl::Status s = ErrnoStatus("make private", staging);
+    umount2(staging.c_str(), MNT_DETACH);
+    rmdir(staging.c_str());
+    return s;
+  }
   // A bind ignores MS_RDONLY/MS_NOSUID/MS_NODEV on creation; they take effect only through a
   // second, remounting call on the new mount.
   unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (read_only ? MS_RDONLY : 0);
+  if (source.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (source.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (source.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (source.f_flag & ST_RELATIME) flags |= MS_RELATIME;
   if (mount(nullptr, staging.c_str(), nullptr, flags, nullptr) != 0) {
     absl::Status s = ErrnoStatus("remount", staging);
     umount2(staging.c_str(), MNT_DETACH);

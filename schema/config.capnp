@@ -56,6 +56,8 @@ struct Deployment {
   # uid:gid agents run as; absent means the owner of the first workspace root.
   profiles @5 :List(Text);
   # Launch profiles this deployment may use; the first is the default. Empty = ["default"].
+  maxSandboxes @6 :UInt32 = 16;
+  # At most this many sandboxes of the deployment exist at once (each costs ~45 MiB of host RAM).
 }
 
 struct LaunchProfile {

@@ -203,6 +203,25 @@ TEST_F(WorkspaceAttackTest, BindMountsInsideTheWorkspaceAreNotFollowed) {
   umount2((root_ + "/mnt").c_str(), MNT_DETACH);
 }
 
+// Regression (security review): a bind-remount replaces every per-mount flag, so a read-write
+// request on a workspace whose root is a read-only mount would have made it writable.
+TEST_F(WorkspaceAttackTest, AReadWriteRequestCannotMakeAReadOnlyMountWritable) {
+  ASSERT_EQ(mount(root_.c_str(), root_.c_str(), nullptr, MS_BIND, nullptr), 0);
+  ASSERT_EQ(mount(nullptr, root_.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr), 0);
+  auto ws = ResolveWorkspace(deployment_, root_ + "/dir");
+  ASSERT_TRUE(ws.ok()) << ws.status();
+  absl::Status rw = StageBind(*ws, staging_ + "/rw", /*read_only=*/false);
+  EXPECT_EQ(rw.code(), absl::StatusCode::kFailedPrecondition) << rw;
+  EXPECT_TRUE(absl::StrContains(rw.message(), "read-only mount")) << rw;
+  struct stat st;
+  EXPECT_NE(stat((staging_ + "/rw").c_str(), &st), 0) << "a refused stage left its directory";
+  ASSERT_TRUE(StageBind(*ws, staging_ + "/ro", /*read_only=*/true).ok());
+  EXPECT_EQ(open((staging_ + "/ro/new").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644), -1);
+  EXPECT_EQ(errno, EROFS);
+  EXPECT_TRUE(UnstageBind(staging_ + "/ro").ok());
+  umount2(root_.c_str(), MNT_DETACH);
+}
+
 TEST_F(WorkspaceAttackTest, HardlinksToOutsideFilesCannotBeMadeByAgents) {
   // A hardlink is the same inode: harmless only because a user cannot link a file it could
   // not already open. The kernel enforces that with fs.protected_hardlinks, which must be on.
