@@ -3,6 +3,7 @@
 #include "privhelper/config.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -213,6 +214,25 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
 }
 
 }  // namespace
+
+absl::Status CheckConfigOwnership(const std::string& dir) {
+  std::vector<std::string> paths = {dir, dir + "/helper.json"};
+  for (const char* sub : {"/deployments", "/profiles"}) {
+    struct stat st;
+    if (lstat((dir + sub).c_str(), &st) != 0) continue;
+    paths.push_back(dir + sub);
+    ASSIGN_OR_RETURN(auto files, JsonFilesIn(dir + sub));
+    paths.insert(paths.end(), files.begin(), files.end());
+  }
+  for (const auto& p : paths) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) return ErrnoStatus("stat", p);
+    if (S_ISLNK(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022))
+      return absl::FailedPreconditionError(
+          absl::StrCat(p, ": must be owned by root, not a symlink, and not group/other writable"));
+  }
+  return absl::OkStatus();
+}
 
 bool IsNormalizedAbsolutePath(absl::string_view path) {
   if (path.empty() || path[0] != '/' || path.size() > 4095) return false;

@@ -44,6 +44,10 @@ class Config {
 // required file is missing).
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
 
+// The config directory, its subdirectories and every file in them must be owned by root and
+// not writable by group or others: they decide what the privhelper may mount.
+absl::Status CheckConfigOwnership(const std::string& dir);
+
 // True for an absolute path with no empty, "." or ".." components and no trailing slash
 // (except "/" itself). Registered roots and sandbox destinations must be normalized this way.
 bool IsNormalizedAbsolutePath(absl::string_view path);

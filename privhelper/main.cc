@@ -11,7 +11,11 @@
 #include <signal.h>
 #include <sys/capability.h>
 #include <sys/ioctl.h>
+#include <linux/keyctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -63,17 +67,24 @@ absl::StatusOr<std::string> Sha256OfFd(int fd) {
   return hex;
 }
 
-// Opens the pinned runsc and checks its digest. The returned fd is what every runsc call
-// executes (execveat), so replacing the file on disk later changes nothing.
-absl::StatusOr<int> OpenPinnedRunsc(const config::RunscPin::Reader& pin) {
-  int fd = open(pin.getPath().cStr(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open", pin.getPath().cStr());
+// Opens an executable the privhelper will run, refusing one that anyone but root could have
+// replaced: it must be a root-owned regular file, not writable by group or others.
+absl::StatusOr<int> OpenRootOwnedExecutable(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open", path);
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
     close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        pin.getPath().cStr(), ": must be a regular file owned by root and not group/other writable"));
+    return absl::FailedPreconditionError(
+        path + ": must be a regular file owned by root and not group/other writable");
   }
+  return fd;
+}
+
+// Opens the pinned runsc and checks its digest. The returned fd is what every runsc call
+// executes (execveat), so replacing the file on disk later changes nothing.
+absl::StatusOr<int> OpenPinnedRunsc(const config::RunscPin::Reader& pin) {
+  ASSIGN_OR_RETURN(int fd, OpenRootOwnedExecutable(pin.getPath().cStr()));
   auto digest = Sha256OfFd(fd);
   if (!digest.ok() || *digest != pin.getSha256().cStr()) {
     close(fd);
@@ -137,6 +148,9 @@ absl::StatusOr<int> ListenOnSocket(const std::string& path, gid_t group) {
 // no_new_privs so nothing it execs can gain any.
 int BecomeBroker(uid_t uid, gid_t gid) {
   if (unshare(CLONE_NEWNET) != 0) return errno;
+  // A fresh anonymous session keyring: possessing the privhelper's would grant its keys.
+  if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0) return errno;
+  if (chdir("/") != 0) return errno;
   for (int cap = 0; cap <= 63; ++cap) {
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
   }
@@ -151,6 +165,15 @@ int BecomeBroker(uid_t uid, gid_t gid) {
   if (rc != 0) return errno;
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
   return 0;
+}
+
+// Staging binds live in the privhelper's own mount namespace (a slave of the host's): they
+// never propagate to the host or to other services, and vanish with the namespace.
+absl::Status EnterPrivateMountNamespace() {
+  if (unshare(CLONE_NEWNS) != 0) return ErrnoStatus("unshare", "CLONE_NEWNS");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0)
+    return ErrnoStatus("mount", "/ rslave");
+  return absl::OkStatus();
 }
 
 absl::Status EnterControlNetns() {
@@ -202,7 +225,13 @@ int Main(int argc, char** argv) {
     Log(absl::StrCat("configuration error: ", config.status().message()));
     return 1;
   }
+  absl::Status owned = CheckConfigOwnership(config_dir);
+  if (!owned.ok() && !check_only) {
+    Log(absl::StrCat("configuration error: ", owned.message()));
+    return 1;
+  }
   if (check_only) {
+    if (!owned.ok()) std::printf("warning: %s\n", std::string(owned.message()).c_str());
     std::printf("configuration OK: %zu deployment(s), %zu profile(s)\n",
                 (*config)->deployments().size(), (*config)->profiles().size());
     return 0;
@@ -219,9 +248,10 @@ int Main(int argc, char** argv) {
   }
   passwd* broker_pw = getpwnam(helper.getBrokerUser().cStr());
   group* socket_gr = getgrnam(helper.getSocketGroup().cStr());
-  if (broker_pw == nullptr || socket_gr == nullptr || broker_pw->pw_uid == 0) {
+  if (broker_pw == nullptr || socket_gr == nullptr || broker_pw->pw_uid == 0 ||
+      broker_pw->pw_gid == 0) {
     Log(absl::StrCat("broker user \"", helper.getBrokerUser().cStr(), "\" or socket group \"",
-                     helper.getSocketGroup().cStr(), "\" does not exist (or is root)"));
+                     helper.getSocketGroup().cStr(), "\" does not exist (or has uid or gid 0)"));
     return 1;
   }
   uid_t broker_uid = broker_pw->pw_uid;
@@ -250,6 +280,13 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
+  // Each process costs the broker three fds and each client one: use the hard limit.
+  struct rlimit nofile;
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
+
   kj::UnixEventPort::captureChildExit();
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
@@ -265,6 +302,13 @@ int Main(int argc, char** argv) {
     self[n > 0 ? n : 0] = '\0';
     broker.path = (*config)->BrokerBinary(self);
   }
+  auto broker_fd = OpenRootOwnedExecutable(broker.path);
+  if (!broker_fd.ok()) {
+    Log(absl::StrCat("cannot start broker: ", broker_fd.status().message()));
+    unlink(socket_path.c_str());
+    return 1;
+  }
+  broker.exec_fd = *broker_fd;
   broker.argv = {broker.path, "--helper-fd=3", "--listen-fd=4"};
   broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -280,11 +324,13 @@ int Main(int argc, char** argv) {
   }
   pid_t pid = *broker_pid;
   close(dev_null);
+  close(*broker_fd);
   auto broker_exit = WatchChild(events, pid).fork();
   close(pair[1]);
   close(*listen_fd);
 
-  absl::Status netns = EnterControlNetns();
+  absl::Status netns = EnterPrivateMountNamespace();
+  if (netns.ok()) netns = EnterControlNetns();
   if (!netns.ok()) {
     Log(std::string(netns.message()));
     kill(pid, SIGKILL);

@@ -73,7 +73,17 @@ kj::Promise<RunscResult> RunscRunner::Run(std::vector<std::string> args) {
   if (!pid.ok()) {
     return KJ_EXCEPTION(FAILED, "internal: cannot start runsc", pid.status().ToString());
   }
-  return WatchChild(events_, *pid).then(
+  // A runsc that hangs must not wedge the sandbox it works on: kill it after kTimeout. It is
+  // our own uid-0 child, so no CAP_KILL is needed, and it is not yet reaped when the timer
+  // fires (the exit branch would have won the race).
+  auto exited = WatchChild(events_, *pid).fork();
+  pid_t child = *pid;
+  auto timed_out = events_.getTimer().afterDelay(kTimeout).then(
+      [child, late = exited.addBranch()]() mutable {
+        kill(child, SIGKILL);
+        return kj::mv(late);
+      });
+  return exited.addBranch().exclusiveJoin(kj::mv(timed_out)).then(
       [err_fd = kj::mv(err_fd)](int status) mutable {
         RunscResult result;
         result.wait_status = status;

@@ -33,7 +33,11 @@ class RunscRunner {
   // `runsc_fd` is an open (O_RDONLY) fd of the verified runsc binary; the runner keeps it.
   RunscRunner(kj::UnixEventPort& events, int runsc_fd, std::string root_dir, std::string platform);
 
-  // Runs `runsc <fixed flags> <args...>` with stdin/stdout on /dev/null and stderr captured.
+  // How long one short runsc call (create, start, kill, delete) may take before it is killed.
+  static constexpr kj::Duration kTimeout = 60 * kj::SECONDS;
+
+  // Runs `runsc <fixed flags> <args...>` with stdin/stdout on /dev/null and stderr captured;
+  // a call still running after kTimeout is killed (and reported as killed by signal 9).
   kj::Promise<RunscResult> Run(std::vector<std::string> args);
 
   // Starts `runsc <fixed flags> <args...>` with the given fds as its stdin, stdout and stderr.

@@ -274,7 +274,12 @@ std::vector<std::string> Service::Leaks() const {
   };
   for (const auto& n : list_dir(bundles())) leaks.push_back("bundle " + n);
   for (const auto& n : list_dir(runsc_root())) leaks.push_back("runsc state " + n);
-  std::istringstream mounts(ReadFile("/proc/self/mountinfo"));
+  // Staging mounts live in the privhelper's private mount namespace; once it has exited,
+  // that namespace (and anything left in it) is gone, so look there while it runs.
+  std::string mountinfo = privhelper_pid_ > 0
+                              ? "/proc/" + std::to_string(privhelper_pid_) + "/mountinfo"
+                              : "/proc/self/mountinfo";
+  std::istringstream mounts(ReadFile(mountinfo));
   for (std::string line; std::getline(mounts, line);) {
     std::istringstream fields(line);
     std::string id, parent, devs, root, point;
