@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include <kj/debug.h>
+#include <kj/io.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
@@ -142,12 +143,18 @@ class ProcessImpl final : public api::Process::Server {
     Check();
     auto data = context.getParams().getData();
     KJ_IF_MAYBE(s, p_->stdin_stream) {
+      // Flow control keeps a well-behaved client within a few writes; one that ignores it
+      // (pipelining writes to a process that never reads) is refused past this bound.
+      if (p_->stdin_queued + data.size() > ProcessRecord::kMaxQueuedInput)
+        Fail(absl::UnavailableError("too much input queued; wait for earlier writes"));
+      p_->stdin_queued += data.size();
       auto copy = kj::heapArray<capnp::byte>(data);
       kj::AsyncOutputStream* stream = s->get();
+      ProcessRecord* record = p_.get();
       auto done = p_->stdin_chain.then([stream, copy = kj::mv(copy)]() mutable {
         auto write = stream->write(copy.begin(), copy.size());
         return write.attach(kj::mv(copy));
-      });
+      }).attach(kj::defer([record, n = data.size()] { record->stdin_queued -= n; }));
       auto forked = done.fork();
       p_->stdin_chain = forked.addBranch().catch_([](kj::Exception&&) {});
       return forked.addBranch().catch_([](kj::Exception&&) {
@@ -159,6 +166,7 @@ class ProcessImpl final : public api::Process::Server {
 
   kj::Promise<void> closeInput(CloseInputContext context) override {
     Check();
+    if (p_->stdin_stream == nullptr) return kj::READY_NOW;  // closed already, or ended
     auto p = kj::addRef(*p_);
     return p_->stdin_chain.then([p = kj::mv(p)]() mutable { p->stdin_stream = nullptr; });
   }
@@ -203,19 +211,15 @@ class ProcessImpl final : public api::Process::Server {
   kj::Own<ProcessRecord> p_;
 };
 
-kj::Own<kj::AsyncOutputStream> TakeWriteFd(Broker& broker, int fd) {
-  return broker.low().wrapOutputFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-}
-
 // The fd of a capability the privhelper passed, duplicated so that we own it.
-kj::Promise<int> OwnFd(helper::Fd::Client cap) {
+kj::Promise<kj::AutoCloseFd> OwnFd(helper::Fd::Client cap) {
   // The received fd belongs to the capability: keep it alive until the fd is duplicated.
   auto fd_promise = cap.getFd();
   return fd_promise.then([cap = kj::mv(cap)](kj::Maybe<int> fd) {
     KJ_IF_MAYBE(f, fd) {
       int dup = fcntl(*f, F_DUPFD_CLOEXEC, 3);
       if (dup < 0) Fail(absl::InternalError("cannot duplicate a stdio fd"));
-      return dup;
+      return kj::AutoCloseFd(dup);
     }
     Fail(absl::InternalError("the privhelper sent no fd"));
   });
@@ -248,17 +252,14 @@ class SandboxImpl final : public api::Sandbox::Server {
           kj::throwFatalException(Forwarded(kj::mv(e)));
         })
         .then([this, p = kj::mv(p)](capnp::Response<helper::Helper::StartProcessResults> res) mutable {
-          auto in = OwnFd(res.getStdin());
-          auto out = OwnFd(res.getStdout());
-          auto err = OwnFd(res.getStderr());
-          return in.then([out = kj::mv(out)](int i) mutable {
-                     return out.then([i](int o) { return std::make_pair(i, o); });
-                   })
-              .then([err = kj::mv(err)](std::pair<int, int> io) mutable {
-                return err.then([io](int e) { return std::make_tuple(io.first, io.second, e); });
-              })
-              .then([this, p = kj::mv(p)](std::tuple<int, int, int> fds) mutable {
-                return Register(kj::mv(p), std::get<0>(fds), std::get<1>(fds), std::get<2>(fds));
+          // All three or none: a failure drops the others, closing them.
+          kj::Vector<kj::Promise<kj::AutoCloseFd>> fds;
+          fds.add(OwnFd(res.getStdin()));
+          fds.add(OwnFd(res.getStdout()));
+          fds.add(OwnFd(res.getStderr()));
+          return kj::joinPromises(fds.releaseAsArray())
+              .then([this, p = kj::mv(p)](kj::Array<kj::AutoCloseFd> owned) mutable {
+                return Register(kj::mv(p), kj::mv(owned[0]), kj::mv(owned[1]), kj::mv(owned[2]));
               });
         })
         .then([this, context](kj::Own<ProcessRecord> p) mutable {
@@ -322,22 +323,20 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
 
  private:
-  kj::Own<ProcessRecord> Register(kj::Own<ProcessRecord> p, int in, int out, int err) {
+  kj::Own<ProcessRecord> Register(kj::Own<ProcessRecord> p, kj::AutoCloseFd in,
+                                  kj::AutoCloseFd out, kj::AutoCloseFd err) {
     auto& sandboxes = broker_.sandboxes();
     auto it = sandboxes.find(id_);
-    if (it == sandboxes.end()) {
-      close(in);
-      close(out);
-      close(err);
-      Fail(absl::NotFoundError("sandbox was deleted"));
-    }
+    if (it == sandboxes.end()) Fail(absl::NotFoundError("sandbox was deleted"));
     SandboxRecord& sb = *it->second;
-    p->stdin_stream = TakeWriteFd(broker_, in);
     auto& low = broker_.low();
-    auto drain_out = Drain(low.wrapInputFd(out, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
-                           p->stdout_buf);
-    auto drain_err = Drain(low.wrapInputFd(err, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
-                           p->stderr_buf);
+    p->stdin_stream = low.wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    auto drain_out = Drain(
+        low.wrapInputFd(out.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+        p->stdout_buf);
+    auto drain_err = Drain(
+        low.wrapInputFd(err.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+        p->stderr_buf);
     auto wait_req = broker_.helper().waitProcessRequest();
     wait_req.setSandboxId(id_);
     wait_req.setProcessId(p->id);
@@ -493,6 +492,9 @@ void ExitInfo::To(api::ExitStatus::Builder out) const {
 void ProcessRecord::SetExit(ExitInfo info) {
   if (ended()) return;
   exit = info;
+  // Nobody can write to an ended process: release its stdin fd now.
+  stdin_chain = nullptr;
+  stdin_stream = nullptr;
   auto waiters = kj::mv(exit_waiters);
   exit_waiters = {};
   for (auto& w : waiters) w->fulfill();

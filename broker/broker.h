@@ -33,6 +33,8 @@ struct ProcessRecord : public kj::Refcounted {
   OutputBuffer stderr_buf;
   kj::Maybe<kj::Own<kj::AsyncOutputStream>> stdin_stream;
   kj::Promise<void> stdin_chain = kj::READY_NOW;  // serializes writes
+  size_t stdin_queued = 0;                         // bytes accepted but not yet written
+  static constexpr size_t kMaxQueuedInput = 16 << 20;
   ExitInfo exit;
   kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> exit_waiters;
   kj::Promise<void> pumps = nullptr;

@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include <capnp/rpc-twoparty.h>
@@ -26,6 +27,7 @@ namespace {
 // (capnp allocates a message's declared size up front), and no fds are accepted.
 constexpr uint64_t kClientTraversalWords = 1 << 20;
 constexpr size_t kMaxConnections = 4096;
+constexpr size_t kMaxConnectionsPerUid = 1024;
 
 void Log(const std::string& message) {
   std::fprintf(stderr, "paseo-sandbox-broker: %s\n", message.c_str());
@@ -63,37 +65,58 @@ struct ClientConnection {
 
 class Listener {
  public:
-  Listener(Broker& broker, kj::Own<kj::ConnectionReceiver> receiver)
-      : broker_(broker), receiver_(kj::mv(receiver)), tasks_(handler_) {}
+  Listener(Broker& broker, kj::Own<kj::ConnectionReceiver> receiver, kj::Timer& timer)
+      : broker_(broker), receiver_(kj::mv(receiver)), timer_(timer), tasks_(handler_) {}
 
   kj::Promise<void> Run() {
-    return receiver_->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
-      Peer peer;
-      int fd = -1;
-      KJ_IF_MAYBE(f, stream->getFd()) { fd = *f; }
-      if (fd < 0 || !ReadPeer(fd, &peer)) {
-        Log("dropping a connection without peer credentials");
-      } else if (open_ >= kMaxConnections) {
-        Log("too many connections; dropping one");
-      } else {
-        ++open_;
-        auto conn = kj::heap<ClientConnection>(kj::mv(stream), broker_.NewSupervisor(peer));
-        auto done = conn->network.onDisconnect().attach(kj::mv(conn));
-        tasks_.add(done.then([this] { --open_; }));
-      }
-      return Run();
-    });
+    return receiver_->accept().then(
+        [this](kj::Own<kj::AsyncIoStream> stream) {
+          Accept(kj::mv(stream));
+          return Run();
+        },
+        [this](kj::Exception&& e) -> kj::Promise<void> {
+          // EMFILE and friends: keep serving the connections we have and try again shortly,
+          // rather than letting one flood end the broker.
+          Log(std::string("accept failed, retrying: ") + e.getDescription().cStr());
+          return timer_.afterDelay(100 * kj::MILLISECONDS).then([this] { return Run(); });
+        });
   }
 
  private:
+  void Accept(kj::Own<kj::AsyncIoStream> stream) {
+    Peer peer;
+    int fd = -1;
+    KJ_IF_MAYBE(f, stream->getFd()) { fd = *f; }
+    if (fd < 0 || !ReadPeer(fd, &peer)) {
+      Log("dropping a connection without peer credentials");
+      return;
+    }
+    size_t& mine = per_uid_[peer.uid];
+    if (open_ >= kMaxConnections || mine >= kMaxConnectionsPerUid) {
+      Log("connection limit reached; dropping a connection from uid " + std::to_string(peer.uid));
+      return;
+    }
+    ++open_;
+    ++mine;
+    uid_t uid = peer.uid;
+    auto conn = kj::heap<ClientConnection>(kj::mv(stream), broker_.NewSupervisor(peer));
+    auto done = conn->network.onDisconnect().attach(kj::mv(conn));
+    tasks_.add(done.then([this, uid] {
+      --open_;
+      if (--per_uid_[uid] == 0) per_uid_.erase(uid);
+    }));
+  }
+
   struct Handler : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&& e) override { KJ_LOG(INFO, "client connection ended", e); }
   };
   Broker& broker_;
   kj::Own<kj::ConnectionReceiver> receiver_;
+  kj::Timer& timer_;
   Handler handler_;
   kj::TaskSet tasks_;
   size_t open_ = 0;
+  std::map<uid_t, size_t> per_uid_;
 };
 
 int Main(int argc, char** argv) {
@@ -112,7 +135,7 @@ int Main(int argc, char** argv) {
     Log("fd 3 and fd 4 must be the helper socketpair and the listening socket");
     return 2;
   }
-  if (geteuid() == 0 || getuid() == 0 || HasAnyCapability()) {
+  if (geteuid() == 0 || getuid() == 0 || getegid() == 0 || getgid() == 0 || HasAnyCapability()) {
     Log("refusing to run as root or with capabilities");
     return 1;
   }
@@ -134,8 +157,9 @@ int Main(int argc, char** argv) {
   policy_message.setRoot(policy_response.getPolicy());
 
   Broker broker(*io.provider, low, helper, policy_message);
-  Listener listener(broker, low.wrapListenSocketFd(listen_fd,
-                                                   kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP));
+  Listener listener(broker,
+                    low.wrapListenSocketFd(listen_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+                    io.provider->getTimer());
   Log("serving");
   // Serve until the privhelper goes away: without it the broker can do nothing useful.
   listener.Run().exclusiveJoin(helper_network.onDisconnect()).wait(io.waitScope);

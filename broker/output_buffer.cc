@@ -7,11 +7,30 @@ namespace paseo {
 
 void OutputBuffer::Append(const char* data, size_t size) {
   if (size == 0) return;
-  chunks_.push_back(Chunk{end_, std::string(data, size)});
+  // Coalesce small reads, so that a process writing a byte at a time costs bytes, not chunk
+  // headers.
+  if (!chunks_.empty() && chunks_.back().bytes.size() + size <= kChunkBytes) {
+    chunks_.back().bytes.append(data, size);
+  } else {
+    chunks_.push_back(Chunk{end_, std::string(data, size), 0});
+  }
   end_ += size;
-  // Drop the oldest chunk while the newer ones alone still hold `capacity_` bytes.
-  while (chunks_.size() > 1 && end_ - chunks_[1].offset >= capacity_) chunks_.pop_front();
-  start_ = chunks_.empty() ? end_ : chunks_.front().offset;
+  // Keep exactly the newest `capacity_` bytes visible. The front chunk is trimmed by moving
+  // its `skip` (no copying); its memory goes when the whole chunk does, so memory stays
+  // within capacity plus one chunk.
+  uint64_t excess = end_ - start_ > capacity_ ? end_ - start_ - capacity_ : 0;
+  while (excess > 0) {
+    Chunk& front = chunks_.front();
+    size_t avail = front.bytes.size() - front.skip;
+    if (avail <= excess) {
+      excess -= avail;
+      chunks_.pop_front();
+    } else {
+      front.skip += static_cast<size_t>(excess);
+      excess = 0;
+    }
+  }
+  start_ = chunks_.empty() ? end_ : chunks_.front().offset + chunks_.front().skip;
   Notify();
 }
 

@@ -1,6 +1,6 @@
 // OutputBuffer: one output stream of one process, every byte numbered by its offset from the
-// process start. Keeps at most about `capacity` bytes in memory (whole chunks are dropped from
-// the front), so a reader that asks for an offset older than start() must be told of a gap.
+// process start. Keeps the newest `capacity` bytes (memory: at most capacity plus one 64 KiB
+// chunk), so a reader that asks for an offset older than start() must be told of a gap.
 #pragma once
 
 #include <cstdint>
@@ -29,9 +29,11 @@ class OutputBuffer {
   kj::Promise<void> WhenChanged();
 
  private:
+  static constexpr size_t kChunkBytes = 64 * 1024;
   struct Chunk {
-    uint64_t offset;
+    uint64_t offset;  // stream offset of bytes[0]
     std::string bytes;
+    size_t skip;      // leading bytes already dropped from the buffer
   };
   void Notify();
 
