@@ -78,6 +78,10 @@ void WriteMount(JsonWriter& w, const std::string& destination, const std::string
 
 }  // namespace
 
+std::string SandboxCgroup(const std::string& sandbox_id) {
+  return "/paseo-sandbox/" + sandbox_id;
+}
+
 std::vector<std::string> SandboxInitArgv() { return {"/bin/sleep", "2147483647"}; }
 
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env) {
@@ -151,6 +155,12 @@ std::string RenderOciConfig(const BundleSpec& spec) {
     w.EndObject();
   }
   w.EndArray();
+  if (!spec.cgroups_path.empty()) {
+    // An explicit path keeps every sandbox's cgroups under one parent, where cleanup and
+    // garbage collection can find them (runsc would otherwise use the bare id at the top).
+    w.Key("cgroupsPath");
+    w.String(spec.cgroups_path);
+  }
   if (spec.memory_limit_bytes > 0) {
     w.Key("resources");
     w.BeginObject();

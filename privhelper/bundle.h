@@ -23,7 +23,11 @@ struct BundleSpec {
   std::vector<StagedMount> mounts;
   uint64_t tmpfs_bytes = 64ull << 20;
   uint64_t memory_limit_bytes = 0;  // 0: no limit
+  std::string cgroups_path;         // linux.cgroupsPath, e.g. /paseo-sandbox/<id>
 };
+
+// The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
+std::string SandboxCgroup(const std::string& sandbox_id);
 
 struct ExecSpec {
   std::vector<std::string> argv;

@@ -15,7 +15,7 @@ const std::vector<KeptCapability>& ServingCapabilities() {
       {CAP_SYS_ADMIN, "cap_sys_admin",
        "bind-mounting and unmounting staged workspaces; runsc's namespaces and mounts"},
       {CAP_DAC_OVERRIDE, "cap_dac_override",
-       "opening workspace roots whose mode excludes root; runsc's gofer serving them"},
+       "runsc creating the sandbox's cgroups; its gofer serving workspaces whose mode excludes root"},
       {CAP_SETUID, "cap_setuid", "runsc create/exec switching to the sandbox's users"},
       {CAP_SETGID, "cap_setgid", "runsc create/exec switching to the sandbox's groups"},
       {CAP_SYS_CHROOT, "cap_sys_chroot", "runsc's gofer and sandbox pivoting into the rootfs"},

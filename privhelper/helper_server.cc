@@ -1,6 +1,7 @@
 // See helper_server.h.
 #include "privhelper/helper_server.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -108,6 +109,21 @@ void SandboxHost::RemoveBundle(Sandbox& sandbox) {
   }
 }
 
+// Removes the sandbox's (empty) cgroup in every hierarchy. runsc deletes what it created on a
+// clean delete, but not after a create that failed half-way; rmdir only removes empty ones.
+void RemoveCgroups(const std::string& sandbox_id) {
+  DIR* root = opendir("/sys/fs/cgroup");
+  if (root == nullptr) return;
+  std::string rel = SandboxCgroup(sandbox_id);
+  while (dirent* e = readdir(root)) {
+    if (e->d_name[0] == '.') continue;
+    std::string dir = absl::StrCat("/sys/fs/cgroup/", e->d_name);
+    rmdir((dir + rel).c_str());
+  }
+  rmdir(("/sys/fs/cgroup" + rel).c_str());  // a pure cgroup2 host
+  closedir(root);
+}
+
 void SandboxHost::Forget(Sandbox& sandbox) {
   // A `runsc exec` that has not been reaped yet keeps its record until it is, so no zombie
   // is left behind and no exit is lost.
@@ -115,6 +131,7 @@ void SandboxHost::Forget(Sandbox& sandbox) {
     if (!p->exited) reaper_.add(p->exit.addBranch().ignoreResult().attach(kj::addRef(*p)));
   }
   RemoveBundle(sandbox);
+  RemoveCgroups(sandbox.id);
   sandboxes_.erase(sandbox.id);
 }
 
@@ -221,6 +238,7 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   spec.gid = gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
   spec.memory_limit_bytes = request.profile->getMemoryLimitBytes();
+  spec.cgroups_path = SandboxCgroup(sb.id);
   for (size_t i = 0; i < resolved.size(); ++i) {
     std::string staging = absl::StrCat(mounts_dir, "/", i);
     absl::Status st = StageBind(resolved[i], staging, request.mounts[i].read_only);

@@ -274,6 +274,11 @@ std::vector<std::string> Service::Leaks() const {
   };
   for (const auto& n : list_dir(bundles())) leaks.push_back("bundle " + n);
   for (const auto& n : list_dir(runsc_root())) leaks.push_back("runsc state " + n);
+  for (const auto& hierarchy : list_dir("/sys/fs/cgroup")) {
+    for (const auto& n : list_dir("/sys/fs/cgroup/" + hierarchy + "/paseo-sandbox")) {
+      if (n.rfind("sb-", 0) == 0) leaks.push_back("cgroup " + hierarchy + "/paseo-sandbox/" + n);
+    }
+  }
   // Staging mounts live in the privhelper's private mount namespace; once it has exited,
   // that namespace (and anything left in it) is gone, so look there while it runs.
   std::string mountinfo = privhelper_pid_ > 0

@@ -1,0 +1,67 @@
+// The privhelper's serving capability list (privhelper/capabilities.h) is minimal: with all of
+// it, agents run and write their workspace; without any single entry, a named operation fails.
+// Each case starts its own real privhelper with `--without-capability NAME`.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "privhelper/capabilities.h"
+#include "testing/harness.h"
+
+namespace paseo::testing {
+namespace {
+
+
+Identity Alpha(const Service& svc) { return {4242, 4242, {4242, svc.socket_gid()}}; }
+
+// The named operation: create a sandbox over a 0700 workspace and write a file into it.
+CliResult WriteIntoWorkspace(const Service& svc) {
+  chmod((svc.base() + "/ws-alpha").c_str(), 0700);
+  return svc.Cli(Alpha(svc), {"run", "--workspace", svc.base() + "/ws-alpha:/workspace:rw", "--",
+                              "sh", "-c", "echo x > /workspace/made && cat /workspace/made"});
+}
+
+uint64_t CapMask(const std::string& status, const std::string& field) {
+  auto pos = status.find(field + ":\t");
+  if (pos == std::string::npos) return ~0ull;
+  return std::stoull(status.substr(pos + field.size() + 2, 16), nullptr, 16);
+}
+
+TEST(CapabilityTest, TheFullListSufficesAndIsAllThePrivhelperHolds) {
+  Service svc(ServiceOptions{});
+  auto r = WriteIntoWorkspace(svc);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "x\n");
+  uint64_t want = 0;
+  for (const auto& c : ServingCapabilities()) want |= 1ull << c.cap;
+  std::string status = ReadFile("/proc/" + std::to_string(svc.privhelper_pid()) + "/status");
+  EXPECT_EQ(CapMask(status, "CapEff"), want) << status;
+  EXPECT_EQ(CapMask(status, "CapPrm"), want) << status;
+  EXPECT_EQ(CapMask(status, "CapBnd"), want) << status;
+  EXPECT_EQ(CapMask(status, "CapInh"), 0u) << status;
+  EXPECT_EQ(CapMask(status, "CapAmb"), 0u) << status;
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
+  for (const auto& c : ServingCapabilities()) {
+    SCOPED_TRACE(c.name);
+    ServiceOptions options;
+    options.privhelper_args = {"--without-capability", c.name};
+    Service svc(options);
+    auto r = WriteIntoWorkspace(svc);
+    std::printf("without %-16s (%s): exit %d: %s", c.name, c.needed_for, r.exit_code,
+                r.err.c_str());
+    EXPECT_NE(r.exit_code, 0) << c.name << " is not needed for: " << c.needed_for;
+    EXPECT_NE(r.out, "x\n");
+    svc.Stop();
+    EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  }
+}
+
+}  // namespace
+}  // namespace paseo::testing
