@@ -410,6 +410,7 @@ class SupervisorImpl final : public api::Supervisor::Server {
     r.setDeploymentId(deployment);
     r.setProfile(record->profile);
     r.setWorkspaces(spec.getWorkspaces());
+    r.setCredentials(spec.getCredentials());
     std::string id = record->id;
     record->state = "creating";
     broker_.sandboxes().emplace(id, std::move(record));

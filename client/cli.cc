@@ -38,6 +38,8 @@ Commands:
       --workspace PATH[:DEST][:ro|:rw]
                              show PATH (as you see it) at DEST (default /workspace) inside the
                              sandbox, read-only unless :rw is given; may be repeated
+      --credential NAME      mount a credential directory the deployment registered, where the
+                             launch profile places it (read-only unless the profile says)
       --env KEY=VALUE        environment entry (repeatable)
       --cwd DIR              working directory inside the sandbox
       --keep                 keep the sandbox after the command ends (prints its id on stderr)
@@ -204,7 +206,7 @@ int RunProcess(kj::AsyncIoContext& io, api::Sandbox::Client& sandbox,
 
 int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> args) {
   std::string deployment, profile, cwd;
-  std::vector<std::string> workspaces, env, argv;
+  std::vector<std::string> workspaces, credentials, env, argv;
   bool keep = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -231,6 +233,10 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
       auto v = value("--workspace");
       if (!v) return 2;
       workspaces.push_back(*v);
+    } else if (a == "--credential") {
+      auto v = value("--credential");
+      if (!v) return 2;
+      credentials.push_back(*v);
     } else if (a == "--env") {
       auto v = value("--env");
       if (!v) return 2;
@@ -274,6 +280,8 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
       return 2;
     }
   }
+  auto creds = spec.initCredentials(static_cast<unsigned>(credentials.size()));
+  for (size_t c = 0; c < credentials.size(); ++c) creds.set(static_cast<unsigned>(c), credentials[c]);
   auto created = create.send().wait(ws);
   auto sandbox = created.getSandbox();
   std::string sandbox_id = created.getInfo().getId();

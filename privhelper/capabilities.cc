@@ -13,9 +13,9 @@ namespace paseo {
 const std::vector<KeptCapability>& ServingCapabilities() {
   static const std::vector<KeptCapability> kList = {
       {CAP_SYS_ADMIN, "cap_sys_admin",
-       "bind-mounting and unmounting staged workspaces; runsc's namespaces and mounts"},
+       "bind-mounting staged workspaces and the rootfs overlay; runsc's namespaces and mounts"},
       {CAP_DAC_OVERRIDE, "cap_dac_override",
-       "runsc creating the sandbox's cgroups; its gofer serving workspaces whose mode excludes root"},
+       "mounting each sandbox's rootfs overlay; runsc creating its cgroups and serving workspaces"},
       {CAP_SETUID, "cap_setuid", "runsc create/exec switching to the sandbox's users"},
       {CAP_SETGID, "cap_setgid", "runsc create/exec switching to the sandbox's groups"},
       {CAP_SYS_CHROOT, "cap_sys_chroot", "runsc's gofer and sandbox pivoting into the rootfs"},

@@ -186,6 +186,20 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
   if (p.getOutputBufferBytes() < 4096 || p.getOutputBufferBytes() > (1ull << 32))
     return Bad(file, "outputBufferBytes", "must be between 4096 and 4294967296");
   if (p.getTmpfsBytes() < (1 << 20)) return Bad(file, "tmpfsBytes", "must be at least 1048576");
+  std::set<std::string> names;
+  for (size_t i = 0; i < p.getCredentials().size(); ++i) {
+    auto c = p.getCredentials()[i];
+    std::string where = absl::StrCat("credentials[", i, "]");
+    if (!IsValidId(c.getName().cStr()) || !names.insert(c.getName().cStr()).second)
+      return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
+    std::string dest = c.getDestination().cStr();
+    if (!IsNormalizedAbsolutePath(dest) || dest == "/")
+      return Bad(file, where + ".destination", "must be a normalized absolute path other than /");
+    for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp"}) {
+      if (dest == reserved || absl::StartsWith(dest, absl::StrCat(reserved, "/")))
+        return Bad(file, where + ".destination", absl::StrCat("may not be under ", reserved));
+    }
+  }
   if (p.getMemoryLimitBytes() > (1ull << 50))
     return Bad(file, "memoryLimitBytes", "must be at most 2^50 (0 means no limit)");
   return absl::OkStatus();
@@ -210,6 +224,15 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
     return Bad(file, "runAs.gid", "agents never run with group 0");
   if (d.getMaxSandboxes() == 0 || d.getMaxSandboxes() > 1024)
     return Bad(file, "maxSandboxes", "must be between 1 and 1024");
+  std::set<std::string> names;
+  for (size_t i = 0; i < d.getCredentialRoots().size(); ++i) {
+    auto c = d.getCredentialRoots()[i];
+    std::string where = absl::StrCat("credentialRoots[", i, "]");
+    if (!IsValidId(c.getName().cStr()) || !names.insert(c.getName().cStr()).second)
+      return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
+    if (!IsNormalizedAbsolutePath(c.getHostPath().cStr()) || c.getHostPath() == "/")
+      return Bad(file, where + ".hostPath", "must be a normalized absolute path other than /");
+  }
   return absl::OkStatus();
 }
 

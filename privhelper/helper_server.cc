@@ -15,6 +15,7 @@
 #include "common/rpc_errors.h"
 #include "common/status.h"
 #include "privhelper/bundle.h"
+#include "privhelper/rootfs_overlay.h"
 #include "privhelper/workspace_resolver.h"
 
 namespace paseo {
@@ -103,6 +104,11 @@ void SandboxHost::RemoveBundle(Sandbox& sandbox) {
   sandbox.staging.clear();
   for (const auto& f : sandbox.files) unlink(f.c_str());
   sandbox.files.clear();
+  absl::Status overlay = RemoveRootfsOverlay(sandbox.bundle_dir);
+  if (!overlay.ok()) {
+    all_unmounted = false;
+    KJ_LOG(ERROR, "leaving rootfs overlay in place", overlay.ToString());
+  }
   if (all_unmounted) {
     rmdir((sandbox.bundle_dir + "/mounts").c_str());
     rmdir(sandbox.bundle_dir.c_str());
@@ -182,11 +188,21 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
     absl::Status st = CheckDestination(rootfs, m.destination);
     if (!st.ok()) Fail(st);
   }
+  for (const auto& c : request.credentials) {
+    absl::Status st = CheckDestination(rootfs, c.destination);
+    if (!st.ok()) Fail(st);
+  }
   std::vector<ResolvedWorkspace> resolved;
   for (const auto& m : request.mounts) {
     auto ws = ResolveWorkspace(deployment, m.client_path);
     if (!ws.ok()) Fail(ws.status());
     resolved.push_back(std::move(*ws));
+  }
+  std::vector<ResolvedWorkspace> credentials;
+  for (const auto& c : request.credentials) {
+    auto cred = ResolveCredential(c.name, c.host_path);
+    if (!cred.ok()) Fail(cred.status());
+    credentials.push_back(std::move(*cred));
   }
   uid_t uid;
   gid_t gid;
@@ -232,8 +248,10 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   std::string mounts_dir = sb.bundle_dir + "/mounts";
   if (mkdir(mounts_dir.c_str(), 0700) != 0) fail_and_clean(ErrnoStatus("mkdir", mounts_dir));
 
+  auto merged = MountRootfsOverlay(rootfs, sb.bundle_dir);
+  if (!merged.ok()) fail_and_clean(merged.status());
   BundleSpec spec;
-  spec.rootfs = rootfs;
+  spec.rootfs = *merged;
   spec.uid = uid;
   spec.gid = gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
@@ -245,6 +263,14 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
     if (!st.ok()) fail_and_clean(st);
     sb.staging.push_back(staging);
     spec.mounts.push_back({staging, request.mounts[i].destination, request.mounts[i].read_only});
+  }
+  for (size_t i = 0; i < credentials.size(); ++i) {
+    const auto& c = request.credentials[i];
+    std::string staging = absl::StrCat(mounts_dir, "/credential-", c.name);
+    absl::Status st = StageBind(credentials[i], staging, c.read_only);
+    if (!st.ok()) fail_and_clean(st);
+    sb.staging.push_back(staging);
+    spec.mounts.push_back({staging, c.destination, c.read_only});
   }
   std::string config_path = sb.bundle_dir + "/config.json";
   absl::Status st = WriteNewFile(config_path, RenderOciConfig(spec));

@@ -69,6 +69,41 @@ absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
     out.mounts.push_back(ValidatedMount{m.getPath().cStr(), dest,
                                         m.getMode() != api::AccessMode::READ_WRITE});
   }
+
+  auto credentials = request.getCredentials();
+  if (credentials.size() > kMaxCredentials) return Invalid("credentials", "too many credentials");
+  for (size_t i = 0; i < credentials.size(); ++i) {
+    std::string field = absl::StrCat("credentials[", i, "]");
+    std::string name = credentials[i].cStr();
+    if (HasNul(credentials[i]) || !IsValidId(name)) return Invalid(field, "not a valid name");
+    ValidatedCredential c;
+    c.name = name;
+    for (auto root : out.deployment->getCredentialRoots()) {
+      if (name == root.getName().cStr()) c.host_path = root.getHostPath().cStr();
+    }
+    if (c.host_path.empty())
+      return absl::PermissionDeniedError(absl::StrCat(
+          field, ": deployment ", out.deployment->getId().cStr(), " has no credential \"", name,
+          "\""));
+    for (auto m : out.profile->getCredentials()) {
+      if (name == m.getName().cStr()) {
+        c.destination = m.getDestination().cStr();
+        c.read_only = !m.getWritable();
+      }
+    }
+    if (c.destination.empty())
+      return absl::PermissionDeniedError(absl::StrCat(
+          field, ": profile ", out.profile->getName().cStr(), " places no credential \"", name,
+          "\""));
+    for (const auto& other : out.credentials) {
+      if (other.name == name) return Invalid(field, "named twice");
+    }
+    for (const auto& m : out.mounts) {
+      if (IsUnder(c.destination, m.destination) || IsUnder(m.destination, c.destination))
+        return Invalid(field, "its destination overlaps a workspace's destination");
+    }
+    out.credentials.push_back(std::move(c));
+  }
   return out;
 }
 

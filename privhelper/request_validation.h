@@ -18,11 +18,21 @@ struct ValidatedMount {
   bool read_only = true;
 };
 
+struct ValidatedCredential {
+  std::string name;
+  std::string host_path;    // from the deployment's credentialRoots
+  std::string destination;  // from the profile
+  bool read_only = true;
+};
+
+inline constexpr size_t kMaxCredentials = 8;
+
 struct ValidatedCreate {
   std::string sandbox_id;
   const config::Deployment::Reader* deployment = nullptr;
   const config::LaunchProfile::Reader* profile = nullptr;
   std::vector<ValidatedMount> mounts;
+  std::vector<ValidatedCredential> credentials;
 };
 
 struct ValidatedStart {

@@ -130,6 +130,21 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
       deployment.getId().cStr()));
 }
 
+absl::StatusOr<ResolvedWorkspace> ResolveCredential(const std::string& name,
+                                                    const std::string& host_path) {
+  int fd = Openat2(AT_FDCWD, host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (fd < 0) {
+    int err = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "credential ", name, " (", host_path, ") cannot be opened safely: ", std::strerror(err)));
+  }
+  ResolvedWorkspace ws;
+  ws.fd = kj::AutoCloseFd(fd);
+  ws.host_root = host_path;
+  return ws;
+}
+
 absl::Status StageBind(const ResolvedWorkspace& workspace, const std::string& staging,
                        bool read_only) {
   // The new bind must be at least as restrictive as the mount the workspace lives on: a

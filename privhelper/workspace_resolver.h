@@ -34,6 +34,11 @@ struct ResolvedWorkspace {
 absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
                                                    absl::string_view client_path);
 
+// Opens a registered credential directory (an absolute host path from the root-owned config)
+// with RESOLVE_NO_SYMLINKS from "/", so a credential dir swapped for a symlink is refused.
+absl::StatusOr<ResolvedWorkspace> ResolveCredential(const std::string& name,
+                                                    const std::string& host_path);
+
 // Creates `staging` (mode 0700, root-owned; it must not exist) and bind-mounts the resolved
 // directory onto it, non-recursively, nosuid and nodev, read-only if asked. The bind goes
 // through /proc/self/fd/N of the O_PATH fd, so no path is resolved again.

@@ -43,6 +43,10 @@ struct SandboxSpec {
   workspaces @2 :List(WorkspaceMount);
   labels @3 :List(Label);
   # Free-form labels kept with the sandbox (at most 32, keys and values at most 256 bytes).
+  credentials @4 :List(Text);
+  # Names of credential directories to mount (for example "claude"). Each must be registered
+  # for the deployment and placed by the launch profile; mounted read-only unless the profile
+  # says otherwise. The client never learns or sends their host paths.
 }
 
 struct ProcessSpec {

@@ -58,6 +58,8 @@ struct Deployment {
   # Launch profiles this deployment may use; the first is the default. Empty = ["default"].
   maxSandboxes @6 :UInt32 = 16;
   # At most this many sandboxes of the deployment exist at once (each costs ~45 MiB of host RAM).
+  credentialRoots @7 :List(CredentialRoot);
+  # Credential directories this deployment's sandboxes may mount (by name).
 }
 
 struct LaunchProfile {
@@ -70,4 +72,22 @@ struct LaunchProfile {
   # Sandbox memory limit; 0 = none.
   tmpfsBytes @4 :UInt64 = 67108864;
   # Size of the sandbox's /tmp.
+  credentials @5 :List(CredentialMount);
+  # Where each credential a sandbox of this profile may ask for is mounted.
+}
+
+struct CredentialRoot {
+  # A credential directory a deployment may hand to its agents (for example ~/.claude).
+  name @0 :Text;
+  # The handle clients use; an id ([a-z0-9-]).
+  hostPath @1 :Text;
+  # Normalized absolute host directory with no symlink in it.
+}
+
+struct CredentialMount {
+  name @0 :Text;
+  destination @1 :Text;
+  # Fixed absolute destination inside the sandbox.
+  writable @2 :Bool = false;
+  # Read-only unless set (some agents refresh tokens in place).
 }

@@ -30,6 +30,8 @@ struct CreateSandboxRequest {
   deploymentId @1 :Text;
   profile @2 :Text;
   workspaces @3 :List(Api.WorkspaceMount);
+  credentials @4 :List(Text);
+  # Credential names; the privhelper maps them through its own config.
 }
 
 struct StartProcessRequest {

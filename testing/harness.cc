@@ -133,7 +133,7 @@ void Service::Start() {
   base_ = templ;
   Check(mount("tmpfs", base_.c_str(), "tmpfs", 0, "mode=0755,size=512m") == 0, "mount tmpfs");
   for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/state", "/run",
-                        "/ws-alpha", "/ws-beta", "/outside"}) {
+                        "/ws-alpha", "/ws-beta", "/outside", "/creds", "/creds/tokens"}) {
     Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
   }
   Check(chown((base_ + "/ws-alpha").c_str(), 4242, 4242) == 0, "chown ws-alpha");
@@ -154,9 +154,16 @@ void Service::Start() {
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
                 "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
                 version + "\"}");
+  WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");
+  // World-writable on the host, so only the read-only mount can stop an agent's write.
+  Check(chmod((base_ + "/creds/tokens/token").c_str(), 0666) == 0, "chmod token");
   WriteText(base_ + "/etc/deployments/alpha.json",
             "{\"id\": \"alpha\", \"allowedUids\": [4242], \"workspaceRoots\": [{\"hostPath\": \"" +
-                base_ + "/ws-alpha\"}]}");
+                base_ + "/ws-alpha\"}], \"credentialRoots\": [{\"name\": \"tokens\", \"hostPath\": \"" +
+                base_ + "/creds/tokens\"}]}");
+  WriteText(base_ + "/etc/profiles/default.json",
+            "{\"name\": \"default\", \"credentials\": [{\"name\": \"tokens\", "
+            "\"destination\": \"/credentials/tokens\"}]}");
   WriteText(base_ + "/etc/deployments/beta.json",
             "{\"id\": \"beta\", \"allowedUids\": [4343], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-beta\"}]}");

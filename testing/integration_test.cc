@@ -429,6 +429,45 @@ TEST_F(IntegrationTest, ADestinationThroughARootfsSymlinkIsRefusedAndTheSymlinkS
   EXPECT_EQ(ok.out, "../run\n/var/run/\n");
 }
 
+TEST_F(IntegrationTest, CredentialsAreMountedReadOnlyWhereTheProfileSays) {
+  auto r = svc.Cli(Alpha(), {"run", "--credential", "tokens", "--", "sh", "-c",
+                             "cat /credentials/tokens/token; echo x > /credentials/tokens/token"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.out, "s3cret-token\n");
+  EXPECT_TRUE(absl::StrContains(r.err, "Read-only file system")) << r.err;
+  EXPECT_EQ(ReadFile(svc.base() + "/creds/tokens/token"), "s3cret-token\n");
+  auto none = RunInAlpha({"ls", "/credentials"});
+  EXPECT_NE(none.exit_code, 0) << "credentials appear only when asked for: " << none.out;
+  auto unknown = svc.Cli(Alpha(), {"run", "--credential", "ssh", "--", "true"});
+  EXPECT_EQ(unknown.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(unknown.err, "has no credential \"ssh\"")) << unknown.err;
+  auto other = svc.Cli(Beta(), {"run", "--credential", "tokens", "--", "true"});
+  EXPECT_EQ(other.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(other.err, "permission-denied")) << other.err;
+}
+
+// Regression: Debian's runsc creates missing mount points inside the root it is given, on the
+// host, even when the root is read-only; each sandbox's rootfs is an overlay so the shared,
+// versioned rootfs never changes.
+TEST_F(IntegrationTest, NewMountPointsNeverChangeTheSharedRootfs) {
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", AlphaWs() + ":/brand/new/place:ro", "--",
+                             "ls", "-d", "/brand/new/place"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "/brand/new/place\n");
+  DIR* versions = opendir((svc.base() + "/state/rootfs").c_str());
+  ASSERT_NE(versions, nullptr);
+  int checked = 0;
+  while (dirent* e = readdir(versions)) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st;
+    std::string rootfs = svc.base() + "/state/rootfs/" + e->d_name + "/rootfs";
+    EXPECT_NE(stat((rootfs + "/brand").c_str(), &st), 0) << "the shared rootfs was modified";
+    ++checked;
+  }
+  closedir(versions);
+  EXPECT_EQ(checked, 1);
+}
+
 TEST_F(IntegrationTest, AFifoWorkspaceIsRefusedWithoutBlocking) {
   std::string fifo = AlphaWs() + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
