@@ -133,11 +133,13 @@ void Service::Start() {
   base_ = templ;
   Check(mount("tmpfs", base_.c_str(), "tmpfs", 0, "mode=0755,size=512m") == 0, "mount tmpfs");
   for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/state", "/run",
-                        "/ws-alpha", "/ws-beta", "/outside", "/creds", "/creds/tokens"}) {
+                        "/ws-alpha", "/ws-beta", "/outside", "/creds", "/creds/tokens", "/ws-docker",
+                        "/ws-docker/proj"}) {
     Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
   }
   Check(chown((base_ + "/ws-alpha").c_str(), 4242, 4242) == 0, "chown ws-alpha");
   Check(chown((base_ + "/ws-beta").c_str(), 4343, 4343) == 0, "chown ws-beta");
+  Check(chown((base_ + "/ws-docker/proj").c_str(), 1000, 1000) == 0, "chown ws-docker/proj");
   // Binaries must be executable by the broker user and the test uids: copy them out of
   // Bazel's runfiles (which live under root's 0700 home).
   CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
@@ -161,6 +163,11 @@ void Service::Start() {
             "{\"id\": \"alpha\", \"allowedUids\": [4242], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-alpha\"}], \"credentialRoots\": [{\"name\": \"tokens\", \"hostPath\": \"" +
                 base_ + "/creds/tokens\"}]}");
+  // Paseo's Docker image: uid 1000 in a container that sees the root as /workspace.
+  WriteText(base_ + "/etc/deployments/docker.json",
+            "{\"id\": \"docker\", \"allowedUids\": [1000], \"workspaceRoots\": [{\"hostPath\": \"" +
+                base_ + "/ws-docker\", \"clientPath\": \"/workspace\"}], \"runAs\": {\"uid\": 1000, "
+                "\"gid\": 1000}}");
   WriteText(base_ + "/etc/profiles/default.json",
             "{\"name\": \"default\", \"credentials\": [{\"name\": \"tokens\", "
             "\"destination\": \"/credentials/tokens\"}]}");

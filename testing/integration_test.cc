@@ -86,6 +86,27 @@ TEST_F(IntegrationTest, FilesWrittenInARwWorkspaceBelongToTheRunAsUser) {
   unlink((AlphaWs() + "/made-inside").c_str());
 }
 
+// Paseo's official Docker image runs as 1000:1000 and names workspaces by its own container
+// paths; the deployment maps /workspace to a host root. Files the agent creates belong to
+// 1000:1000 on the host.
+TEST_F(IntegrationTest, DockerDeploymentMapsContainerPathsAndOwnership) {
+  Identity docker{1000, 1000, {1000, svc.socket_gid()}};
+  auto r = svc.Cli(docker, {"run", "--workspace", "/workspace/proj:/workspace:rw", "--", "sh",
+                            "-c", "echo hi > /workspace/from-docker; id -u; id -g"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "1000\n1000\n");
+  struct stat st;
+  std::string made = svc.base() + "/ws-docker/proj/from-docker";
+  ASSERT_EQ(stat(made.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 1000u);
+  EXPECT_EQ(st.st_gid, 1000u);
+  unlink(made.c_str());
+  // The host path is not a name the Docker client can use.
+  auto host = svc.Cli(docker, {"run", "--workspace", svc.base() + "/ws-docker/proj", "--", "true"});
+  EXPECT_EQ(host.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(host.err, "not beneath any workspace root")) << host.err;
+}
+
 TEST_F(IntegrationTest, ReadOnlyWorkspaceRefusesWritesButCanBeRead) {
   std::ofstream(AlphaWs() + "/readme") << "visible";
   auto r = RunInAlpha({"sh", "-c", "cat /workspace/readme; echo x > /workspace/nope"}, "ro");
