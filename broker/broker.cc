@@ -2,6 +2,8 @@
 #include "broker/broker.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -41,6 +43,7 @@ int64_t NowMs() {
 
 void FillProcessInfo(const ProcessRecord& p, api::ProcessInfo::Builder out) {
   out.setId(p.id);
+  out.setTty(p.tty);
   out.setSandboxId(p.sandbox_id);
   auto argv = out.initArgv(static_cast<unsigned>(p.argv.size()));
   for (size_t i = 0; i < p.argv.size(); ++i) argv.set(static_cast<unsigned>(i), p.argv[i]);
@@ -69,15 +72,19 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
 kj::Promise<void> Drain(kj::Own<kj::AsyncInputStream> in, OutputBuffer& buf) {
   auto space = kj::heapArray<char>(kChunk);
   auto read = in->tryRead(space.begin(), 1, space.size());
-  return read.then([in = kj::mv(in), space = kj::mv(space), &buf](size_t n) mutable
-                   -> kj::Promise<void> {
-    if (n == 0) {
-      buf.Close();
-      return kj::READY_NOW;
-    }
-    buf.Append(space.begin(), n);
-    return Drain(kj::mv(in), buf);
-  });
+  return read.then(
+      [in = kj::mv(in), space = kj::mv(space), &buf](size_t n) mutable -> kj::Promise<void> {
+        if (n == 0) {
+          buf.Close();
+          return kj::READY_NOW;
+        }
+        buf.Append(space.begin(), n);
+        return Drain(kj::mv(in), buf);
+      },
+      [&buf](kj::Exception&&) {
+        // A terminal master reads EIO once the last slave fd closes: that is its end.
+        buf.Close();
+      });
 }
 
 // Delivers one stream to one subscriber: gap if needed, kept bytes, live bytes, then end.
@@ -184,6 +191,11 @@ class ProcessImpl final : public api::Process::Server {
     });
   }
 
+  kj::Promise<void> resize(ResizeContext context) override {
+    Check();
+    Fail(absl::FailedPreconditionError("not a tty process (tty processes are not supported yet)"));
+  }
+
   kj::Promise<void> wait(WaitContext context) override {
     Check();
     auto p = kj::addRef(*p_);
@@ -195,6 +207,10 @@ class ProcessImpl final : public api::Process::Server {
   kj::Promise<void> subscribe(SubscribeContext context) override {
     Check();
     auto params = context.getParams();
+    bool pty_stream = params.getStream() == api::Stream::PTY;
+    if (pty_stream != p_->tty)
+      Fail(absl::InvalidArgumentError(p_->tty ? "a tty process has only the pty stream"
+                                              : "only a tty process has a pty stream"));
     auto delivery = Deliver(kj::addRef(*p_), params.getStream(), params.getFromOffset(),
                             params.getSink());
     context.getResults().setSubscription(kj::heap<SubscriptionImpl>(kj::mv(delivery)));
@@ -239,6 +255,7 @@ class SandboxImpl final : public api::Sandbox::Server {
     p->id = NewId("p-");
     p->sandbox_id = id_;
     for (auto a : spec.getArgv()) p->argv.emplace_back(a.cStr());
+    p->tty = spec.getTty();
 
     auto req = broker_.helper().startProcessRequest();
     auto r = req.initRequest();
@@ -247,6 +264,9 @@ class SandboxImpl final : public api::Sandbox::Server {
     r.setArgv(spec.getArgv());
     r.setEnv(spec.getEnv());
     r.setCwd(spec.getCwd());
+    r.setTty(spec.getTty());
+    r.setRows(spec.getRows());
+    r.setCols(spec.getCols());
     return req.send()
         .catch_([](kj::Exception&& e) -> capnp::Response<helper::Helper::StartProcessResults> {
           kj::throwFatalException(Forwarded(kj::mv(e)));
@@ -399,6 +419,19 @@ class SupervisorImpl final : public api::Supervisor::Server {
     record->owner_uid = peer_.uid;
     record->created_ms = NowMs();
     record->buffer_bytes = policy->getOutputBufferBytes();
+    auto profiles = policy->getProfiles();
+    auto sizes = policy->getProfileBufferBytes();
+    bool allowed = false;
+    for (unsigned i = 0; i < profiles.size(); ++i) {
+      if (record->profile == profiles[i].cStr()) {
+        allowed = true;
+        if (i < sizes.size()) record->buffer_bytes = sizes[i];
+      }
+    }
+    if (!allowed)
+      Fail(absl::PermissionDeniedError(absl::StrCat("deployment ", deployment,
+                                                    " may not use profile \"", record->profile,
+                                                    "\"")));
     for (auto l : spec.getLabels()) {
       if (l.getKey().size() > kMaxLabelBytes || l.getValue().size() > kMaxLabelBytes)
         Fail(absl::InvalidArgumentError("label too long"));

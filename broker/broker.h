@@ -11,6 +11,7 @@
 
 #include <capnp/message.h>
 #include <kj/async-io.h>
+#include <kj/io.h>
 
 #include "broker/authorization.h"
 #include "broker/output_buffer.h"
@@ -39,8 +40,11 @@ struct ProcessRecord : public kj::Refcounted {
   kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> exit_waiters;
   kj::Promise<void> pumps = nullptr;
 
+  bool tty = false;
+
   ProcessRecord(uint64_t buffer_bytes) : stdout_buf(buffer_bytes), stderr_buf(buffer_bytes) {}
-  OutputBuffer& buffer(api::Stream s) { return s == api::Stream::STDOUT ? stdout_buf : stderr_buf; }
+  // A tty process's single stream is kept as stdout; `pty` names it.
+  OutputBuffer& buffer(api::Stream s) { return s == api::Stream::STDERR ? stderr_buf : stdout_buf; }
   bool ended() const { return exit.kind != ExitInfo::kRunning; }
   void SetExit(ExitInfo info);
   kj::Promise<void> WhenEnded();

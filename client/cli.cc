@@ -16,6 +16,7 @@
 #include <kj/async-unix.h>
 #include <kj/debug.h>
 
+#include "client/attach.h"
 #include "client/client.h"
 #include "common/json_writer.h"
 
@@ -40,11 +41,21 @@ Commands:
                              sandbox, read-only unless :rw is given; may be repeated
       --credential NAME      mount a credential directory the deployment registered, where the
                              launch profile places it (read-only unless the profile says)
+      -t, --tty              run on a pseudo-terminal (implies -i; the local terminal goes raw)
+      -i, --interactive      forward stdin to the command (closed at end-of-file)
       --env KEY=VALUE        environment entry (repeatable)
       --cwd DIR              working directory inside the sandbox
       --keep                 keep the sandbox after the command ends (prints its id on stderr)
-  exec [--env K=V] [--cwd DIR] ID -- ARGV...
+  exec [-t] [-i] [--env K=V] [--cwd DIR] ID -- ARGV...
                              run ARGV in an existing sandbox (see run --keep); exit status as run
+  attach [--from OFFSET] SANDBOX PROCESS
+                             follow a process's output (from OFFSET, else from now) and send it
+                             your input; for a tty, Ctrl-P Ctrl-Q detaches
+  logs [--stream stdout|stderr|pty] [--from OFFSET] [-f] SANDBOX PROCESS
+                             print a stream from OFFSET (default 0); -f follows until it ends
+  wait SANDBOX PROCESS       wait for a process; print how it ended; exit with its code
+  kill [--signal NAME|N] SANDBOX PROCESS
+                             send a signal (default TERM)
   ps                         list your sandboxes and their processes
   rm [--no-force] ID...      delete sandboxes (running processes are killed unless --no-force)
   info                       service version, your uid as the service sees it, your deployments
@@ -103,50 +114,6 @@ bool ParseWorkspace(const std::string& arg, api::WorkspaceMount::Builder out) {
   return true;
 }
 
-class StreamSink final : public api::OutputSink::Server {
- public:
-  StreamSink(int fd, kj::Own<kj::PromiseFulfiller<void>> done) : fd_(fd), done_(kj::mv(done)) {}
-
- protected:
-  kj::Promise<void> write(WriteContext context) override {
-    auto data = context.getParams().getData();
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(fd_, data.begin() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        break;  // our stdout is gone; keep draining so the process is not blocked by us
-      }
-      off += static_cast<size_t>(n);
-    }
-    return kj::READY_NOW;
-  }
-  kj::Promise<void> gap(GapContext context) override {
-    std::fprintf(stderr, "paseo-sandbox: %llu bytes of output were lost\n",
-                 static_cast<unsigned long long>(context.getParams().getLostBytes()));
-    return kj::READY_NOW;
-  }
-  kj::Promise<void> end(EndContext context) override {
-    done_->fulfill();
-    return kj::READY_NOW;
-  }
-
- private:
-  int fd_;
-  kj::Own<kj::PromiseFulfiller<void>> done_;
-};
-
-int ExitCodeOf(api::ExitStatus::Reader status) {
-  switch (status.which()) {
-    case api::ExitStatus::EXIT_CODE:
-      return status.getExitCode();
-    case api::ExitStatus::SIGNAL:
-      return 128 + status.getSignal();
-    default:
-      return 255;
-  }
-}
-
 std::string DescribeStatus(api::ExitStatus::Reader status) {
   switch (status.which()) {
     case api::ExitStatus::RUNNING:
@@ -160,53 +127,62 @@ std::string DescribeStatus(api::ExitStatus::Reader status) {
   }
 }
 
-// Starts argv in the sandbox, streams its stdout and stderr to ours until both end, and
-// returns its exit code (130 if we were interrupted). RPC errors propagate as exceptions.
+struct ProcessOptions {
+  std::vector<std::string> env;
+  std::string cwd;
+  bool tty = false;
+  bool interactive = false;
+};
+
+// Parses a command's process options (-t, -i, --env, --cwd); returns false on a bad option.
+bool ParseProcessOption(const std::vector<std::string>& args, size_t& i, ProcessOptions& p) {
+  const std::string& a = args[i];
+  if (a == "-t" || a == "--tty") {
+    p.tty = true;
+    p.interactive = true;
+  } else if (a == "-i" || a == "--interactive") {
+    p.interactive = true;
+  } else if (a == "-it" || a == "-ti") {
+    p.tty = p.interactive = true;
+  } else if ((a == "--env" || a == "--cwd") && i + 1 < args.size()) {
+    (a == "--env" ? p.env.emplace_back() : p.cwd) = args[++i];
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Starts argv in the sandbox and attaches to it until it ends; returns its exit code (130 if
+// we were interrupted twice). RPC errors propagate as exceptions.
 int RunProcess(kj::AsyncIoContext& io, api::Sandbox::Client& sandbox,
-               const std::vector<std::string>& argv, const std::vector<std::string>& env,
-               const std::string& cwd) {
+               const std::vector<std::string>& argv, const ProcessOptions& p) {
   auto& ws = io.waitScope;
   auto start = sandbox.startProcessRequest();
   auto pspec = start.initSpec();
   auto pargv = pspec.initArgv(static_cast<unsigned>(argv.size()));
   for (size_t a = 0; a < argv.size(); ++a) pargv.set(static_cast<unsigned>(a), argv[a]);
-  auto penv = pspec.initEnv(static_cast<unsigned>(env.size()));
-  for (size_t e = 0; e < env.size(); ++e) penv.set(static_cast<unsigned>(e), env[e]);
-  pspec.setCwd(cwd);
-  auto started = start.send().wait(ws);
-  auto process = started.getProcess();
-
-  auto out_done = kj::newPromiseAndFulfiller<void>();
-  auto err_done = kj::newPromiseAndFulfiller<void>();
-  auto sub_out = process.subscribeRequest();
-  sub_out.setStream(api::Stream::STDOUT);
-  sub_out.setFromOffset(0);
-  sub_out.setSink(kj::heap<StreamSink>(STDOUT_FILENO, kj::mv(out_done.fulfiller)));
-  auto sub_err = process.subscribeRequest();
-  sub_err.setStream(api::Stream::STDERR);
-  sub_err.setFromOffset(0);
-  sub_err.setSink(kj::heap<StreamSink>(STDERR_FILENO, kj::mv(err_done.fulfiller)));
-  auto s1 = sub_out.send().wait(ws);
-  auto s2 = sub_err.send().wait(ws);
-  auto interrupted = io.unixEventPort.onSignal(SIGINT)
-                         .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
-                         .then([](siginfo_t) { return true; });
-  bool stopped = out_done.promise.then([p = kj::mv(err_done.promise)]() mutable {
-                                   return kj::mv(p);
-                                 })
-                     .then([] { return false; })
-                     .exclusiveJoin(kj::mv(interrupted))
-                     .wait(ws);
-  if (stopped) {
-    return 130;
+  auto penv = pspec.initEnv(static_cast<unsigned>(p.env.size()));
+  for (size_t e = 0; e < p.env.size(); ++e) penv.set(static_cast<unsigned>(e), p.env[e]);
+  pspec.setCwd(p.cwd);
+  pspec.setTty(p.tty);
+  if (p.tty) {
+    uint16_t rows, cols;
+    TerminalSize(&rows, &cols);
+    pspec.setRows(rows);
+    pspec.setCols(cols);
   }
-  auto status = process.waitRequest().send().wait(ws);
-  return ExitCodeOf(status.getStatus());
+  auto started = start.send().wait(ws);
+  AttachOptions attach;
+  attach.tty = p.tty;
+  attach.forward_stdin = p.interactive;
+  int code = Attach(io, started.getProcess(), attach);
+  return code == kDetached ? 0 : code;
 }
 
 int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> args) {
-  std::string deployment, profile, cwd;
-  std::vector<std::string> workspaces, credentials, env, argv;
+  std::string deployment, profile;
+  std::vector<std::string> workspaces, credentials, argv;
+  ProcessOptions process;
   bool keep = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
@@ -237,14 +213,7 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
       auto v = value("--credential");
       if (!v) return 2;
       credentials.push_back(*v);
-    } else if (a == "--env") {
-      auto v = value("--env");
-      if (!v) return 2;
-      env.push_back(*v);
-    } else if (a == "--cwd") {
-      auto v = value("--cwd");
-      if (!v) return 2;
-      cwd = *v;
+    } else if (ParseProcessOption(args, i, process)) {
     } else if (a == "--keep") {
       keep = true;
     } else if (!a.empty() && a[0] == '-') {
@@ -288,7 +257,7 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
 
   int code = kServiceError;
   kj::Maybe<kj::Exception> error =
-      kj::runCatchingExceptions([&] { code = RunProcess(io, sandbox, argv, env, cwd); });
+      kj::runCatchingExceptions([&] { code = RunProcess(io, sandbox, argv, process); });
   if (keep) {
     std::fprintf(stderr, "paseo-sandbox: kept sandbox %s\n", sandbox_id.c_str());
   } else {
@@ -305,16 +274,14 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
 }
 
 int Exec(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
-  std::vector<std::string> env;
-  std::string cwd, id;
+  ProcessOptions process;
+  std::string id;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     if (args[i] == "--") {
       ++i;
       break;
-    } else if ((args[i] == "--env" || args[i] == "--cwd") && i + 1 < args.size()) {
-      (args[i] == "--env" ? env.emplace_back() : cwd) = args[i + 1];
-      ++i;
+    } else if (ParseProcessOption(args, i, process)) {
     } else if (id.empty() && !args[i].empty() && args[i][0] != '-') {
       id = args[i];
     } else {
@@ -324,14 +291,174 @@ int Exec(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::str
   }
   std::vector<std::string> argv(args.begin() + static_cast<long>(i), args.end());
   if (id.empty() || argv.empty()) {
-    Fail("exec: usage: paseo-sandbox exec [--env K=V] [--cwd DIR] SANDBOX-ID -- ARGV...");
+    Fail("exec: usage: paseo-sandbox exec [-t] [-i] [--env K=V] [--cwd DIR] SANDBOX-ID -- ARGV...");
     return 2;
   }
   Connection conn(io, opts.socket);
   auto get = conn.supervisor().getSandboxRequest();
   get.setId(id);
   auto sandbox = get.send().getSandbox();
-  return RunProcess(io, sandbox, argv, env, cwd);
+  return RunProcess(io, sandbox, argv, process);
+}
+
+// Looks up SANDBOX PROCESS for the per-process commands.
+api::Process::Client GetProcess(Connection& conn, const std::string& sandbox,
+                                const std::string& process) {
+  auto get = conn.supervisor().getSandboxRequest();
+  get.setId(sandbox);
+  auto req = get.send().getSandbox().getProcessRequest();
+  req.setId(process);
+  return req.send().getProcess();
+}
+
+int Attach(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
+  std::vector<std::string> ids;
+  uint64_t from = 0;
+  bool have_from = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--from" && i + 1 < args.size()) {
+      from = std::stoull(args[++i]);
+      have_from = true;
+    } else {
+      ids.push_back(args[i]);
+    }
+  }
+  if (ids.size() != 2) {
+    Fail("attach: usage: paseo-sandbox attach [--from OFFSET] SANDBOX-ID PROCESS-ID");
+    return 2;
+  }
+  Connection conn(io, opts.socket);
+  auto process = GetProcess(conn, ids[0], ids[1]);
+  auto info = process.infoRequest().send().wait(io.waitScope).getInfo();
+  AttachOptions attach;
+  attach.tty = info.getTty();
+  attach.forward_stdin = true;
+  attach.detach_keys = attach.tty;
+  // By default show only what comes next; --from replays history.
+  attach.stdout_from = have_from ? from : info.getStdoutBytes();
+  attach.stderr_from = have_from ? from : info.getStderrBytes();
+  if (attach.tty) std::fprintf(stderr, "paseo-sandbox: attached; Ctrl-P Ctrl-Q detaches\r\n");
+  int code = paseo::client::Attach(io, process, attach);
+  return code == kDetached ? 0 : code;
+}
+
+// Prints a stream from an offset; with --follow, until it ends.
+int Logs(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
+  std::vector<std::string> ids;
+  uint64_t from = 0;
+  bool follow = false;
+  std::string stream = "stdout";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--from" && i + 1 < args.size()) from = std::stoull(args[++i]);
+    else if (args[i] == "--stream" && i + 1 < args.size()) stream = args[++i];
+    else if (args[i] == "-f" || args[i] == "--follow") follow = true;
+    else ids.push_back(args[i]);
+  }
+  if (ids.size() != 2 || (stream != "stdout" && stream != "stderr" && stream != "pty")) {
+    Fail("logs: usage: paseo-sandbox logs [--stream stdout|stderr|pty] [--from OFFSET] "
+         "[--follow] SANDBOX-ID PROCESS-ID");
+    return 2;
+  }
+  Connection conn(io, opts.socket);
+  auto& ws = io.waitScope;
+  auto process = GetProcess(conn, ids[0], ids[1]);
+  auto info = process.infoRequest().send().wait(ws).getInfo();
+  api::Stream which = stream == "stderr" ? api::Stream::STDERR
+                      : stream == "pty"  ? api::Stream::PTY
+                                         : api::Stream::STDOUT;
+  if (info.getTty() && which == api::Stream::STDOUT) which = api::Stream::PTY;
+  uint64_t until = which == api::Stream::STDERR ? info.getStderrBytes() : info.getStdoutBytes();
+  int fd = which == api::Stream::STDERR ? STDERR_FILENO : STDOUT_FILENO;
+  // Without --follow, stop at what exists now.
+  class Sink final : public api::OutputSink::Server {
+   public:
+    Sink(int fd, uint64_t until, bool follow, kj::Own<kj::PromiseFulfiller<void>> done)
+        : fd_(fd), until_(until), follow_(follow), done_(kj::mv(done)) {}
+
+   protected:
+    kj::Promise<void> write(WriteContext context) override {
+      auto p = context.getParams();
+      auto data = p.getData();
+      size_t n = data.size();
+      if (!follow_ && p.getOffset() + n > until_) n = until_ > p.getOffset() ? until_ - p.getOffset() : 0;
+      for (size_t off = 0; off < n;) {
+        ssize_t w = ::write(fd_, data.begin() + off, n - off);
+        if (w <= 0) break;
+        off += static_cast<size_t>(w);
+      }
+      if (!follow_ && p.getOffset() + data.size() >= until_) Finish();
+      return kj::READY_NOW;
+    }
+    kj::Promise<void> gap(GapContext context) override {
+      std::fprintf(stderr, "paseo-sandbox: %llu earlier bytes are no longer kept\n",
+                   static_cast<unsigned long long>(context.getParams().getLostBytes()));
+      return kj::READY_NOW;
+    }
+    kj::Promise<void> end(EndContext context) override {
+      Finish();
+      return kj::READY_NOW;
+    }
+
+   private:
+    void Finish() {
+      if (done_->isWaiting()) done_->fulfill();
+    }
+    int fd_;
+    uint64_t until_;
+    bool follow_;
+    kj::Own<kj::PromiseFulfiller<void>> done_;
+  };
+  auto done = kj::newPromiseAndFulfiller<void>();
+  if (!follow && from >= until) return 0;
+  auto req = process.subscribeRequest();
+  req.setStream(which);
+  req.setFromOffset(from);
+  req.setSink(kj::heap<Sink>(fd, until, follow, kj::mv(done.fulfiller)));
+  auto subscription = req.send().wait(ws).getSubscription();
+  done.promise.wait(ws);
+  return 0;
+}
+
+int Wait(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
+  if (args.size() != 2) {
+    Fail("wait: usage: paseo-sandbox wait SANDBOX-ID PROCESS-ID");
+    return 2;
+  }
+  Connection conn(io, opts.socket);
+  auto status = GetProcess(conn, args[0], args[1]).waitRequest().send().wait(io.waitScope);
+  std::printf("%s\n", DescribeStatus(status.getStatus()).c_str());
+  return ExitCodeOf(status.getStatus());
+}
+
+int Kill(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::string>& args) {
+  int sig = SIGTERM;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if ((args[i] == "-s" || args[i] == "--signal") && i + 1 < args.size()) {
+      std::string name = args[++i];
+      if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+      static const std::pair<const char*, int> kNames[] = {
+          {"HUP", SIGHUP}, {"INT", SIGINT}, {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+          {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"CONT", SIGCONT},
+          {"STOP", SIGSTOP}, {"WINCH", SIGWINCH}};
+      sig = 0;
+      for (const auto& [n, v] : kNames) {
+        if (name == n) sig = v;
+      }
+      if (sig == 0) sig = std::atoi(name.c_str());
+    } else {
+      ids.push_back(args[i]);
+    }
+  }
+  if (ids.size() != 2 || sig < 1 || sig > 64) {
+    Fail("kill: usage: paseo-sandbox kill [--signal NAME|N] SANDBOX-ID PROCESS-ID");
+    return 2;
+  }
+  Connection conn(io, opts.socket);
+  auto req = GetProcess(conn, ids[0], ids[1]).signalRequest();
+  req.setSignal(sig);
+  req.send().wait(io.waitScope);
+  return 0;
 }
 
 int Ps(kj::AsyncIoContext& io, const Options& opts) {
@@ -477,12 +604,17 @@ int Main(int argc, char** argv) {
   }
   kj::UnixEventPort::captureSignal(SIGINT);
   kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGWINCH);
   signal(SIGPIPE, SIG_IGN);
   auto io = kj::setupAsyncIo();
   int rc = 0;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
     if (command == "run") rc = Run(io, opts, rest);
     else if (command == "exec") rc = Exec(io, opts, rest);
+    else if (command == "attach") rc = Attach(io, opts, rest);
+    else if (command == "logs") rc = Logs(io, opts, rest);
+    else if (command == "wait") rc = Wait(io, opts, rest);
+    else if (command == "kill") rc = Kill(io, opts, rest);
     else if (command == "ps") rc = Ps(io, opts);
     else if (command == "rm") rc = Rm(io, opts, rest);
     else if (command == "info") rc = Info(io, opts);

@@ -20,6 +20,8 @@ absl::string_view ReasonToken(absl::StatusCode code) {
       return "already-exists";
     case absl::StatusCode::kFailedPrecondition:
       return "failed-precondition";
+    case absl::StatusCode::kUnimplemented:
+      return "unimplemented";
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kResourceExhausted:
       return "unavailable";

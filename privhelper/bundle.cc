@@ -78,8 +78,8 @@ void WriteMount(JsonWriter& w, const std::string& destination, const std::string
 
 }  // namespace
 
-std::string SandboxCgroup(const std::string& sandbox_id) {
-  return "/paseo-sandbox/" + sandbox_id;
+std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id) {
+  return parent + "/" + sandbox_id;
 }
 
 std::vector<std::string> SandboxInitArgv() { return {"/bin/sleep", "2147483647"}; }

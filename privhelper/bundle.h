@@ -27,7 +27,7 @@ struct BundleSpec {
 };
 
 // The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
-std::string SandboxCgroup(const std::string& sandbox_id);
+std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id);
 
 struct ExecSpec {
   std::vector<std::string> argv;

@@ -174,6 +174,8 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
   std::string platform = runsc.getPlatform();
   if (platform != "ptrace" && platform != "kvm")
     return Bad(file, "runsc.platform", "must be \"ptrace\" or \"kvm\"");
+  if (!IsNormalizedAbsolutePath(h.getCgroupParent().cStr()) || h.getCgroupParent() == "/")
+    return Bad(file, "cgroupParent", "must be a normalized absolute path other than /");
   if (!IsValidId(h.getRootfsVersion().cStr()))
     return Bad(file, "rootfsVersion", "must be an id ([a-z0-9-], 1..64 bytes)");
   return absl::OkStatus();

@@ -117,10 +117,9 @@ void SandboxHost::RemoveBundle(Sandbox& sandbox) {
 
 // Removes the sandbox's (empty) cgroup in every hierarchy. runsc deletes what it created on a
 // clean delete, but not after a create that failed half-way; rmdir only removes empty ones.
-void RemoveCgroups(const std::string& sandbox_id) {
+void RemoveCgroups(const std::string& rel) {
   DIR* root = opendir("/sys/fs/cgroup");
   if (root == nullptr) return;
-  std::string rel = SandboxCgroup(sandbox_id);
   while (dirent* e = readdir(root)) {
     if (e->d_name[0] == '.') continue;
     std::string dir = absl::StrCat("/sys/fs/cgroup/", e->d_name);
@@ -137,7 +136,7 @@ void SandboxHost::Forget(Sandbox& sandbox) {
     if (!p->exited) reaper_.add(p->exit.addBranch().ignoreResult().attach(kj::addRef(*p)));
   }
   RemoveBundle(sandbox);
-  RemoveCgroups(sandbox.id);
+  RemoveCgroups(SandboxCgroup(config_.helper().getCgroupParent().cStr(), sandbox.id));
   sandboxes_.erase(sandbox.id);
 }
 
@@ -256,7 +255,7 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   spec.gid = gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
   spec.memory_limit_bytes = request.profile->getMemoryLimitBytes();
-  spec.cgroups_path = SandboxCgroup(sb.id);
+  spec.cgroups_path = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
   for (size_t i = 0; i < resolved.size(); ++i) {
     std::string staging = absl::StrCat(mounts_dir, "/", i);
     absl::Status st = StageBind(resolved[i], staging, request.mounts[i].read_only);
@@ -336,16 +335,22 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
                            request.sandbox_id},
                           in->read.get(), out->write.get(), err->write.get());
   if (!pid.ok()) Fail(pid.status());
-  auto process = kj::refcounted<Process>(WatchChild(runsc_.events(), *pid));
+  Track(*sb, request.process_id, *pid, pid_file);
+  // Our copies of the child's ends close here; the broker holds the others.
+  return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+}
+
+SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id, pid_t pid,
+                                         const std::string& pid_file) {
+  auto process = kj::refcounted<Process>(WatchChild(runsc_.events(), pid));
   process->pid_file = pid_file;
   Process* raw = process.get();
   // Owned by the process record, so the raw pointer cannot outlive it.
   process->watcher = process->exit.addBranch()
                          .then([raw](int) { raw->exited = true; })
                          .eagerlyEvaluate(nullptr);
-  sb->processes.emplace(request.process_id, kj::mv(process));
-  // Our copies of the child's ends close here; the broker holds the others.
-  return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+  sb.processes.emplace(process_id, kj::mv(process));
+  return *raw;
 }
 
 kj::Promise<int> SandboxHost::Wait(const std::string& sandbox_id, const std::string& process_id) {
@@ -414,6 +419,9 @@ kj::Promise<void> HelperServer::policy(PolicyContext context) {
     auto profiles = out.initProfiles(static_cast<unsigned>(names.size()));
     for (size_t j = 0; j < names.size(); ++j) profiles.set(static_cast<unsigned>(j), names[j]);
     out.setOutputBufferBytes(config_.FindProfile(names[0])->getOutputBufferBytes());
+    auto sizes = out.initProfileBufferBytes(static_cast<unsigned>(names.size()));
+    for (size_t j = 0; j < names.size(); ++j)
+      sizes.set(static_cast<unsigned>(j), config_.FindProfile(names[j])->getOutputBufferBytes());
   }
   return kj::READY_NOW;
 }

@@ -69,6 +69,9 @@ class SandboxHost {
     void taskFailed(kj::Exception&&) override {}
   };
 
+  // Watches a started `runsc exec` and records it under the sandbox.
+  Process& Track(Sandbox& sb, const std::string& process_id, pid_t pid,
+                 const std::string& pid_file);
   // The sandbox with this id, if it is still the one of this generation (0: any).
   Sandbox* Find(const std::string& id, uint64_t generation = 0);
   // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and

@@ -56,11 +56,20 @@ struct ProcessSpec {
   # "KEY=VALUE" entries. PATH defaults to a standard value when absent.
   cwd @2 :Text;
   # Working directory inside the sandbox; empty means the first workspace's destination, or "/".
+  tty @3 :Bool;
+  # Run on a pseudo-terminal: one output stream (`pty`), stdin goes to the terminal, and
+  # resize() sets its size. Otherwise stdin, stdout and stderr are separate pipes.
+  # NOT SUPPORTED YET: refused with "unimplemented" (docs/decisions.md).
+  rows @4 :UInt16 = 24;
+  cols @5 :UInt16 = 80;
+  # Initial terminal size (tty only).
 }
 
 enum Stream {
   stdout @0;
   stderr @1;
+  pty @2;
+  # The single output stream of a tty process.
 }
 
 struct ExitStatus {
@@ -98,6 +107,8 @@ struct ProcessInfo {
   stdoutBytes @4 :UInt64;
   # Total bytes the process has written to stdout so far (the next byte's offset).
   stderrBytes @5 :UInt64;
+  tty @6 :Bool;
+  # A tty process: its output is the `pty` stream (counted in stdoutBytes).
 }
 
 # ---------------------------------------------------------------- interfaces
@@ -158,6 +169,9 @@ interface Process {
   # Replays the stream from byte offset fromOffset, then follows live output, then calls
   # sink.end(). If fromOffset is older than the oldest byte kept, sink.gap() comes first.
   # Dropping the returned Subscription stops delivery.
+
+  resize @6 (rows :UInt16, cols :UInt16) -> ();
+  # Sets a tty process's terminal size (the process gets SIGWINCH).
 }
 
 interface OutputSink {

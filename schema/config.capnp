@@ -32,6 +32,8 @@ struct HelperConfig {
   runsc @5 :RunscPin;
   rootfsVersion @6 :Text;
   # Default rootfs version: a directory under <stateDir>/rootfs/ holding rootfs/ and manifest.json.
+  cgroupParent @7 :Text = "/paseo-sandbox";
+  # Every sandbox's cgroup is <cgroupParent>/<sandbox-id> in each hierarchy.
 }
 
 struct WorkspaceRoot {

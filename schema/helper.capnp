@@ -18,6 +18,8 @@ struct DeploymentPolicy {
   # Launch profiles the deployment may use; the first is the default.
   outputBufferBytes @4 :UInt64;
   # Bytes of output kept in memory per stream (from the default profile).
+  profileBufferBytes @5 :List(UInt64);
+  # outputBufferBytes of each profile in `profiles`, in the same order.
 }
 
 struct BrokerPolicy {
@@ -40,6 +42,9 @@ struct StartProcessRequest {
   argv @2 :List(Text);
   env @3 :List(Text);
   cwd @4 :Text;
+  tty @5 :Bool;
+  rows @6 :UInt16;
+  cols @7 :UInt16;
 }
 
 interface Fd {
@@ -54,7 +59,8 @@ interface Helper {
   # Resolves the workspaces, writes the bundle, and creates and starts the sandbox.
 
   startProcess @2 (request :StartProcessRequest) -> (stdin :Fd, stdout :Fd, stderr :Fd);
-  # Starts a process in a running sandbox; returns the broker's ends of its stdio pipes.
+  # Starts a process in a running sandbox; returns the broker's ends of its stdio pipes. For a
+  # tty process stdin and stdout are the same terminal master and stderr is at end-of-file.
 
   waitProcess @3 (sandboxId :Text, processId :Text) -> (status :Api.ExitStatus);
   # Resolves when the process has ended.

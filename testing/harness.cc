@@ -134,12 +134,13 @@ void Service::Start() {
   Check(mount("tmpfs", base_.c_str(), "tmpfs", 0, "mode=0755,size=512m") == 0, "mount tmpfs");
   for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/state", "/run",
                         "/ws-alpha", "/ws-beta", "/outside", "/creds", "/creds/tokens", "/ws-docker",
-                        "/ws-docker/proj"}) {
+                        "/ws-docker/proj", "/ws-io"}) {
     Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
   }
   Check(chown((base_ + "/ws-alpha").c_str(), 4242, 4242) == 0, "chown ws-alpha");
   Check(chown((base_ + "/ws-beta").c_str(), 4343, 4343) == 0, "chown ws-beta");
   Check(chown((base_ + "/ws-docker/proj").c_str(), 1000, 1000) == 0, "chown ws-docker/proj");
+  Check(chown((base_ + "/ws-io").c_str(), 4242, 4242) == 0, "chown ws-io");
   // Binaries must be executable by the broker user and the test uids: copy them out of
   // Bazel's runfiles (which live under root's 0700 home).
   CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
@@ -155,7 +156,7 @@ void Service::Start() {
   WriteText(base_ + "/etc/helper.json",
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
                 "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
-                version + "\"}");
+                version + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"}");
   WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");
   // World-writable on the host, so only the read-only mount can stop an agent's write.
   Check(chmod((base_ + "/creds/tokens/token").c_str(), 0666) == 0, "chmod token");
@@ -163,6 +164,14 @@ void Service::Start() {
             "{\"id\": \"alpha\", \"allowedUids\": [4242], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-alpha\"}], \"credentialRoots\": [{\"name\": \"tokens\", \"hostPath\": \"" +
                 base_ + "/creds/tokens\"}]}");
+  // For suites that drive the API in-process as root: agents still run as 4242. Its first
+  // profile keeps 256 MiB per stream, its second the default 8 MiB.
+  WriteText(base_ + "/etc/deployments/io.json",
+            "{\"id\": \"io\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": \"" +
+                base_ + "/ws-io\"}], \"runAs\": {\"uid\": 4242, \"gid\": 4242}, "
+                "\"profiles\": [\"big\", \"default\"], \"maxSandboxes\": 64}");
+  WriteText(base_ + "/etc/profiles/big.json",
+            "{\"name\": \"big\", \"outputBufferBytes\": 268435456}");
   // Paseo's Docker image: uid 1000 in a container that sees the root as /workspace.
   WriteText(base_ + "/etc/deployments/docker.json",
             "{\"id\": \"docker\", \"allowedUids\": [1000], \"workspaceRoots\": [{\"hostPath\": \"" +
@@ -255,7 +264,19 @@ int Service::Stop() {
   int status = -1;
   waitpid(privhelper_pid_, &status, 0);
   privhelper_pid_ = -1;
+  RemoveCgroupParent();
   return status;
+}
+
+void Service::RemoveCgroupParent() const {
+  // Our parent cgroups are empty once every sandbox is gone (rmdir refuses otherwise).
+  if (DIR* d = opendir("/sys/fs/cgroup")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      rmdir(("/sys/fs/cgroup/" + std::string(e->d_name) + "/" + CgroupParent()).c_str());
+    }
+    closedir(d);
+  }
 }
 
 int Service::WaitExit(int seconds) {
@@ -264,6 +285,7 @@ int Service::WaitExit(int seconds) {
     int status;
     if (waitpid(privhelper_pid_, &status, WNOHANG) == privhelper_pid_) {
       privhelper_pid_ = -1;
+      RemoveCgroupParent();
       return status;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -289,8 +311,9 @@ std::vector<std::string> Service::Leaks() const {
   for (const auto& n : list_dir(bundles())) leaks.push_back("bundle " + n);
   for (const auto& n : list_dir(runsc_root())) leaks.push_back("runsc state " + n);
   for (const auto& hierarchy : list_dir("/sys/fs/cgroup")) {
-    for (const auto& n : list_dir("/sys/fs/cgroup/" + hierarchy + "/paseo-sandbox")) {
-      if (n.rfind("sb-", 0) == 0) leaks.push_back("cgroup " + hierarchy + "/paseo-sandbox/" + n);
+    std::string parent = "/sys/fs/cgroup/" + hierarchy + "/" + CgroupParent();
+    for (const auto& n : list_dir(parent)) {
+      if (n.rfind("sb-", 0) == 0) leaks.push_back("cgroup " + parent + "/" + n);
     }
   }
   // Staging mounts live in the privhelper's private mount namespace; once it has exited,

@@ -54,6 +54,8 @@ class Service {
   std::string runsc_root() const { return base_ + "/run/runsc"; }
   std::string bundles() const { return base_ + "/state/bundles"; }
   pid_t privhelper_pid() const { return privhelper_pid_; }
+  // This service's own cgroup parent (so concurrent services never see each other's).
+  std::string CgroupParent() const { return "paseo-it-" + base_.substr(base_.rfind('.') + 1); }
   gid_t socket_gid() const { return socket_gid_; }
   uid_t broker_uid() const { return broker_uid_; }
 
@@ -72,6 +74,7 @@ class Service {
 
  private:
   void Start();
+  void RemoveCgroupParent() const;
   ServiceOptions options_;
   std::string base_;
   pid_t privhelper_pid_ = -1;

@@ -1,0 +1,210 @@
+// See attach.h.
+#include "client/attach.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include <kj/async-unix.h>
+#include <kj/debug.h>
+
+namespace paseo::client {
+namespace {
+
+constexpr char kDetachFirst = 0x10;   // Ctrl-P
+constexpr char kDetachSecond = 0x11;  // Ctrl-Q
+
+class StreamSink final : public api::OutputSink::Server {
+ public:
+  StreamSink(int fd, kj::Own<kj::PromiseFulfiller<void>> done) : fd_(fd), done_(kj::mv(done)) {}
+
+ protected:
+  kj::Promise<void> write(WriteContext context) override {
+    auto data = context.getParams().getData();
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = ::write(fd_, data.begin() + off, data.size() - off);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) {
+          usleep(1000);
+          continue;
+        }
+        break;  // our output is gone; keep draining so the process is not blocked by us
+      }
+      off += static_cast<size_t>(n);
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> gap(GapContext context) override {
+    std::fprintf(stderr, "\r\npaseo-sandbox: %llu bytes of output were no longer kept\r\n",
+                 static_cast<unsigned long long>(context.getParams().getLostBytes()));
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> end(EndContext context) override {
+    done_->fulfill();
+    return kj::READY_NOW;
+  }
+
+ private:
+  int fd_;
+  kj::Own<kj::PromiseFulfiller<void>> done_;
+};
+
+// Puts the local terminal in raw mode for the lifetime of the object.
+class RawTerminal {
+ public:
+  RawTerminal() {
+    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_) != 0) return;
+    termios raw = saved_;
+    cfmakeraw(&raw);
+    active_ = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
+  }
+  ~RawTerminal() {
+    if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
+  }
+
+ private:
+  termios saved_ = {};
+  bool active_ = false;
+};
+
+// Copies stdin to the process; resolves true at a detach sequence, false at EOF (after
+// closeInput).
+kj::Promise<bool> ForwardInput(kj::AsyncInputStream& in, api::Process::Client process,
+                               bool detach_keys, bool* saw_first) {
+  auto buf = kj::heapArray<capnp::byte>(16384);
+  auto read = in.tryRead(buf.begin(), 1, buf.size());
+  return read.then([&in, process, detach_keys, saw_first,
+                    buf = kj::mv(buf)](size_t n) mutable -> kj::Promise<bool> {
+    if (n == 0) return process.closeInputRequest().send().then([](auto&&) { return false; });
+    size_t keep = n;
+    if (detach_keys) {
+      for (size_t i = 0; i < n; ++i) {
+        if (*saw_first && buf[i] == kDetachSecond) return true;
+        *saw_first = buf[i] == kDetachFirst;
+      }
+    }
+    auto req = process.writeInputRequest();
+    req.setData(buf.slice(0, keep));
+    return req.send().then([&in, process, detach_keys, saw_first]() mutable {
+      return ForwardInput(in, kj::mv(process), detach_keys, saw_first);
+    });
+  });
+}
+
+kj::Promise<void> ForwardResizes(kj::UnixEventPort& events, api::Process::Client process) {
+  return events.onSignal(SIGWINCH).then([&events, process](siginfo_t) mutable {
+    uint16_t rows, cols;
+    TerminalSize(&rows, &cols);
+    auto req = process.resizeRequest();
+    req.setRows(rows);
+    req.setCols(cols);
+    return req.send().ignoreResult().catch_([](kj::Exception&&) {}).then(
+        [&events, process]() mutable { return ForwardResizes(events, kj::mv(process)); });
+  });
+}
+
+// First SIGINT/SIGTERM is passed on to the process; a second one gives up.
+kj::Promise<void> ForwardInterrupts(kj::UnixEventPort& events, api::Process::Client process,
+                                    int* count) {
+  return events.onSignal(SIGINT)
+      .exclusiveJoin(events.onSignal(SIGTERM))
+      .then([&events, process, count](siginfo_t info) mutable -> kj::Promise<void> {
+        if (++*count > 1) return kj::READY_NOW;
+        auto req = process.signalRequest();
+        req.setSignal(info.si_signo);
+        return req.send().ignoreResult().catch_([](kj::Exception&&) {}).then(
+            [&events, process, count]() mutable {
+              return ForwardInterrupts(events, kj::mv(process), count);
+            });
+      });
+}
+
+}  // namespace
+
+void TerminalSize(uint16_t* rows, uint16_t* cols) {
+  winsize ws = {};
+  if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_row > 0 && ws.ws_col > 0) {
+    *rows = ws.ws_row;
+    *cols = ws.ws_col;
+  } else {
+    *rows = 24;
+    *cols = 80;
+  }
+}
+
+int ExitCodeOf(api::ExitStatus::Reader status) {
+  switch (status.which()) {
+    case api::ExitStatus::EXIT_CODE:
+      return status.getExitCode();
+    case api::ExitStatus::SIGNAL:
+      return 128 + status.getSignal();
+    default:
+      return 255;
+  }
+}
+
+int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOptions& options) {
+  auto& ws = io.waitScope;
+  kj::Vector<kj::Promise<void>> ended;
+  kj::Vector<api::Subscription::Client> subscriptions;
+  auto subscribe = [&](api::Stream stream, uint64_t from, int fd) {
+    auto done = kj::newPromiseAndFulfiller<void>();
+    auto req = process.subscribeRequest();
+    req.setStream(stream);
+    req.setFromOffset(from);
+    req.setSink(kj::heap<StreamSink>(fd, kj::mv(done.fulfiller)));
+    subscriptions.add(req.send().wait(ws).getSubscription());
+    ended.add(kj::mv(done.promise));
+  };
+  if (options.tty) {
+    subscribe(api::Stream::PTY, options.stdout_from, STDOUT_FILENO);
+  } else {
+    subscribe(api::Stream::STDOUT, options.stdout_from, STDOUT_FILENO);
+    subscribe(api::Stream::STDERR, options.stderr_from, STDERR_FILENO);
+  }
+
+  kj::Maybe<RawTerminal> raw;
+  if (options.tty && options.forward_stdin) raw.emplace();
+  int stdin_flags = fcntl(STDIN_FILENO, F_GETFL);
+  kj::Own<kj::AsyncInputStream> input;
+  bool saw_first = false;
+  auto detached = kj::Promise<bool>(kj::NEVER_DONE);
+  if (options.forward_stdin) {
+    input = io.lowLevelProvider->wrapInputFd(STDIN_FILENO);
+    detached = ForwardInput(*input, process, options.detach_keys, &saw_first)
+                   .then([](bool detach) -> kj::Promise<bool> {
+                     if (detach) return true;
+                     return kj::Promise<bool>(kj::NEVER_DONE);  // EOF: keep following output
+                   });
+  }
+  auto resizes = options.tty ? ForwardResizes(io.unixEventPort, process)
+                             : kj::Promise<void>(kj::NEVER_DONE);
+  int interrupts = 0;
+  // With a raw terminal, Ctrl-C is a byte for the process, not a signal for us.
+  auto gave_up = ForwardInterrupts(io.unixEventPort, process, &interrupts);
+  auto outcome = kj::joinPromises(ended.releaseAsArray())
+                     .then([] { return 0; })
+                     .exclusiveJoin(detached.then([](bool) { return 1; }))
+                     .exclusiveJoin(gave_up.then([] { return 2; }))
+                     .exclusiveJoin(resizes.then([] { return 3; }))
+                     .wait(ws);
+  input = nullptr;
+  if (stdin_flags >= 0) fcntl(STDIN_FILENO, F_SETFL, stdin_flags);
+  raw = nullptr;
+  if (outcome == 1) {
+    std::fprintf(stderr, "\r\npaseo-sandbox: detached\n");
+    return kDetached;
+  }
+  if (outcome == 2) return 130;
+  auto status = process.waitRequest().send().wait(ws);
+  return ExitCodeOf(status.getStatus());
+}
+
+}  // namespace paseo::client

@@ -1,0 +1,1453 @@
+// paseo-sandbox benchmarks: each scenario measured through the public API and against its raw
+// runsc baseline, alternating samples in one run. Started by testing/bench/run (see README.md).
+//
+//   bench [--quick] [--only NAME,NAME...]
+//
+// Needs root. Works in its own mount+network namespace on a tmpfs: a real privhelper (which
+// starts the real broker) with a config written here, and a raw runsc root beside it driven
+// with the privhelper's flags. Everything it creates is removed before it exits.
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <capnp/message.h>
+#include <kj/async-io.h>
+#include <kj/debug.h>
+
+#include "client/client.h"
+#include "schema/api.capnp.h"
+
+namespace paseo::bench {
+namespace {
+
+using api::OutputSink;
+
+constexpr uid_t kAgentUid = 4242;
+constexpr gid_t kAgentGid = 4242;
+constexpr uint64_t kMiB = 1ull << 20;
+
+// ------------------------------------------------------------------ small utilities
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+[[noreturn]] void Die(const std::string& why) {
+  std::fprintf(stderr, "bench: %s\n", why.c_str());
+  std::exit(2);
+}
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) Die(what + ": " + std::strerror(errno));
+}
+
+void Progress(const std::string& line) {
+  std::fprintf(stderr, "bench: %s\n", line.c_str());
+  std::fflush(stderr);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) Die("cannot write " + path);
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string QuoteList(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + Quote(items[i]);
+  return out + "]";
+}
+
+std::string Capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  Check(p != nullptr, "popen " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  if (pclose(p) != 0) Die("command failed: " + cmd);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+void CopyExecutable(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) Die("missing " + from + " (build with testing/bench/run)");
+  std::ofstream out(to, std::ios::binary);
+  out << in.rdbuf();
+  out.close();
+  Check(chmod(to.c_str(), 0755) == 0, "chmod " + to);
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+bool CanConnect(const std::string& path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+void LoopbackUp() {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ifreq ifr = {};
+  std::strcpy(ifr.ifr_name, "lo");
+  ioctl(s, SIOCGIFFLAGS, &ifr);
+  ifr.ifr_flags |= IFF_UP;
+  ioctl(s, SIOCSIFFLAGS, &ifr);
+  close(s);
+}
+
+// Memory of one process, in KiB: VmRSS and (from smaps_rollup) Pss.
+struct Mem {
+  uint64_t rss_kib = 0;
+  uint64_t pss_kib = 0;
+  int processes = 0;
+  Mem& operator+=(const Mem& o) {
+    rss_kib += o.rss_kib;
+    pss_kib += o.pss_kib;
+    processes += o.processes;
+    return *this;
+  }
+};
+
+uint64_t FieldKib(const std::string& text, const std::string& key) {
+  size_t at = text.find("\n" + key);
+  if (at == std::string::npos) {
+    if (text.rfind(key, 0) != 0) return 0;
+    at = 0;
+  } else {
+    at += 1;
+  }
+  return std::strtoull(text.c_str() + at + key.size(), nullptr, 10);
+}
+
+Mem MemOf(pid_t pid) {
+  Mem m;
+  std::string dir = "/proc/" + std::to_string(pid);
+  m.rss_kib = FieldKib(ReadFile(dir + "/status"), "VmRSS:");
+  m.pss_kib = FieldKib(ReadFile(dir + "/smaps_rollup"), "Pss:");
+  m.processes = 1;
+  return m;
+}
+
+double MiB(uint64_t kib) { return static_cast<double>(kib) / 1024.0; }
+
+std::string Cmdline(const std::string& pid) {
+  std::string c = ReadFile("/proc/" + pid + "/cmdline");
+  std::replace(c.begin(), c.end(), '\0', ' ');
+  return c;
+}
+
+pid_t ParentOf(const std::string& pid) {
+  std::string stat = ReadFile("/proc/" + pid + "/stat");
+  size_t close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(close_paren + 2));
+  std::string state;
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// Sum over every process whose command line contains `needle`.
+Mem MemOfMatching(const std::string& needle) {
+  Mem total;
+  for (const auto& n : ListDir("/proc")) {
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (Cmdline(n).find(needle) != std::string::npos) total += MemOf(std::stoi(n));
+  }
+  return total;
+}
+
+std::vector<pid_t> PidsMatching(const std::string& needle) {
+  std::vector<pid_t> pids;
+  for (const auto& n : ListDir("/proc")) {
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (Cmdline(n).find(needle) != std::string::npos) pids.push_back(std::stoi(n));
+  }
+  return pids;
+}
+
+// utime + stime of one process, in seconds (0 if it is gone).
+double CpuSeconds(pid_t pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t close_paren = stat.rfind(')');
+  if (close_paren == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close_paren + 2));
+  std::string field;
+  double ticks = 0;
+  // Fields after the comm: state(3) ... utime(14) stime(15); we start at field 3.
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// CPU seconds used by groups of processes between Begin() and End(). Processes that start
+// and end inside the window (runsc exec, say) are missed unless `needle` still matches them
+// at End(); runsc's sandbox and gofer processes live for the whole window.
+class CpuWindow {
+ public:
+  void Add(const std::string& name, std::function<std::vector<pid_t>()> pids) {
+    groups_.push_back({name, std::move(pids), {}});
+  }
+  void Begin() {
+    for (auto& g : groups_) {
+      g.start.clear();
+      for (pid_t p : g.pids()) g.start[p] = CpuSeconds(p);
+    }
+    t0_ = Now();
+  }
+  // Adds each group's CPU seconds to `into[name]` and the wall time to into["wall"].
+  void End(std::map<std::string, double>& into) {
+    for (auto& g : groups_) {
+      double used = 0;
+      for (pid_t p : g.pids()) {
+        auto it = g.start.find(p);
+        used += CpuSeconds(p) - (it == g.start.end() ? 0 : it->second);
+      }
+      into[g.name] += used;
+    }
+    into["wall"] += Now() - t0_;
+  }
+
+ private:
+  struct Group {
+    std::string name;
+    std::function<std::vector<pid_t>()> pids;
+    std::map<pid_t, double> start;
+  };
+  std::vector<Group> groups_;
+  double t0_ = 0;
+};
+
+// `perf record` of some pids until Stop(), then `perf report` into DIR/<name>.txt (while the
+// binaries it names still exist on the work tmpfs).
+class Perf {
+ public:
+  Perf(const std::string& dir, const std::string& name, const std::vector<pid_t>& pids)
+      : dir_(dir), name_(name) {
+    if (dir.empty()) return;
+    std::string list;
+    for (pid_t p : pids) list += (list.empty() ? "" : ",") + std::to_string(p);
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    pid_ = SpawnFdsPublic({"/usr/bin/perf", "record", "-F", "499", "-g", "-o", Data(), "-p", list},
+                          null_fd, null_fd, null_fd);
+    close(null_fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGINT);
+    int status;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    std::string report = dir_ + "/" + name_ + ".txt";
+    std::system(("/usr/bin/perf report --stdio --no-children -i " + Data() +
+                 " --sort comm,dso,sym --percent-limit 0.5 -g none > " + report + " 2>/dev/null")
+                    .c_str());
+    Progress("perf profile: " + report);
+  }
+  ~Perf() { Stop(); }
+
+ private:
+  std::string Data() const { return dir_ + "/" + name_ + ".data"; }
+  static pid_t SpawnFdsPublic(const std::vector<std::string>& argv, int in, int out, int err);
+  std::string dir_, name_;
+  pid_t pid_ = -1;
+};
+
+// ------------------------------------------------------------------ statistics and output
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  double pos = q * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(std::floor(pos));
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+double Median(const std::vector<double>& v) { return Quantile(v, 0.5); }
+
+// (p90 - p10) / median: the relative width of the middle 80% of samples.
+double Spread(const std::vector<double>& v) {
+  double m = Median(v);
+  return m == 0 ? 0 : (Quantile(v, 0.9) - Quantile(v, 0.1)) / m;
+}
+
+struct Result {
+  std::string name;
+  std::string unit;
+  std::string ours_label;
+  std::string baseline_label;
+  std::vector<double> ours;
+  std::vector<double> baseline;
+  // ratio = ours/baseline; for throughput-like units (higher is better) the same definition
+  // holds, and the target is read the other way.
+  std::string target;  // human text, e.g. "<= 1.10"
+  std::function<bool(double ratio, double ours, double baseline)> met;
+  std::vector<std::pair<std::string, std::string>> extra;  // already JSON-encoded values
+};
+
+std::vector<Result> g_results;
+
+std::string Num(double v, int digits = 3) {
+  if (std::isnan(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
+void Report(const Result& r) {
+  double om = Median(r.ours), bm = Median(r.baseline);
+  double ratio = bm == 0 || std::isnan(bm) ? NAN : om / bm;
+  std::string json = "{\"name\": " + Quote(r.name) + ", \"unit\": " + Quote(r.unit) +
+                     ", \"ours_median\": " + Num(om) + ", \"baseline_median\": " + Num(bm) +
+                     ", \"ratio\": " + Num(ratio) + ", \"spread\": " +
+                     Num(std::max(Spread(r.ours), r.baseline.empty() ? 0 : Spread(r.baseline))) +
+                     ", \"spread_ours\": " + Num(Spread(r.ours)) +
+                     ", \"spread_baseline\": " + Num(r.baseline.empty() ? NAN : Spread(r.baseline)) +
+                     ", \"samples\": " + std::to_string(r.ours.size()) +
+                     ", \"baseline_samples\": " + std::to_string(r.baseline.size()) +
+                     ", \"ours\": " + Quote(r.ours_label) + ", \"baseline\": " +
+                     Quote(r.baseline_label) + ", \"target\": " + Quote(r.target);
+  if (r.met) json += std::string(", \"target_met\": ") + (r.met(ratio, om, bm) ? "true" : "false");
+  for (const auto& [k, v] : r.extra) json += ", " + Quote(k) + ": " + v;
+  json += "}";
+  std::printf("BENCH_JSON %s\n", json.c_str());
+  std::fflush(stdout);
+}
+
+void PrintTable() {
+  std::printf("\n%-22s %-8s %12s %12s %8s %8s %8s %5s  %-16s %s\n", "scenario", "unit",
+              "ours(med)", "base(med)", "ratio", "spr.ours", "spr.base", "n", "target", "met");
+  for (const auto& r : g_results) {
+    double om = Median(r.ours), bm = Median(r.baseline);
+    double ratio = bm == 0 || std::isnan(bm) ? NAN : om / bm;
+    std::string met = r.met ? (r.met(ratio, om, bm) ? "yes" : "NO") : "-";
+    std::printf("%-22s %-8s %12s %12s %8s %8s %8s %5zu  %-16s %s\n", r.name.c_str(),
+                r.unit.c_str(), Num(om, 2).c_str(), Num(bm, 2).c_str(), Num(ratio, 2).c_str(),
+                Num(Spread(r.ours), 2).c_str(),
+                r.baseline.empty() ? "-" : Num(Spread(r.baseline), 2).c_str(), r.ours.size(),
+                r.target.c_str(), met.c_str());
+  }
+  std::printf("\nspread = (p90 - p10) / median of each side's samples; ratio = ours / baseline.\n");
+  std::fflush(stdout);
+}
+
+// ------------------------------------------------------------------ the environment
+
+struct Options {
+  bool quick = false;
+  std::string perf_dir;  // --perf DIR: perf profiles of the broker and this client
+  std::set<std::string> only;
+  bool Wants(const std::string& s) const { return only.empty() || only.count(s) > 0; }
+};
+
+std::string Runfile(const std::string& rel) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr || ws == nullptr)
+    Die("TEST_SRCDIR/TEST_WORKSPACE unset: start me through testing/bench/run");
+  return std::string(srcdir) + "/" + ws + "/" + rel;
+}
+
+// Spawns /usr/bin/runsc (or anything) with exactly fds 0-2 and nothing else open.
+pid_t SpawnFds(const std::vector<std::string>& argv, int in, int out, int err) {
+  std::vector<char*> cargv;
+  std::vector<std::string> copy = argv;
+  for (auto& a : copy) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  pid_t pid = fork();
+  Check(pid >= 0, "fork");
+  if (pid == 0) {
+    // Move the wanted fds above 2 first so dup2 order cannot clobber them.
+    int fds[3] = {fcntl(in, F_DUPFD, 10), fcntl(out, F_DUPFD, 10), fcntl(err, F_DUPFD, 10)};
+    for (int i = 0; i < 3; ++i) dup2(fds[i], i);
+    syscall(SYS_close_range, 3, ~0u, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    char* envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"),
+                    const_cast<char*>("LC_ALL=C"), nullptr};
+    execve(cargv[0], cargv.data(), envp);
+    _exit(127);
+  }
+  return pid;
+}
+
+pid_t Perf::SpawnFdsPublic(const std::vector<std::string>& argv, int in, int out, int err) {
+  return SpawnFds(argv, in, out, err);
+}
+
+int WaitPid(pid_t pid) {
+  int status = -1;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+// Drives /usr/bin/runsc directly, with the privhelper's fixed flags, on a root of its own.
+class RawRunsc {
+ public:
+  RawRunsc(std::string base, std::string rootfs, std::string workspace)
+      : base_(std::move(base)), rootfs_(std::move(rootfs)), workspace_(std::move(workspace)) {
+    Check(mkdir(base_.c_str(), 0700) == 0, "mkdir " + base_);
+    Check(mkdir(Root().c_str(), 0700) == 0, "mkdir runsc root");
+    Check(mkdir(Bundles().c_str(), 0700) == 0, "mkdir raw bundles");
+  }
+
+  std::string Root() const { return base_ + "/runsc"; }
+  std::string Bundles() const { return base_ + "/bundles"; }
+
+  std::vector<std::string> Argv(const std::vector<std::string>& args) const {
+    std::vector<std::string> argv = {"/usr/bin/runsc", "--root=" + Root(), "--platform=ptrace",
+                                     "--network=none"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  pid_t Start(const std::vector<std::string>& args, int in, int out, int err) const {
+    return SpawnFds(Argv(args), in, out, err);
+  }
+
+  // Runs to completion with stdio on /dev/null and stderr kept; dies if it fails.
+  void RunOrDie(const std::vector<std::string>& args) const {
+    std::string log = base_ + "/last-stderr";
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int err = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    pid_t pid = Start(args, null_fd, null_fd, err);
+    close(null_fd);
+    close(err);
+    int status = WaitPid(pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::string joined;
+      for (const auto& a : args) joined += " " + a;
+      Die("raw runsc" + joined + " failed: " + ReadFile(log));
+    }
+  }
+
+  // Writes a bundle for a new container whose init runs `argv`; returns its id.
+  std::string NewBundle(const std::vector<std::string>& argv) {
+    std::string id = "raw-" + std::to_string(getpid()) + "-" + std::to_string(++seq_);
+    std::string dir = Bundles() + "/" + id;
+    Check(mkdir(dir.c_str(), 0700) == 0, "mkdir " + dir);
+    WriteText(dir + "/config.json", OciConfig(argv, "/paseo-bench/" + id));
+    return id;
+  }
+
+  std::string BundleDir(const std::string& id) const { return Bundles() + "/" + id; }
+
+  // runsc create + start of an idle sandbox, like the privhelper's createSandbox.
+  std::string CreateIdle() {
+    std::string id = NewBundle({"/bin/sleep", "2147483647"});
+    RunOrDie({"create", "--bundle", BundleDir(id), id});
+    RunOrDie({"start", id});
+    live_.insert(id);
+    return id;
+  }
+
+  // The process.json the privhelper writes for startProcess.
+  std::string ProcessJson(const std::string& id, const std::vector<std::string>& argv) {
+    std::string path = BundleDir(id) + "/process-" + std::to_string(++seq_) + ".json";
+    WriteText(path, "{\"terminal\": false, " + User() + ", \"args\": " + QuoteList(argv) +
+                        ", \"env\": [" + Quote(kPath) + "], \"cwd\": \"/workspace\", " +
+                        NoCaps() + ", " + Rlimits() + "}");
+    return path;
+  }
+
+  // `runsc exec --process <json> --internal-pid-file <f> <id>` with the given stdio; returns
+  // its pid.
+  pid_t Exec(const std::string& id, const std::vector<std::string>& argv, int in, int out,
+             int err) {
+    std::string json = ProcessJson(id, argv);
+    return Start({"exec", "--process", json, "--internal-pid-file", json + ".pid", id}, in, out,
+                 err);
+  }
+
+  // What the privhelper does on delete: kill --all KILL, then delete --force.
+  void Delete(const std::string& id) {
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    WaitPid(Start({"kill", "--all", id, "KILL"}, null_fd, null_fd, null_fd));
+    pid_t pid = Start({"delete", "--force", id}, null_fd, null_fd, null_fd);
+    close(null_fd);
+    WaitPid(pid);
+    live_.erase(id);
+    for (const auto& f : ListDir(BundleDir(id))) unlink((BundleDir(id) + "/" + f).c_str());
+    rmdir(BundleDir(id).c_str());
+    RemoveCgroup("/paseo-bench/" + id);
+  }
+
+  // Delete for many containers, `parallel` at a time (runsc delete takes ~1.7 s here, mostly
+  // waiting).
+  void DeleteMany(const std::vector<std::string>& ids, size_t parallel = 16) {
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (const char* step : {"kill", "delete"}) {
+      for (size_t i = 0; i < ids.size(); i += parallel) {
+        std::vector<pid_t> pids;
+        for (size_t j = i; j < std::min(ids.size(), i + parallel); ++j) {
+          std::vector<std::string> args = std::string(step) == "kill"
+                                              ? std::vector<std::string>{"kill", "--all", ids[j], "KILL"}
+                                              : std::vector<std::string>{"delete", "--force", ids[j]};
+          pids.push_back(Start(args, null_fd, null_fd, null_fd));
+        }
+        for (pid_t p : pids) WaitPid(p);
+      }
+    }
+    close(null_fd);
+    for (const auto& id : ids) Delete(id);  // already gone: only the bundle and cgroup remain
+  }
+
+  void DeleteAll() {
+    std::vector<std::string> ids(live_.begin(), live_.end());
+    for (const auto& id : ids) Delete(id);
+    for (const auto& id : ListDir(Root())) {
+      if (id.rfind("raw-", 0) == 0) Delete(id.substr(0, id.find('_')));
+    }
+    for (const auto& id : ListDir(Bundles())) Delete(id);
+    RemoveCgroup("/paseo-bench");
+  }
+
+  void Forget(const std::string& id) { live_.erase(id); }
+  void Remember(const std::string& id) { live_.insert(id); }
+
+  static void RemoveCgroup(const std::string& rel) {
+    for (const auto& h : ListDir("/sys/fs/cgroup")) rmdir(("/sys/fs/cgroup/" + h + rel).c_str());
+    rmdir(("/sys/fs/cgroup" + rel).c_str());
+  }
+
+ private:
+  static constexpr char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+  static std::string User() {
+    return "\"user\": {\"uid\": " + std::to_string(kAgentUid) + ", \"gid\": " +
+           std::to_string(kAgentGid) + ", \"additionalGids\": [" + std::to_string(kAgentGid) +
+           "]}";
+  }
+  static std::string NoCaps() {
+    return "\"capabilities\": {\"bounding\": [], \"effective\": [], \"inheritable\": [], "
+           "\"permitted\": [], \"ambient\": []}, \"noNewPrivileges\": true";
+  }
+  static std::string Rlimits() {
+    return "\"rlimits\": [{\"type\": \"RLIMIT_NOFILE\", \"hard\": 65536, \"soft\": 65536}]";
+  }
+  static std::string Mount(const std::string& dest, const std::string& type,
+                           const std::string& src, const std::vector<std::string>& opts) {
+    return "{\"destination\": " + Quote(dest) + ", \"type\": " + Quote(type) +
+           ", \"source\": " + Quote(src) + ", \"options\": " + QuoteList(opts) + "}";
+  }
+
+  // The same shape as privhelper/bundle.cc's RenderOciConfig, minus the per-sandbox overlay
+  // (the raw baseline uses the built rootfs read-only, directly).
+  std::string OciConfig(const std::vector<std::string>& argv, const std::string& cgroup) const {
+    std::vector<std::string> mounts = {
+        Mount("/proc", "proc", "proc", {"nosuid", "noexec", "nodev"}),
+        Mount("/dev", "tmpfs", "tmpfs", {"nosuid", "strictatime", "mode=755", "size=65536k"}),
+        Mount("/dev/pts", "devpts", "devpts",
+              {"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}),
+        Mount("/dev/shm", "tmpfs", "shm", {"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}),
+        Mount("/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"}),
+        Mount("/tmp", "tmpfs", "tmpfs", {"nosuid", "nodev", "mode=1777", "size=67108864"}),
+        Mount("/workspace", "bind", workspace_, {"bind", "rw", "nosuid", "nodev"}),
+    };
+    std::string m = "[";
+    for (size_t i = 0; i < mounts.size(); ++i) m += (i ? ", " : "") + mounts[i];
+    m += "]";
+    return "{\"ociVersion\": \"1.0.2\", \"process\": {\"terminal\": false, " + User() +
+           ", \"args\": " + QuoteList(argv) + ", \"env\": [" + Quote(kPath) +
+           "], \"cwd\": \"/\", " + NoCaps() + ", " + Rlimits() + "}, \"root\": {\"path\": " +
+           Quote(rootfs_) + ", \"readonly\": true}, \"hostname\": \"sandbox\", \"mounts\": " + m +
+           ", \"linux\": {\"namespaces\": [{\"type\": \"pid\"}, {\"type\": \"ipc\"}, {\"type\": "
+           "\"uts\"}, {\"type\": \"mount\"}, {\"type\": \"network\"}], \"cgroupsPath\": " +
+           Quote(cgroup) +
+           ", \"maskedPaths\": " +
+           QuoteList({"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+                      "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                      "/proc/sched_debug", "/proc/scsi", "/sys/firmware"}) +
+           ", \"readonlyPaths\": " +
+           QuoteList({"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}) +
+           "}}";
+  }
+
+  std::string base_, rootfs_, workspace_;
+  int seq_ = 0;
+  std::set<std::string> live_;
+};
+
+constexpr char RawRunsc::kPath[];
+
+// A real privhelper (and its broker) on a config written here.
+class Service {
+ public:
+  Service(const std::string& base, const std::string& rootfs_version, uint64_t buffer_bytes)
+      : base_(base) {
+    for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/run"})
+      Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
+    CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
+                   base_ + "/bin/paseo-sandbox-privhelper");
+    CopyExecutable(Runfile("broker/paseo-sandbox-broker"), base_ + "/bin/paseo-sandbox-broker");
+    std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
+    WriteText(base_ + "/etc/helper.json",
+              "{\"stateDir\": " + Quote(base_ + "/state") + ", \"runDir\": " +
+                  Quote(base_ + "/run") + ", \"runsc\": {\"sha256\": " + Quote(sha) +
+                  "}, \"rootfsVersion\": " + Quote(rootfs_version) + "}");
+    // The bench connects as root; agents still run as 4242:4242.
+    WriteText(base_ + "/etc/deployments/bench.json",
+              "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
+                  Quote(base_ + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
+                  ", \"gid\": " + std::to_string(kAgentGid) + "}, \"maxSandboxes\": 160}");
+    WriteText(base_ + "/etc/profiles/default.json",
+              "{\"name\": \"default\", \"outputBufferBytes\": " + std::to_string(buffer_bytes) +
+                  "}");
+    std::string log = base_ + "/privhelper.log";
+    pid_t pid = fork();
+    Check(pid >= 0, "fork");
+    if (pid == 0) {
+      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      syscall(SYS_close_range, 3, ~0u, 0);
+      std::string bin = base_ + "/bin/paseo-sandbox-privhelper";
+      std::string dir = base_ + "/etc";
+      char* argv[] = {bin.data(), const_cast<char*>("--config-dir"), dir.data(), nullptr};
+      execv(argv[0], argv);
+      _exit(127);
+    }
+    pid_ = pid;
+    for (int i = 0; i < 400 && !CanConnect(socket()); ++i) {
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid_ = -1;
+        Die("privhelper exited: " + ReadFile(log));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    if (!CanConnect(socket())) Die("privhelper did not serve its socket: " + ReadFile(log));
+  }
+
+  ~Service() { Stop(); }
+
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 1200; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    Progress("privhelper did not stop in 60 s; killing it");
+    kill(pid_, SIGKILL);
+    WaitPid(pid_);
+    pid_ = -1;
+  }
+
+  std::string socket() const { return base_ + "/run/supervisor.sock"; }
+  std::string runsc_root() const { return base_ + "/run/runsc"; }
+  pid_t pid() const { return pid_; }
+  std::string Log() const { return ReadFile(base_ + "/privhelper.log"); }
+
+  pid_t BrokerPid() const {
+    for (const auto& n : ListDir("/proc")) {
+      if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+      if (ParentOf(n) == pid_ && Cmdline(n).find("paseo-sandbox-broker") != std::string::npos)
+        return std::stoi(n);
+    }
+    return -1;
+  }
+
+ private:
+  std::string base_;
+  pid_t pid_ = -1;
+};
+
+// ------------------------------------------------------------------ API helpers
+
+// Receives one stream; records when the first byte and a target offset arrive.
+struct SinkState {
+  double first_at = 0;
+  double target_at = 0;
+  uint64_t bytes = 0;
+  uint64_t next = 0;
+  uint64_t lost = 0;
+  uint64_t target = UINT64_MAX;
+  bool ended = false;
+  kj::Own<kj::PromiseFulfiller<void>> first;
+  kj::Own<kj::PromiseFulfiller<void>> reached;
+  kj::Own<kj::PromiseFulfiller<void>> end;
+};
+
+struct SinkPromises {
+  kj::Promise<void> first;
+  kj::Promise<void> reached;
+  kj::Promise<void> end;
+};
+
+SinkPromises Arm(SinkState& s) {
+  auto a = kj::newPromiseAndFulfiller<void>();
+  auto b = kj::newPromiseAndFulfiller<void>();
+  auto c = kj::newPromiseAndFulfiller<void>();
+  s.first = kj::mv(a.fulfiller);
+  s.reached = kj::mv(b.fulfiller);
+  s.end = kj::mv(c.fulfiller);
+  return {kj::mv(a.promise), kj::mv(b.promise), kj::mv(c.promise)};
+}
+
+class Sink final : public OutputSink::Server {
+ public:
+  explicit Sink(SinkState& s) : s_(s) {}
+
+ protected:
+  kj::Promise<void> write(WriteContext context) override {
+    auto p = context.getParams();
+    size_t n = p.getData().size();
+    if (s_.bytes == 0 && n > 0) {
+      s_.first_at = Now();
+      if (s_.first) s_.first->fulfill();
+    }
+    s_.bytes += n;
+    s_.next = p.getOffset() + n;
+    if (s_.next >= s_.target && s_.target_at == 0) {
+      s_.target_at = Now();
+      if (s_.reached) s_.reached->fulfill();
+    }
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> gap(GapContext context) override {
+    s_.lost += context.getParams().getLostBytes();
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> end(EndContext context) override {
+    s_.ended = true;
+    if (s_.first && s_.first->isWaiting()) s_.first->fulfill();
+    if (s_.reached && s_.reached->isWaiting()) s_.reached->fulfill();
+    if (s_.end) s_.end->fulfill();
+    return kj::READY_NOW;
+  }
+
+ private:
+  SinkState& s_;
+};
+
+void FillSpec(api::SandboxSpec::Builder spec, const std::string& ws) {
+  spec.setDeploymentId("bench");
+  auto w = spec.initWorkspaces(1)[0];
+  w.setPath(ws);
+  w.setDestination("/workspace");
+  w.setMode(api::AccessMode::READ_WRITE);
+}
+
+void FillArgv(api::ProcessSpec::Builder spec, const std::vector<std::string>& argv) {
+  auto a = spec.initArgv(static_cast<unsigned>(argv.size()));
+  for (size_t i = 0; i < argv.size(); ++i) a.set(static_cast<unsigned>(i), argv[i]);
+}
+
+struct Env {
+  Options opts;
+  std::string base;
+  std::string ws;
+  kj::AsyncIoContext* io = nullptr;
+  Service* service = nullptr;
+  RawRunsc* raw = nullptr;
+  client::Connection* conn = nullptr;
+
+  kj::WaitScope& ws_() { return io->waitScope; }
+
+  api::Sandbox::Client CreateSandbox() {
+    auto req = conn->supervisor().createSandboxRequest();
+    FillSpec(req.initSpec(), ws);
+    return req.send().wait(io->waitScope).getSandbox();
+  }
+
+  void DeleteSandbox(api::Sandbox::Client& sb) {
+    auto req = sb.deleteRequest();
+    req.setForce(true);
+    req.send().wait(io->waitScope);
+  }
+};
+
+void Sleep(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// Reads fd until the first byte (returns its time) and then to EOF.
+double FirstByteThenDrain(int fd) {
+  double first = 0;
+  char buf[65536];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (first == 0) first = Now();
+  }
+  return first;
+}
+
+// ------------------------------------------------------------------ scenarios
+
+void Cold(Env& env) {
+  int n = env.opts.quick ? 3 : 15;
+  Progress("cold: " + std::to_string(n) + " samples per side");
+  Result r{"cold", "ms", "createSandbox+startProcess(echo) -> first stdout byte",
+           "runsc run (same rootfs, echo) -> first stdout byte", {}, {}, "ratio <= 1.10",
+           [](double ratio, double, double) { return ratio <= 1.10; }, {}};
+  std::vector<double> create_ms, exec_first_ms, raw_split_ms, delete_ms, raw_delete_ms;
+  auto& ws = env.ws_();
+  for (int i = 0; i < n; ++i) {
+    // Ours: pipelined create -> startProcess -> subscribe, as a good client would.
+    {
+      SinkState s;
+      auto promises = Arm(s);
+      double t0 = Now();
+      auto create = env.conn->supervisor().createSandboxRequest();
+      FillSpec(create.initSpec(), env.ws);
+      auto created = create.send();
+      auto sandbox = created.getSandbox();
+      auto start = sandbox.startProcessRequest();
+      FillArgv(start.initSpec(), {"echo", "hello"});
+      auto started = start.send();
+      auto sub = started.getProcess().subscribeRequest();
+      sub.setStream(api::Stream::STDOUT);
+      sub.setFromOffset(0);
+      sub.setSink(kj::heap<Sink>(s));
+      auto subscribed = sub.send();
+      double t_created = 0;
+      auto created_time = created.then([&t_created](auto&&) { t_created = Now(); });
+      created_time.wait(ws);
+      promises.first.wait(ws);
+      double t1 = s.first_at;
+      r.ours.push_back((t1 - t0) * 1000);
+      create_ms.push_back((t_created - t0) * 1000);
+      exec_first_ms.push_back((t1 - t_created) * 1000);
+      auto sub_held = subscribed.wait(ws);
+      promises.end.wait(ws);
+      double d0 = Now();
+      auto del = sandbox.deleteRequest();
+      del.setForce(true);
+      del.send().wait(ws);
+      delete_ms.push_back((Now() - d0) * 1000);
+    }
+    // Raw: runsc run of the same command.
+    {
+      std::string id = env.raw->NewBundle({"echo", "hello"});
+      int out[2];
+      Check(pipe2(out, O_CLOEXEC) == 0, "pipe2");
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      double t0 = Now();
+      pid_t pid = env.raw->Start({"run", "--bundle", env.raw->BundleDir(id), id}, null_fd, out[1],
+                                 null_fd);
+      close(out[1]);
+      close(null_fd);
+      env.raw->Remember(id);
+      double first = FirstByteThenDrain(out[0]);
+      close(out[0]);
+      int status = WaitPid(pid);
+      if (first == 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        Die("raw runsc run of echo failed (status " + std::to_string(status) + ")");
+      r.baseline.push_back((first - t0) * 1000);
+      env.raw->Delete(id);
+    }
+    // Raw, split the way the service works: create + start an idle init, then exec echo.
+    {
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      double t0 = Now();
+      std::string id = env.raw->CreateIdle();
+      int out[2];
+      Check(pipe2(out, O_CLOEXEC) == 0, "pipe2");
+      pid_t pid = env.raw->Exec(id, {"echo", "hello"}, null_fd, out[1], null_fd);
+      close(out[1]);
+      close(null_fd);
+      double first = FirstByteThenDrain(out[0]);
+      close(out[0]);
+      WaitPid(pid);
+      raw_split_ms.push_back((first - t0) * 1000);
+      double d0 = Now();
+      env.raw->Delete(id);
+      raw_delete_ms.push_back((Now() - d0) * 1000);
+    }
+  }
+  r.extra.push_back({"ours_create_ms_median", Num(Median(create_ms))});
+  r.extra.push_back({"ours_exec_to_first_byte_ms_median", Num(Median(exec_first_ms))});
+  r.extra.push_back({"ours_delete_ms_median", Num(Median(delete_ms))});
+  r.extra.push_back({"raw_delete_ms_median", Num(Median(raw_delete_ms))});
+  r.extra.push_back({"raw_create_start_exec_ms_median", Num(Median(raw_split_ms))});
+  r.extra.push_back({"ours_vs_raw_create_start_exec_ratio",
+                     Num(Median(r.ours) / Median(raw_split_ms))});
+  g_results.push_back(r);
+  Report(r);
+}
+
+void Exec(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) {
+  int n = env.opts.quick ? 10 : 40;
+  Progress("exec: " + std::to_string(n) + " samples per side");
+  Result r{"exec", "ms", "startProcess(true) -> exit status (pipelined wait)",
+           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.15",
+           [](double ratio, double, double) { return ratio <= 1.15; }, {}};
+  auto& ws = env.ws_();
+  int failures = 0;
+  for (int i = 0; i < n; ++i) {
+    {
+      double t0 = Now();
+      auto start = sandbox.startProcessRequest();
+      FillArgv(start.initSpec(), {"true"});
+      auto started = start.send();
+      auto waited = started.getProcess().waitRequest().send().wait(ws);
+      double t1 = Now();
+      if (waited.getStatus().which() != api::ExitStatus::EXIT_CODE ||
+          waited.getStatus().getExitCode() != 0)
+        ++failures;
+      r.ours.push_back((t1 - t0) * 1000);
+    }
+    {
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      int in[2], out[2], err[2];
+      Check(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
+            "pipe2");
+      double t0 = Now();
+      pid_t pid = env.raw->Exec(raw_id, {"true"}, in[0], out[1], err[1]);
+      close(in[0]);
+      close(out[1]);
+      close(err[1]);
+      int status = WaitPid(pid);
+      double t1 = Now();
+      close(in[1]);
+      close(out[0]);
+      close(err[0]);
+      close(null_fd);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+      r.baseline.push_back((t1 - t0) * 1000);
+    }
+  }
+  r.extra.push_back({"nonzero_exits", std::to_string(failures)});
+  g_results.push_back(r);
+  Report(r);
+}
+
+void Throughput(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) {
+  uint64_t bytes = env.opts.quick ? 64 * kMiB : 1024 * kMiB;
+  int n = env.opts.quick ? 3 : 5;
+  Progress("throughput: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
+           " samples per side");
+  // 1 MiB writes, so the figure is the output path's, not gVisor's per-syscall cost.
+  std::vector<std::string> argv = {"dd", "if=/dev/zero", "bs=1048576",
+                                   "count=" + std::to_string(bytes / kMiB)};
+  Result r{"throughput", "MiB/s",
+           "dd bs=1M of N bytes, stdout -> subscribe sink in this client",
+           "runsc exec of the same, stdout = host /dev/null", {}, {}, "ratio >= 0.80",
+           [](double ratio, double, double) { return ratio >= 0.80; }, {}};
+  auto& ws = env.ws_();
+  uint64_t lost_total = 0, short_total = 0;
+  pid_t broker = env.service->BrokerPid();
+  pid_t helper = env.service->pid();
+  std::string our_root = env.service->runsc_root();
+  std::string raw_root = env.raw->Root();
+  CpuWindow ours_cpu, raw_cpu;
+  ours_cpu.Add("broker", [broker] { return std::vector<pid_t>{broker}; });
+  ours_cpu.Add("privhelper", [helper] { return std::vector<pid_t>{helper}; });
+  ours_cpu.Add("client", [] { return std::vector<pid_t>{getpid()}; });
+  ours_cpu.Add("runsc", [our_root] { return PidsMatching(our_root); });
+  raw_cpu.Add("runsc", [raw_root] { return PidsMatching(raw_root); });
+  std::map<std::string, double> ours_used, raw_used;
+  std::vector<double> pipe_rate;
+  Perf perf(env.opts.perf_dir, "throughput-broker-and-client", {broker, getpid()});
+  for (int i = 0; i < n; ++i) {
+    {
+      ours_cpu.Begin();
+      SinkState s;
+      auto promises = Arm(s);
+      double t0 = Now();
+      auto start = sandbox.startProcessRequest();
+      FillArgv(start.initSpec(), argv);
+      auto started = start.send();
+      auto sub = started.getProcess().subscribeRequest();
+      sub.setStream(api::Stream::STDOUT);
+      sub.setFromOffset(0);
+      sub.setSink(kj::heap<Sink>(s));
+      auto held = sub.send().wait(ws);
+      promises.end.wait(ws);
+      double t1 = Now();
+      ours_cpu.End(ours_used);
+      lost_total += s.lost;
+      if (s.next != bytes) ++short_total;
+      r.ours.push_back(static_cast<double>(bytes) / kMiB / (t1 - t0));
+    }
+    {
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      raw_cpu.Begin();
+      double t0 = Now();
+      pid_t pid = env.raw->Exec(raw_id, argv, null_fd, null_fd, null_fd);
+      close(null_fd);
+      int status = WaitPid(pid);
+      double t1 = Now();
+      raw_cpu.End(raw_used);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("raw throughput exec failed");
+      r.baseline.push_back(static_cast<double>(bytes) / kMiB / (t1 - t0));
+    }
+    {
+      // Extra reference: the same into a host pipe this process drains (gVisor's pipe path
+      // without the broker, capnp or the client).
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      int out[2];
+      Check(pipe2(out, O_CLOEXEC) == 0, "pipe2");
+      double t0 = Now();
+      pid_t pid = env.raw->Exec(raw_id, argv, null_fd, out[1], null_fd);
+      close(out[1]);
+      close(null_fd);
+      FirstByteThenDrain(out[0]);
+      close(out[0]);
+      WaitPid(pid);
+      pipe_rate.push_back(static_cast<double>(bytes) / kMiB / (Now() - t0));
+    }
+  }
+  perf.Stop();
+  auto share = [](std::map<std::string, double>& used) {
+    std::string j = "{";
+    bool first = true;
+    for (const auto& [k, v] : used) {
+      if (k == "wall") continue;
+      j += std::string(first ? "" : ", ") + Quote(k) + ": " + Num(v / used["wall"], 2);
+      first = false;
+    }
+    return j + "}";
+  };
+  r.extra.push_back({"ours_cpu_cores_busy", share(ours_used)});
+  r.extra.push_back({"baseline_cpu_cores_busy", share(raw_used)});
+  r.extra.push_back({"raw_exec_to_host_pipe_mib_s_median", Num(Median(pipe_rate), 1)});
+  r.extra.push_back({"bytes", std::to_string(bytes)});
+  r.extra.push_back({"lost_bytes_total", std::to_string(lost_total)});
+  r.extra.push_back({"incomplete_streams", std::to_string(short_total)});
+  g_results.push_back(r);
+  Report(r);
+}
+
+void Replay(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) {
+  const uint64_t history = 64 * kMiB;
+  int n = env.opts.quick ? 5 : 20;
+  Progress("replay: 64 MiB of history, " + std::to_string(n) + " samples");
+  auto& ws = env.ws_();
+  // A live process that has written 64 MiB and then idles.
+  auto start = sandbox.startProcessRequest();
+  FillArgv(start.initSpec(),
+           {"sh", "-c", "dd if=/dev/zero bs=1048576 count=64 2>/dev/null; exec sleep 3600"});
+  auto process = start.send().wait(ws).getProcess();
+  double deadline = Now() + 60;
+  while (true) {
+    auto info = process.infoRequest().send().wait(ws);
+    if (info.getInfo().getStdoutBytes() >= history) break;
+    if (Now() > deadline) Die("replay: the process did not write 64 MiB in 60 s");
+    env.io->provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(ws);
+  }
+  Result first{"replay_first_byte", "ms", "subscribe(fromOffset = 64 MiB back) -> first write",
+               "Process.info() round trip on the same connection", {}, {},
+               "ours <= 5 ms", [](double, double ours, double) { return ours <= 5.0; }, {}};
+  Result catchup{"replay_catchup", "ms", "subscribe 64 MiB back -> caught up to the live end",
+                 "runsc exec writing the same 64 MiB live to host /dev/null", {}, {},
+                 "(none; ratio < 1 = replay beats regenerating)", nullptr, {}};
+  for (int i = 0; i < n; ++i) {
+    {
+      // A fresh connection each time, already bootstrapped, so only the replay is timed.
+      client::Connection c(*env.io, env.service->socket());
+      auto sb = c.supervisor().getSandboxRequest();
+      // The process's sandbox id: through the capability we hold.
+      auto sinfo = sandbox.inspectRequest().send().wait(ws);
+      sb.setId(sinfo.getInfo().getId());
+      auto remote_sb = sb.send().getSandbox();
+      auto pinfo = process.infoRequest().send().wait(ws);
+      auto gp = remote_sb.getProcessRequest();
+      gp.setId(pinfo.getInfo().getId());
+      auto remote = gp.send().wait(ws).getProcess();
+      remote.infoRequest().send().wait(ws);  // warm: everything resolved
+      SinkState s;
+      s.target = history;
+      auto promises = Arm(s);
+      double t0 = Now();
+      auto sub = remote.subscribeRequest();
+      sub.setStream(api::Stream::STDOUT);
+      sub.setFromOffset(0);
+      sub.setSink(kj::heap<Sink>(s));
+      auto held = sub.send();
+      promises.first.wait(ws);
+      promises.reached.wait(ws);
+      first.ours.push_back((s.first_at - t0) * 1000);
+      catchup.ours.push_back((s.target_at - t0) * 1000);
+      if (s.lost > 0) Die("replay: history was lost (buffer too small?)");
+      // Baseline for the first byte: one request/response on the same, warm connection.
+      double b0 = Now();
+      remote.infoRequest().send().wait(ws);
+      first.baseline.push_back((Now() - b0) * 1000);
+    }
+    {
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      double t0 = Now();
+      pid_t pid = env.raw->Exec(raw_id, {"dd", "if=/dev/zero", "bs=1048576", "count=64"},
+                                null_fd, null_fd, null_fd);
+      close(null_fd);
+      WaitPid(pid);
+      catchup.baseline.push_back((Now() - t0) * 1000);
+    }
+  }
+  auto kill_req = process.signalRequest();
+  kill_req.setSignal(SIGKILL);
+  kill_req.send().wait(ws);
+  process.waitRequest().send().wait(ws);
+  g_results.push_back(first);
+  Report(first);
+  g_results.push_back(catchup);
+  Report(catchup);
+}
+
+void Density(Env& env) {
+  int n = env.opts.quick ? 5 : 100;
+  int rounds = env.opts.quick ? 1 : 2;
+  Progress("density: " + std::to_string(n) + " idle sandboxes, " + std::to_string(rounds) +
+           " round(s) per side");
+  pid_t broker = env.service->BrokerPid();
+  if (broker < 0) Die("cannot find the broker process");
+  Mem broker0 = MemOf(broker), helper0 = MemOf(env.service->pid());
+  Result per{"density_per_sandbox", "MiB", "(runsc procs + broker + privhelper) RSS / N",
+             "raw runsc procs RSS / N", {}, {}, "(report; see extra)", nullptr, {}};
+  Result brk{"density_broker_rss", "MiB", "broker VmRSS with N idle sandboxes",
+             "broker VmRSS with 0 sandboxes", {}, {}, "ours <= 50 MiB (+buffers: 0 idle)",
+             [](double, double ours, double) { return ours <= 50.0; }, {}};
+  std::vector<double> helper_rss, beyond_rss, beyond_pss, service_marginal, runsc_diff, ours_runsc_rss,
+      raw_runsc_rss, ours_pss_per, raw_pss_per, create_ms;
+  for (int round = 0; round < rounds; ++round) {
+    {
+      std::vector<api::Sandbox::Client> sandboxes;
+      double t0 = Now();
+      for (int i = 0; i < n; ++i) sandboxes.push_back(env.CreateSandbox());
+      create_ms.push_back((Now() - t0) * 1000 / n);
+      Sleep(2);
+      Mem b = MemOf(broker), h = MemOf(env.service->pid());
+      Mem r = MemOfMatching(env.service->runsc_root());
+      per.ours.push_back(MiB(r.rss_kib + b.rss_kib + h.rss_kib) / n);
+      brk.ours.push_back(MiB(b.rss_kib));
+      brk.baseline.push_back(MiB(broker0.rss_kib));
+      helper_rss.push_back(MiB(h.rss_kib));
+      ours_runsc_rss.push_back(MiB(r.rss_kib));
+      ours_pss_per.push_back(MiB(r.pss_kib + b.pss_kib + h.pss_kib) / n);
+      service_marginal.push_back((MiB(b.rss_kib) - MiB(broker0.rss_kib) + MiB(h.rss_kib) -
+                                  MiB(helper0.rss_kib)) /
+                                 n);
+      Progress("density: ours N=" + std::to_string(n) + ": runsc " + Num(MiB(r.rss_kib), 1) +
+               " MiB in " + std::to_string(r.processes) + " processes, broker " +
+               Num(MiB(b.rss_kib), 1) + " MiB, privhelper " + Num(MiB(h.rss_kib), 1) + " MiB");
+      kj::Vector<kj::Promise<void>> deletions;
+      for (auto& sb : sandboxes) {
+        auto del = sb.deleteRequest();
+        del.setForce(true);
+        deletions.add(del.send().ignoreResult());
+      }
+      kj::joinPromises(deletions.releaseAsArray()).wait(env.ws_());
+    }
+    {
+      std::vector<std::string> ids;
+      for (int i = 0; i < n; ++i) ids.push_back(env.raw->CreateIdle());
+      Sleep(2);
+      Mem r = MemOfMatching(env.raw->Root());
+      per.baseline.push_back(MiB(r.rss_kib) / n);
+      raw_runsc_rss.push_back(MiB(r.rss_kib));
+      raw_pss_per.push_back(MiB(r.pss_kib) / n);
+      Progress("density: raw N=" + std::to_string(n) + ": runsc " + Num(MiB(r.rss_kib), 1) +
+               " MiB in " + std::to_string(r.processes) + " processes");
+      env.raw->DeleteMany(ids);
+    }
+  }
+  for (size_t i = 0; i < per.ours.size(); ++i) {
+    beyond_rss.push_back(per.ours[i] - per.baseline[i]);
+    beyond_pss.push_back(ours_pss_per[i] - raw_pss_per[i]);
+    runsc_diff.push_back((ours_runsc_rss[i] - raw_runsc_rss[i]) / n);
+  }
+  per.extra.push_back({"n", std::to_string(n)});
+  per.extra.push_back({"ours_runsc_rss_mib", Num(Median(ours_runsc_rss), 1)});
+  per.extra.push_back({"raw_runsc_rss_mib", Num(Median(raw_runsc_rss), 1)});
+  per.extra.push_back({"beyond_runsc_rss_mib_per_sandbox", Num(Median(beyond_rss))});
+  per.extra.push_back({"beyond_runsc_pss_mib_per_sandbox", Num(Median(beyond_pss))});
+  per.extra.push_back({"service_marginal_rss_mib_per_sandbox", Num(Median(service_marginal))});
+  per.extra.push_back({"runsc_rss_diff_mib_per_sandbox", Num(Median(runsc_diff))});
+  per.extra.push_back({"ours_pss_mib_per_sandbox", Num(Median(ours_pss_per))});
+  per.extra.push_back({"raw_pss_mib_per_sandbox", Num(Median(raw_pss_per))});
+  per.extra.push_back({"ours_create_ms_per_sandbox", Num(Median(create_ms), 1)});
+  brk.extra.push_back({"n", std::to_string(n)});
+  brk.extra.push_back({"privhelper_rss_mib", Num(Median(helper_rss), 1)});
+  brk.extra.push_back({"privhelper_rss_mib_idle", Num(MiB(helper0.rss_kib), 1)});
+  brk.extra.push_back({"output_buffer_bytes_per_stream", std::to_string(128 * kMiB)});
+  g_results.push_back(per);
+  Report(per);
+  g_results.push_back(brk);
+  Report(brk);
+}
+
+struct FanClient {
+  SinkState state;
+  kj::Own<client::Connection> conn;
+  kj::Maybe<api::Subscription::Client> sub;
+};
+
+void FanOut(Env& env, api::Sandbox::Client& sandbox) {
+  int clients = env.opts.quick ? 50 : 1000;
+  int rounds = env.opts.quick ? 2 : 3;
+  int per_block = env.opts.quick ? 3 : 10;
+  Progress("fan-out: " + std::to_string(clients) + " subscribed clients, " +
+           std::to_string(rounds) + " rounds of " + std::to_string(per_block) + " per side");
+  auto& ws = env.ws_();
+  std::string sandbox_id = sandbox.inspectRequest().send().wait(ws).getInfo().getId();
+  auto start = sandbox.startProcessRequest();
+  FillArgv(start.initSpec(), {"sh", "-c", "while :; do echo tick; sleep 1; done"});
+  auto live_started = start.send().wait(ws);
+  auto live = live_started.getProcess();
+  std::string live_id = live_started.getInfo().getId();
+
+  Result r{"fanout", "ms", "startProcess(true)->exit with N clients subscribed to a live process",
+           "the same with no other clients", {}, {}, "ratio <= 2.0",
+           [](double ratio, double, double) { return ratio <= 2.0; }, {}};
+  std::vector<double> connect_ms, broker_rss;
+  int failed_clients = 0;
+  uint64_t min_bytes = UINT64_MAX;
+  auto measure = [&](std::vector<double>& into) {
+    for (int i = 0; i < per_block; ++i) {
+      double t0 = Now();
+      auto req = sandbox.startProcessRequest();
+      FillArgv(req.initSpec(), {"true"});
+      req.send().getProcess().waitRequest().send().wait(ws);
+      into.push_back((Now() - t0) * 1000);
+    }
+  };
+  for (int round = 0; round < rounds; ++round) {
+    {
+      std::vector<kj::Own<FanClient>> fan;
+      double t0 = Now();
+      kj::Vector<kj::Promise<void>> subscribed;
+      for (int i = 0; i < clients; ++i) {
+        auto fc = kj::heap<FanClient>();
+        fc->conn = kj::heap<client::Connection>(*env.io, env.service->socket());
+        auto gs = fc->conn->supervisor().getSandboxRequest();
+        gs.setId(sandbox_id);
+        auto gp = gs.send().getSandbox().getProcessRequest();
+        gp.setId(live_id);
+        auto sub = gp.send().getProcess().subscribeRequest();
+        sub.setStream(api::Stream::STDOUT);
+        sub.setFromOffset(0);
+        sub.setSink(kj::heap<Sink>(fc->state));
+        FanClient* raw = fc.get();
+        subscribed.add(sub.send()
+                           .then([raw](auto&& resp) { raw->sub = resp.getSubscription(); })
+                           .catch_([&failed_clients](kj::Exception&& e) {
+                             if (failed_clients++ == 0)
+                               Progress("fan-out: a client failed: " + client::ErrorText(e));
+                           }));
+        fan.push_back(kj::mv(fc));
+      }
+      kj::joinPromises(subscribed.releaseAsArray()).wait(ws);
+      connect_ms.push_back((Now() - t0) * 1000);
+      // Let every subscriber receive a live tick after the join.
+      env.io->provider->getTimer().afterDelay(1500 * kj::MILLISECONDS).wait(ws);
+      measure(r.ours);
+      pid_t broker = env.service->BrokerPid();
+      if (broker > 0) broker_rss.push_back(MiB(MemOf(broker).rss_kib));
+      for (auto& fc : fan) min_bytes = std::min(min_bytes, fc->state.bytes);
+      fan.clear();
+      // Give the broker time to notice the disconnects before the quiet block.
+      env.io->provider->getTimer().afterDelay(1000 * kj::MILLISECONDS).wait(ws);
+    }
+    measure(r.baseline);
+  }
+  auto kill_req = live.signalRequest();
+  kill_req.setSignal(SIGKILL);
+  kill_req.send().wait(ws);
+  live.waitRequest().send().wait(ws);
+  r.extra.push_back({"clients", std::to_string(clients)});
+  r.extra.push_back({"connect_and_subscribe_all_ms_median", Num(Median(connect_ms), 1)});
+  r.extra.push_back({"broker_rss_mib_with_clients", Num(Median(broker_rss), 1)});
+  r.extra.push_back({"failed_clients", std::to_string(failed_clients)});
+  r.extra.push_back({"min_bytes_received_per_client", std::to_string(min_bytes)});
+  g_results.push_back(r);
+  Report(r);
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--perf" && i + 1 < argc) {
+      o.perf_dir = argv[++i];
+    } else if (a == "--only" && i + 1 < argc) {
+      std::stringstream list(argv[++i]);
+      for (std::string item; std::getline(list, item, ',');) o.only.insert(item);
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench [--quick] [--perf DIR] "
+                   "[--only cold,exec,throughput,replay,density,fanout]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+int Main(int argc, char** argv) {
+  Options opts = ParseArgs(argc, argv);
+  double started = Now();
+  if (geteuid() != 0) Die("run as root (testing/bench/run)");
+  if (getpwnam("paseo-sandbox") == nullptr || getgrnam("paseo-sandbox") == nullptr)
+    Die("user and group paseo-sandbox must exist (installer/install-deps creates them)");
+  if (access("/usr/bin/runsc", X_OK) != 0) Die("/usr/bin/runsc is missing");
+  // 1000 client connections need more than the usual 1024 fds (here and in the broker, which
+  // inherits the limit through the privhelper).
+  rlimit nofile;
+  Check(getrlimit(RLIMIT_NOFILE, &nofile) == 0, "getrlimit(RLIMIT_NOFILE)");
+  nofile.rlim_cur = nofile.rlim_max;
+  Check(setrlimit(RLIMIT_NOFILE, &nofile) == 0, "setrlimit(RLIMIT_NOFILE)");
+  if (nofile.rlim_cur < 4096) Die("RLIMIT_NOFILE hard limit below 4096: raise it (ulimit -Hn)");
+  Check(unshare(CLONE_NEWNS | CLONE_NEWNET) == 0, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
+  Check(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private");
+  LoopbackUp();
+
+  char templ[] = "/tmp/paseo-bench.XXXXXX";
+  Check(mkdtemp(templ) != nullptr, "mkdtemp");
+  std::string base = templ;
+  Check(mount("tmpfs", base.c_str(), "tmpfs", 0, "mode=0755,size=1g") == 0, "mount tmpfs");
+  Check(mkdir((base + "/state").c_str(), 0755) == 0, "mkdir state");
+  Check(mkdir((base + "/ws").c_str(), 0755) == 0, "mkdir ws");
+  Check(chown((base + "/ws").c_str(), kAgentUid, kAgentGid) == 0, "chown ws");
+  std::string version =
+      Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base + "/state/rootfs");
+
+  int rc = 0;
+  {
+    RawRunsc raw(base + "/raw", base + "/state/rootfs/" + version + "/rootfs", base + "/ws");
+    Service service(base, version, 128 * kMiB);
+    Progress(std::string(opts.quick ? "quick" : "full") + " run; work area " + base +
+             ", rootfs " + version);
+    try {
+      auto io = kj::setupAsyncIo();
+      client::Connection conn(io, service.socket());
+      Env env;
+      env.opts = opts;
+      env.base = base;
+      env.ws = base + "/ws";
+      env.io = &io;
+      env.service = &service;
+      env.raw = &raw;
+      env.conn = &conn;
+      auto info = conn.supervisor().infoRequest().send().wait(io.waitScope);
+      Progress(std::string("service ") + info.getVersion().cStr() + ", peer uid " +
+               std::to_string(info.getPeerUid()));
+
+      auto checkpoint = [&](const std::string& when) {
+        pid_t b = service.BrokerPid();
+        auto list = conn.supervisor().listSandboxesRequest().send().wait(io.waitScope);
+        Progress("after " + when + ": broker VmRSS " + Num(b > 0 ? MiB(MemOf(b).rss_kib) : NAN, 1) +
+                 " MiB, privhelper VmRSS " + Num(MiB(MemOf(service.pid()).rss_kib), 1) +
+                 " MiB, listSandboxes: " + std::to_string(list.getSandboxes().size()));
+      };
+      checkpoint("start");
+      if (opts.Wants("cold")) Cold(env);
+      checkpoint("cold");
+      if (opts.Wants("density")) Density(env);
+      checkpoint("density");
+      if (opts.Wants("exec") || opts.Wants("throughput") || opts.Wants("replay")) {
+        auto sandbox = env.CreateSandbox();
+        std::string raw_id = raw.CreateIdle();
+        if (opts.Wants("exec")) Exec(env, sandbox, raw_id);
+        if (opts.Wants("throughput")) Throughput(env, sandbox, raw_id);
+        checkpoint("throughput");
+        if (opts.Wants("replay")) Replay(env, sandbox, raw_id);
+        env.DeleteSandbox(sandbox);
+        raw.Delete(raw_id);
+        checkpoint("deleting the exec/throughput/replay sandbox");
+      }
+      if (opts.Wants("fanout")) {
+        auto sandbox = env.CreateSandbox();
+        FanOut(env, sandbox);
+        env.DeleteSandbox(sandbox);
+        checkpoint("fan-out");
+      }
+    } catch (kj::Exception& e) {
+      std::fprintf(stderr, "bench: FAILED: %s\n", e.getDescription().cStr());
+      std::fprintf(stderr, "bench: privhelper log tail:\n%s\n", service.Log().c_str());
+      rc = 1;
+    }
+    raw.DeleteAll();
+    service.Stop();
+    for (pid_t p : PidsMatching(base + "/")) {
+      Progress("leftover process " + std::to_string(p) + ": " + Cmdline(std::to_string(p)));
+      rc = 1;
+    }
+  }
+  umount2(base.c_str(), MNT_DETACH);
+  rmdir(base.c_str());
+  PrintTable();
+  std::printf("total wall time: %.1f s (%s)\n", Now() - started, opts.quick ? "quick" : "full");
+  return rc;
+}
+
+}  // namespace
+}  // namespace paseo::bench
+
+int main(int argc, char** argv) { return paseo::bench::Main(argc, argv); }
