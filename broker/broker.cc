@@ -321,6 +321,7 @@ class SandboxImpl final : public api::Sandbox::Server {
               absl::StrCat("process ", pid, " still runs; use force to delete anyway")));
       }
     }
+    std::string before = sb.state;
     sb.state = "deleting";
     auto req = broker_.helper().deleteSandboxRequest();
     req.setSandboxId(id_);
@@ -335,9 +336,9 @@ class SandboxImpl final : public api::Sandbox::Server {
           }
           broker.sandboxes().erase(it);
         },
-        [&broker, id](kj::Exception&& e) {
+        [&broker, id, before](kj::Exception&& e) {
           auto it = broker.sandboxes().find(id);
-          if (it != broker.sandboxes().end()) it->second->state = "running";
+          if (it != broker.sandboxes().end()) it->second->state = before;
           kj::throwFatalException(Forwarded(kj::mv(e)));
         });
   }
@@ -552,6 +553,19 @@ Broker::Broker(kj::AsyncIoProvider& io, kj::LowLevelAsyncIoProvider& low,
       helper_(kj::mv(helper)),
       policy_(policy_message.getRoot<helper::BrokerPolicy>().asReader()),
       tasks_(error_handler_) {}
+
+void Broker::AddUnattached(helper::AdoptedSandbox::Reader adopted) {
+  auto record = std::make_unique<SandboxRecord>();
+  record->id = adopted.getSandboxId().cStr();
+  record->deployment_id = adopted.getDeploymentId().cStr();
+  record->profile = adopted.getProfile().cStr();
+  record->created_ms = adopted.getCreatedAtUnixMs();
+  record->state = "running-unattached";
+  if (auto policy = Deployment(record->deployment_id)) {
+    record->buffer_bytes = policy->getOutputBufferBytes();
+  }
+  sandboxes_.emplace(record->id, std::move(record));
+}
 
 api::Supervisor::Client Broker::NewSupervisor(Peer peer) {
   return kj::heap<SupervisorImpl>(*this, std::move(peer));

@@ -68,6 +68,9 @@ class Broker {
   Broker(kj::AsyncIoProvider& io, kj::LowLevelAsyncIoProvider& low, helper::Helper::Client helper,
          capnp::MallocMessageBuilder& policy_message);
 
+  // Registers a sandbox from before a service restart, in state "running-unattached".
+  void AddUnattached(helper::AdoptedSandbox::Reader adopted);
+
   // The bootstrap capability for a new connection from `peer`.
   api::Supervisor::Client NewSupervisor(Peer peer);
 

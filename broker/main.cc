@@ -157,6 +157,10 @@ int Main(int argc, char** argv) {
   policy_message.setRoot(policy_response.getPolicy());
 
   Broker broker(*io.provider, low, helper, policy_message);
+  // Sandboxes a previous service instance left running and the privhelper adopted: their old
+  // processes' stdio is gone, but they can be inspected, used and deleted.
+  auto inventory = helper.inventoryRequest().send().wait(io.waitScope);
+  for (auto adopted : inventory.getSandboxes()) broker.AddUnattached(adopted);
   Listener listener(broker,
                     low.wrapListenSocketFd(listen_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
                     io.provider->getTimer());

@@ -6,7 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
+#include <sstream>
+
+#include <capnp/compat/json.h>
 
 #include <kj/debug.h>
 
@@ -16,6 +20,7 @@
 #include "common/status.h"
 #include "privhelper/bundle.h"
 #include "privhelper/rootfs_overlay.h"
+#include "schema/records.capnp.h"
 #include "privhelper/workspace_resolver.h"
 
 namespace paseo {
@@ -232,6 +237,10 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   sandbox->default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
   sandbox->bundle_dir =
       absl::StrCat(config_.helper().getStateDir().cStr(), "/bundles/", request.sandbox_id);
+  sandbox->profile = request.profile->getName().cStr();
+  sandbox->created_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
   Sandbox& sb = *sandbox;
   sandboxes_.emplace(sb.id, kj::mv(sandbox));
 
@@ -246,6 +255,24 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   }
   std::string mounts_dir = sb.bundle_dir + "/mounts";
   if (mkdir(mounts_dir.c_str(), 0700) != 0) fail_and_clean(ErrnoStatus("mkdir", mounts_dir));
+  {
+    // The record a restarted privhelper reads to know what a surviving container is.
+    capnp::MallocMessageBuilder message;
+    auto record = message.initRoot<records::SandboxRecord>();
+    record.setId(sb.id);
+    record.setDeploymentId(deployment_id);
+    record.setProfile(sb.profile);
+    record.setUid(uid);
+    record.setGid(gid);
+    record.setDefaultCwd(sb.default_cwd);
+    record.setCreatedAtUnixMs(sb.created_ms);
+    capnp::JsonCodec codec;
+    auto text = codec.encode(record.asReader());
+    std::string record_path = sb.bundle_dir + "/sandbox.json";
+    absl::Status st = WriteNewFile(record_path, std::string(text.cStr(), text.size()));
+    if (!st.ok()) fail_and_clean(st);
+    sb.files.push_back(record_path);
+  }
 
   auto merged = MountRootfsOverlay(rootfs, sb.bundle_dir);
   if (!merged.ok()) fail_and_clean(merged.status());
@@ -392,6 +419,140 @@ kj::Promise<void> SandboxHost::Delete(const std::string& sandbox_id) {
   return Destroy(sandbox_id, sb->generation);
 }
 
+namespace {
+
+struct ListedContainer {
+  std::string id;
+  std::string status;
+};
+
+// Parses `runsc list --format=json` (an array of OCI state objects).
+std::vector<ListedContainer> ParseRunscList(const std::string& text) {
+  std::vector<ListedContainer> out;
+  if (text.find_first_not_of(" \n") == std::string::npos) return out;
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<capnp::JsonValue>();
+  capnp::JsonCodec codec;
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
+  if (error != nullptr || !root.isArray()) {
+    KJ_LOG(ERROR, "cannot parse runsc list output", text);
+    return out;
+  }
+  for (auto item : root.getArray()) {
+    if (!item.isObject()) continue;
+    ListedContainer c;
+    for (auto field : item.getObject()) {
+      if (field.getName() == "id" && field.getValue().isString())
+        c.id = field.getValue().getString().cStr();
+      if (field.getName() == "status" && field.getValue().isString())
+        c.status = field.getValue().getString().cStr();
+    }
+    if (!c.id.empty()) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+absl::StatusOr<records::SandboxRecord::Reader> ReadRecord(const std::string& path,
+                                                          capnp::MallocMessageBuilder& message) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(path + ": no record");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  capnp::JsonCodec codec;
+  auto root = message.initRoot<records::SandboxRecord>();
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decode(kj::ArrayPtr<const char>(s.data(), s.size()), root); });
+  if (error != nullptr) return absl::InvalidArgumentError(path + ": unreadable record");
+  return root.asReader();
+}
+
+}  // namespace
+
+kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
+  return runsc_.Run({"list", "--format=json"}).then([this, policy](RunscResult listed) {
+    if (!listed.ok()) Fail(absl::InternalError("runsc list: " + listed.Describe()));
+    std::string bundles = absl::StrCat(config_.helper().getStateDir().cStr(), "/bundles");
+    for (const auto& c : ParseRunscList(listed.stdout_text)) {
+      if (!IsValidId(c.id) || Find(c.id) != nullptr) continue;
+      auto sandbox = kj::heap<Sandbox>();
+      sandbox->id = c.id;
+      sandbox->generation = next_generation_++;
+      sandbox->bundle_dir = absl::StrCat(bundles, "/", c.id);
+      sandbox->container_created = true;
+      for (const auto& n : Entries(sandbox->bundle_dir)) {
+        std::string path = absl::StrCat(sandbox->bundle_dir, "/", n);
+        struct stat st;
+        if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) sandbox->files.push_back(path);
+      }
+      for (const auto& n : Entries(sandbox->bundle_dir + "/mounts"))
+        sandbox->staging.push_back(absl::StrCat(sandbox->bundle_dir, "/mounts/", n));
+      capnp::MallocMessageBuilder message;
+      auto record = ReadRecord(sandbox->bundle_dir + "/sandbox.json", message);
+      bool adopt = policy == config::RestartPolicy::KEEP && c.status == "running" &&
+                   record.ok() && config_.FindDeployment(record->getDeploymentId().cStr());
+      if (record.ok()) {
+        sandbox->deployment = record->getDeploymentId().cStr();
+        sandbox->profile = record->getProfile().cStr();
+        sandbox->uid = record->getUid();
+        sandbox->gid = record->getGid();
+        sandbox->default_cwd = record->getDefaultCwd().cStr();
+        sandbox->created_ms = record->getCreatedAtUnixMs();
+      }
+      uint64_t gen = sandbox->generation;
+      std::string id = c.id;
+      bool running = c.status == "running";
+      sandboxes_.emplace(id, kj::mv(sandbox));
+      if (adopt && sandboxes_[id]->uid != 0 && sandboxes_[id]->gid != 0) {
+        sandboxes_[id]->running = true;
+        const Sandbox& sb = *sandboxes_[id];
+        adopted_.push_back(Adopted{sb.id, sb.deployment, sb.profile, sb.created_ms});
+        KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
+      } else {
+        KJ_LOG(WARNING, "destroying a sandbox left by a previous privhelper", id, running);
+        reaper_.add(Destroy(id, gen));
+      }
+    }
+  }).then([this] {
+    // Bundles and cgroups that no sandbox owns: leftovers of a crash mid-create or mid-delete.
+    std::string bundles = absl::StrCat(config_.helper().getStateDir().cStr(), "/bundles");
+    for (const auto& n : Entries(bundles)) {
+      if (Find(n) != nullptr) continue;
+      Sandbox stale;
+      stale.id = n;
+      stale.bundle_dir = absl::StrCat(bundles, "/", n);
+      for (const auto& f : Entries(stale.bundle_dir)) {
+        std::string path = absl::StrCat(stale.bundle_dir, "/", f);
+        struct stat st;
+        if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) stale.files.push_back(path);
+      }
+      for (const auto& m : Entries(stale.bundle_dir + "/mounts"))
+        stale.staging.push_back(absl::StrCat(stale.bundle_dir, "/mounts/", m));
+      KJ_LOG(WARNING, "removing a stale bundle", n);
+      RemoveBundle(stale);
+    }
+    std::string parent = config_.helper().getCgroupParent().cStr();
+    for (const auto& hierarchy : Entries("/sys/fs/cgroup")) {
+      for (const auto& n : Entries(absl::StrCat("/sys/fs/cgroup/", hierarchy, parent))) {
+        if (n.rfind("sb-", 0) == 0 && Find(n) == nullptr) RemoveCgroups(SandboxCgroup(parent, n));
+      }
+    }
+  });
+}
+
 kj::Promise<void> SandboxHost::DeleteAll() {
   kj::Vector<kj::Promise<void>> all;
   std::vector<std::pair<std::string, uint64_t>> ids;
@@ -459,6 +620,19 @@ kj::Promise<void> HelperServer::signalProcess(SignalProcessContext context) {
     Fail(absl::InvalidArgumentError("not a valid id"));
   return host_.Signal(params.getSandboxId().cStr(), params.getProcessId().cStr(),
                       params.getSignal());
+}
+
+kj::Promise<void> HelperServer::inventory(InventoryContext context) {
+  const auto& adopted = host_.adopted();
+  auto list = context.getResults().initSandboxes(static_cast<unsigned>(adopted.size()));
+  for (size_t i = 0; i < adopted.size(); ++i) {
+    auto out = list[static_cast<unsigned>(i)];
+    out.setSandboxId(adopted[i].id);
+    out.setDeploymentId(adopted[i].deployment);
+    out.setProfile(adopted[i].profile);
+    out.setCreatedAtUnixMs(adopted[i].created_ms);
+  }
+  return kj::READY_NOW;
 }
 
 kj::Promise<void> HelperServer::deleteSandbox(DeleteSandboxContext context) {

@@ -16,6 +16,7 @@
 #include "privhelper/config.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
+#include "schema/config.capnp.h"
 #include "schema/helper.capnp.h"
 
 namespace paseo {
@@ -38,6 +39,15 @@ class SandboxHost {
   // Destroys every sandbox, whatever state it is in (service shutdown, after the RPC system
   // and with it every in-flight request is gone).
   kj::Promise<void> DeleteAll();
+  // At start-up, before serving: finds what a previous privhelper left (runsc containers in the
+  // control netns, bundles, cgroups). Running sandboxes with a readable record are adopted
+  // (policy keep) or destroyed (policy kill); everything else is garbage-collected.
+  kj::Promise<void> Reconcile(config::RestartPolicy policy);
+  struct Adopted {
+    std::string id, deployment, profile;
+    int64_t created_ms = 0;
+  };
+  const std::vector<Adopted>& adopted() const { return adopted_; }
   size_t size() const { return sandboxes_.size(); }
 
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
@@ -52,6 +62,8 @@ class SandboxHost {
   };
   struct Sandbox {
     std::string id;
+    std::string profile;
+    int64_t created_ms = 0;
     uint64_t generation = 0;  // distinguishes a re-used id from the sandbox a continuation saw
     std::string deployment;
     std::string bundle_dir;
@@ -86,6 +98,7 @@ class SandboxHost {
   RunscRunner& runsc_;
   uint64_t next_generation_ = 1;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;
+  std::vector<Adopted> adopted_;
   ReapErrors reap_errors_;
   kj::TaskSet reaper_;
 };
@@ -101,6 +114,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> waitProcess(WaitProcessContext context) override;
   kj::Promise<void> signalProcess(SignalProcessContext context) override;
   kj::Promise<void> deleteSandbox(DeleteSandboxContext context) override;
+  kj::Promise<void> inventory(InventoryContext context) override;
 
  private:
   const Config& config_;

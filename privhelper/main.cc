@@ -176,10 +176,28 @@ absl::Status EnterPrivateMountNamespace() {
   return absl::OkStatus();
 }
 
-absl::Status EnterControlNetns() {
-  // A fresh netns with only loopback: runsc binds each sandbox's control socket as an abstract
-  // socket in the netns it runs in, and abstract sockets are scoped per netns.
+// Joins the control netns pinned at `pin` by an earlier privhelper (sandboxes it started may
+// still run there, and from any other netns runsc reports them stopped), or makes a fresh one
+// with only loopback and pins it. runsc binds each sandbox's control socket as an abstract
+// socket in the netns it runs in, and abstract sockets are scoped per netns. Must run in the
+// host's mount namespace, so the pin outlives this process.
+absl::Status EnterControlNetns(const std::string& pin) {
+  int existing = open(pin.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (existing >= 0) {
+    int rc = setns(existing, CLONE_NEWNET);
+    close(existing);
+    if (rc == 0) {
+      Log("joined the pinned control network namespace " + pin);
+      return absl::OkStatus();
+    }
+    unlink(pin.c_str());  // a stale file, not a namespace
+  }
   if (unshare(CLONE_NEWNET) != 0) return ErrnoStatus("unshare", "CLONE_NEWNET");
+  int file = open(pin.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (file < 0) return ErrnoStatus("create", pin);
+  close(file);
+  if (mount("/proc/self/ns/net", pin.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    return ErrnoStatus("pin netns", pin);
   int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (s < 0) return ErrnoStatus("socket", "AF_INET");
   ifreq ifr = {};
@@ -329,8 +347,10 @@ int Main(int argc, char** argv) {
   close(pair[1]);
   close(*listen_fd);
 
-  absl::Status netns = EnterPrivateMountNamespace();
-  if (netns.ok()) netns = EnterControlNetns();
+  std::string netns_pin = run_dir + "/control-netns";
+  int host_mounts = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  absl::Status netns = EnterControlNetns(netns_pin);
+  if (netns.ok()) netns = EnterPrivateMountNamespace();
   if (!netns.ok()) {
     Log(std::string(netns.message()));
     kill(pid, SIGKILL);
@@ -352,6 +372,13 @@ int Main(int argc, char** argv) {
 
   RunscRunner runsc(events, *runsc_fd, run_dir + "/runsc", helper.getRunsc().getPlatform().cStr());
   SandboxHost host(**config, runsc);
+  // Before the first request: adopt or destroy what a previous instance left, and collect
+  // stale bundles and cgroups.
+  kj::Maybe<kj::Exception> reconciled = kj::runCatchingExceptions(
+      [&] { host.Reconcile(helper.getOnRestart()).wait(io.waitScope); });
+  KJ_IF_MAYBE(e, reconciled) {
+    Log(std::string("reconcile failed (continuing): ") + e->getDescription().cStr());
+  }
   kj::Own<kj::AsyncCapabilityStream> stream_holder = io.lowLevelProvider->wrapUnixSocketFd(
       pair[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (see
@@ -389,6 +416,12 @@ int Main(int argc, char** argv) {
     broker_exit.addBranch().ignoreResult().exclusiveJoin(kj::mv(timeout)).wait(io.waitScope);
   }
   host.DeleteAll().wait(io.waitScope);
+  // Nothing left to reach in the control netns: unpin it (in the host's mount namespace, where
+  // the pin lives). If a sandbox could not be deleted, the pin stays for the next start.
+  if (host.size() == 0 && host_mounts >= 0 && setns(host_mounts, CLONE_NEWNS) == 0) {
+    umount2(netns_pin.c_str(), MNT_DETACH);
+    unlink(netns_pin.c_str());
+  }
   return exit_code;
 }
 

@@ -24,6 +24,23 @@ std::string RunscResult::Describe() const {
   return absl::StrCat("runsc failed (", how, ")", text.empty() ? "" : ": ", text);
 }
 
+namespace {
+
+// What a runsc call wrote into a memfd (at most 4 MiB).
+std::string ReadMemfd(int fd) {
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  off_t off = 0;
+  while (off < (4 << 20) && (n = pread(fd, buf, sizeof(buf), off)) > 0) {
+    text.append(buf, static_cast<size_t>(n));
+    off += n;
+  }
+  return text;
+}
+
+}  // namespace
+
 kj::Promise<int> WatchChild(kj::UnixEventPort& events, pid_t pid) {
   // onChildExit keeps a reference to the Maybe until the child is reaped: keep it on the heap.
   auto child = kj::heap<kj::Maybe<pid_t>>(pid);
@@ -64,12 +81,14 @@ kj::Promise<RunscResult> RunscRunner::Run(std::vector<std::string> args) {
   // stderr goes to a memfd, not a pipe: `runsc create` passes its stdio on to the sandbox's
   // init, which would hold a pipe open forever and a reader waiting for EOF would hang.
   int memfd = memfd_create("runsc-stderr", MFD_CLOEXEC);
-  if (memfd < 0) return KJ_EXCEPTION(FAILED, "internal: memfd_create failed");
+  int outfd = memfd_create("runsc-stdout", MFD_CLOEXEC);
+  if (memfd < 0 || outfd < 0) return KJ_EXCEPTION(FAILED, "internal: memfd_create failed");
   kj::AutoCloseFd err_fd(memfd);
+  kj::AutoCloseFd out_fd(outfd);
   int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (null_fd < 0) return KJ_EXCEPTION(FAILED, "internal: open /dev/null failed");
   kj::AutoCloseFd null_owned(null_fd);
-  auto pid = Start(std::move(args), null_fd, null_fd, memfd);
+  auto pid = Start(std::move(args), null_fd, outfd, memfd);
   if (!pid.ok()) {
     return KJ_EXCEPTION(FAILED, "internal: cannot start runsc", pid.status().ToString());
   }
@@ -84,16 +103,11 @@ kj::Promise<RunscResult> RunscRunner::Run(std::vector<std::string> args) {
         return kj::mv(late);
       });
   return exited.addBranch().exclusiveJoin(kj::mv(timed_out)).then(
-      [err_fd = kj::mv(err_fd)](int status) mutable {
+      [err_fd = kj::mv(err_fd), out_fd = kj::mv(out_fd)](int status) mutable {
         RunscResult result;
         result.wait_status = status;
-        char buf[4096];
-        ssize_t n;
-        off_t off = 0;
-        while ((n = pread(err_fd.get(), buf, sizeof(buf), off)) > 0 && off < (1 << 20)) {
-          result.stderr_text.append(buf, static_cast<size_t>(n));
-          off += n;
-        }
+        result.stderr_text = ReadMemfd(err_fd.get());
+        result.stdout_text = ReadMemfd(out_fd.get());
         return result;
       });
 }

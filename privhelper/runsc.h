@@ -21,6 +21,7 @@ namespace paseo {
 struct RunscResult {
   int wait_status = 0;  // as from waitpid
   std::string stderr_text;
+  std::string stdout_text;
   bool ok() const { return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0; }
   std::string Describe() const;
 };

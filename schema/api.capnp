@@ -91,7 +91,9 @@ struct SandboxInfo {
   deploymentId @1 :Text;
   profile @2 :Text;
   state @3 :Text;
-  # "running" or "deleted".
+  # "running"; "deleting"; or "running-unattached": left running by a previous service
+  # instance and adopted after a restart (its earlier processes' output is gone; new processes
+  # can be started; it can be inspected and deleted).
   createdAtUnixMs @4 :Int64;
   labels @5 :List(Label);
   processCount @6 :UInt32;

@@ -34,6 +34,15 @@ struct HelperConfig {
   # Default rootfs version: a directory under <stateDir>/rootfs/ holding rootfs/ and manifest.json.
   cgroupParent @7 :Text = "/paseo-sandbox";
   # Every sandbox's cgroup is <cgroupParent>/<sandbox-id> in each hierarchy.
+  onRestart @8 :RestartPolicy = kill;
+  # What a starting privhelper does with sandboxes a previous instance left running.
+}
+
+enum RestartPolicy {
+  kill @0;
+  # Delete them (their processes' stdio died with the old service).
+  keep @1;
+  # Adopt them: listed as "running-unattached", inspectable, usable for new processes, deletable.
 }
 
 struct WorkspaceRoot {

@@ -51,6 +51,14 @@ interface Fd {
   # Carries one file descriptor (SCM_RIGHTS); the receiver dups it and drops the capability.
 }
 
+struct AdoptedSandbox {
+  # A sandbox a previous privhelper started that still runs (restart policy "keep").
+  sandboxId @0 :Text;
+  deploymentId @1 :Text;
+  profile @2 :Text;
+  createdAtUnixMs @3 :Int64;
+}
+
 interface Helper {
   policy @0 () -> (policy :BrokerPolicy);
   # The deployments and who may use them, so the broker can authorize clients.
@@ -70,4 +78,7 @@ interface Helper {
 
   deleteSandbox @5 (sandboxId :Text) -> ();
   # Kills and deletes the sandbox, unmounts its workspaces and removes its bundle.
+
+  inventory @6 () -> (sandboxes :List(AdoptedSandbox));
+  # Sandboxes adopted from a previous privhelper at start-up, for the broker's registry.
 }

@@ -156,7 +156,8 @@ void Service::Start() {
   WriteText(base_ + "/etc/helper.json",
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
                 "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
-                version + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"}");
+                version + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"" +
+                options_.helper_json_extra + "}");
   WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");
   // World-writable on the host, so only the read-only mount can stop an agent's write.
   Check(chmod((base_ + "/creds/tokens/token").c_str(), 0666) == 0, "chmod token");
@@ -185,11 +186,15 @@ void Service::Start() {
                 base_ + "/ws-beta\"}]}");
 
   if (options_.before_start) options_.before_start(base_);
+  Launch();
+}
+
+void Service::Launch() {
   std::string log = base_ + "/privhelper.log";
   pid_t pid = fork();
   Check(pid >= 0, "fork");
   if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
     std::vector<std::string> args = {base_ + "/bin/paseo-sandbox-privhelper", "--config-dir",
@@ -279,6 +284,17 @@ void Service::RemoveCgroupParent() const {
   }
 }
 
+void Service::Crash() {
+  if (privhelper_pid_ <= 0) return;
+  kill(privhelper_pid_, SIGKILL);
+  waitpid(privhelper_pid_, nullptr, 0);
+  privhelper_pid_ = -1;
+  // The broker ends when its helper socket closes; wait until nothing serves the socket.
+  for (int i = 0; i < 100 && CanConnect(socket()); ++i) usleep(50000);
+}
+
+void Service::Restart() { Launch(); }
+
 int Service::WaitExit(int seconds) {
   if (privhelper_pid_ <= 0) return -1;
   for (int i = 0; i < seconds * 20; ++i) {
@@ -326,6 +342,8 @@ std::vector<std::string> Service::Leaks() const {
     std::istringstream fields(line);
     std::string id, parent, devs, root, point;
     fields >> id >> parent >> devs >> root >> point;
+    // The pinned control netns is expected while the service runs (and must go when it stops).
+    if (privhelper_pid_ > 0 && point == base_ + "/run/control-netns") continue;
     if (point.rfind(base_ + "/", 0) == 0) leaks.push_back("mount " + point);
   }
   for (const auto& n : list_dir("/proc")) {

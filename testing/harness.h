@@ -33,6 +33,8 @@ struct ServiceOptions {
   std::string broker_runfile;
   // Runs with the work area laid out, before the privhelper starts (for fixtures).
   std::function<void(const std::string& base)> before_start;
+  // Appended inside helper.json's object, e.g. `, "onRestart": "keep"`.
+  std::string helper_json_extra;
   // Wait for the client socket to accept connections (false for a broker that never serves).
   bool wait_for_socket = true;
 };
@@ -64,6 +66,10 @@ class Service {
 
   // Stops the privhelper (SIGTERM) and waits for it; returns its wait status.
   int Stop();
+  // SIGKILLs the privhelper (its broker follows), as a crash would; sandboxes stay.
+  void Crash();
+  // Starts a new privhelper on the same state, config and run directory.
+  void Restart();
   // Waits for the privhelper to exit by itself (up to `seconds`); -1 if it did not.
   int WaitExit(int seconds);
   std::string Log() const;
@@ -74,6 +80,7 @@ class Service {
 
  private:
   void Start();
+  void Launch();
   void RemoveCgroupParent() const;
   ServiceOptions options_;
   std::string base_;

@@ -289,6 +289,7 @@ class Perf {
   Perf(const std::string& dir, const std::string& name, const std::vector<pid_t>& pids)
       : dir_(dir), name_(name) {
     if (dir.empty()) return;
+    mkdir(dir.c_str(), 0755);
     std::string list;
     for (pid_t p : pids) list += (list.empty() ? "" : ",") + std::to_string(p);
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -402,6 +403,7 @@ void PrintTable() {
 struct Options {
   bool quick = false;
   std::string perf_dir;  // --perf DIR: perf profiles of the broker and this client
+  bool probe_trim = false;  // --probe-trim: gdb-call malloc_trim(0) in the broker after deletes
   std::set<std::string> only;
   bool Wants(const std::string& s) const { return only.empty() || only.count(s) > 0; }
 };
@@ -1335,6 +1337,8 @@ Options ParseArgs(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--quick") {
       o.quick = true;
+    } else if (a == "--probe-trim") {
+      o.probe_trim = true;
     } else if (a == "--perf" && i + 1 < argc) {
       o.perf_dir = argv[++i];
     } else if (a == "--only" && i + 1 < argc) {
@@ -1421,6 +1425,14 @@ int Main(int argc, char** argv) {
         env.DeleteSandbox(sandbox);
         raw.Delete(raw_id);
         checkpoint("deleting the exec/throughput/replay sandbox");
+        if (opts.probe_trim) {
+          // Is the broker's RSS after the delete garbage it still holds, or free heap that
+          // glibc has not returned? Ask glibc to return it and look again.
+          std::system(("gdb -p " + std::to_string(service.BrokerPid()) +
+                       " -batch -ex 'call (int)malloc_trim(0)' >/dev/null 2>&1")
+                          .c_str());
+          checkpoint("malloc_trim(0) in the broker");
+        }
       }
       if (opts.Wants("fanout")) {
         auto sandbox = env.CreateSandbox();

@@ -1,0 +1,17 @@
+# Records the daemons keep on disk about their own state, encoded with capnp's JsonCodec.
+@0xcf4b7a13230971da;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("paseo::records");
+
+struct SandboxRecord {
+  # Written by the privhelper into <stateDir>/bundles/<id>/sandbox.json when it creates a
+  # sandbox, so a restarted privhelper knows what a surviving container is.
+  id @0 :Text;
+  deploymentId @1 :Text;
+  profile @2 :Text;
+  uid @3 :UInt32;
+  gid @4 :UInt32;
+  defaultCwd @5 :Text;
+  createdAtUnixMs @6 :Int64;
+}

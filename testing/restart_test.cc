@@ -1,0 +1,88 @@
+// Full service restart (privhelper and broker both killed, as by a crash): a new privhelper
+// joins the pinned control network namespace, finds the sandboxes the old one left, and
+// applies the restart policy; stale bundles and cgroups are collected.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "testing/harness.h"
+
+namespace paseo::testing {
+namespace {
+
+Identity Alpha(const Service& svc) { return {4242, 4242, {4242, svc.socket_gid()}}; }
+
+// Leaves a sandbox running a long command and returns its id.
+std::string KeepOne(const Service& svc) {
+  auto r = svc.Cli(Alpha(svc), {"run", "--keep", "--workspace",
+                                svc.base() + "/ws-alpha:/workspace:rw", "--", "true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto pos = r.err.find("sb-");
+  return pos == std::string::npos ? "" : r.err.substr(pos, 27);
+}
+
+// A bundle a crash mid-create would leave: files and an empty staging dir, no container.
+void PlantStaleBundle(const Service& svc) {
+  std::string stale = svc.base() + "/state/bundles/sb-000000000000000000000000";
+  ASSERT_EQ(mkdir(stale.c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((stale + "/mounts").c_str(), 0700), 0);
+  ASSERT_EQ(mkdir((stale + "/mounts/0").c_str(), 0700), 0);
+  std::ofstream(stale + "/config.json") << "{}";
+}
+
+TEST(RestartTest, KeepPolicyAdoptsRunningSandboxesAsUnattached) {
+  ServiceOptions options;
+  options.helper_json_extra = ", \"onRestart\": \"keep\"";
+  Service svc(options);
+  std::string id = KeepOne(svc);
+  ASSERT_FALSE(id.empty());
+  svc.Crash();
+  PlantStaleBundle(svc);
+  svc.Restart();
+
+  auto ps = svc.Cli(Alpha(svc), {"--json", "ps"});
+  ASSERT_EQ(ps.exit_code, 0) << ps.err;
+  EXPECT_TRUE(absl::StrContains(ps.out, id)) << ps.out;
+  EXPECT_TRUE(absl::StrContains(ps.out, "\"state\":\"running-unattached\"")) << ps.out;
+  // The sandbox still works: a new process runs in it, with its workspace.
+  auto exec = svc.Cli(Alpha(svc), {"exec", id, "--", "sh", "-c",
+                                   "echo after-restart > /workspace/after && cat /workspace/after"});
+  EXPECT_EQ(exec.exit_code, 0) << exec.err;
+  EXPECT_EQ(exec.out, "after-restart\n");
+  unlink((svc.base() + "/ws-alpha/after").c_str());
+  auto rm = svc.Cli(Alpha(svc), {"rm", id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{}) << "stale bundle or sandbox left";
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
+  Service svc(ServiceOptions{});  // default policy: kill
+  std::string id = KeepOne(svc);
+  ASSERT_FALSE(id.empty());
+  svc.Crash();
+  // The pin keeps the control netns alive while no privhelper runs.
+  EXPECT_TRUE(absl::StrContains(ReadFile("/proc/self/mountinfo"), svc.base() + "/run/control-netns"));
+  PlantStaleBundle(svc);
+  svc.Restart();
+  auto ps = svc.Cli(Alpha(svc), {"ps"});
+  EXPECT_EQ(ps.exit_code, 0) << ps.err;
+  EXPECT_FALSE(absl::StrContains(ps.out, id)) << ps.out;
+  // Destroying runs in the background of the start-up; give it a moment.
+  std::vector<std::string> leaks;
+  for (int i = 0; i < 100; ++i) {
+    leaks = svc.Leaks();
+    if (leaks.empty()) break;
+    usleep(100000);
+  }
+  EXPECT_EQ(leaks, std::vector<std::string>{});
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+}  // namespace
+}  // namespace paseo::testing
