@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/capability.h>
+#include <systemd/sd-daemon.h>
 #include <sys/ioctl.h>
 #include <linux/keyctl.h>
 #include <sys/prctl.h>
@@ -389,6 +390,8 @@ int Main(int argc, char** argv) {
   auto rpc_holder = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
       capnp::makeRpcServer(*network_holder, kj::heap<HelperServer>(**config, host)));
   Log(absl::StrCat("serving ", socket_path, " (broker pid ", pid, ")"));
+  // systemd Type=notify: ready once the socket is served (a no-op outside systemd).
+  sd_notify(0, absl::StrCat("READY=1\nSTATUS=serving ", socket_path).c_str());
 
   int exit_code = 0;
   auto why = broker_exit.addBranch()
@@ -403,6 +406,7 @@ int Main(int argc, char** argv) {
                      [](siginfo_t) { return std::string("SIGINT"); }))
                  .wait(io.waitScope);
   Log(absl::StrCat("shutting down: ", why));
+  sd_notify(0, "STOPPING=1");
   unlink(socket_path.c_str());
   if (pid > 0) {
     // Closing the socketpair ends the broker (it serves only while the privhelper is there);

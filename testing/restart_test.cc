@@ -1,9 +1,14 @@
 // Full service restart (privhelper and broker both killed, as by a crash): a new privhelper
 // joins the pinned control network namespace, finds the sandboxes the old one left, and
 // applies the restart policy; stale bundles and cgroups are collected.
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -82,6 +87,33 @@ TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
   EXPECT_EQ(leaks, std::vector<std::string>{});
   svc.Stop();
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+// systemd Type=notify: READY=1 arrives on NOTIFY_SOCKET once the client socket is served.
+TEST(RestartTest, NotifiesSystemdWhenReady) {
+  int notify = -1;
+  ServiceOptions options;
+  options.before_start = [&notify](const std::string& base) {
+    notify = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::string path = base + "/notify";
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    ASSERT_EQ(bind(notify, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    setenv("NOTIFY_SOCKET", path.c_str(), 1);
+  };
+  Service svc(options);
+  unsetenv("NOTIFY_SOCKET");
+  ASSERT_GE(notify, 0);
+  pollfd p = {notify, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1) << "no sd_notify message";
+  char buf[512] = {};
+  ssize_t n = recv(notify, buf, sizeof(buf) - 1, 0);
+  ASSERT_GT(n, 0);
+  EXPECT_TRUE(absl::StrContains(buf, "READY=1")) << buf;
+  EXPECT_TRUE(absl::StrContains(buf, svc.socket())) << buf;
+  svc.Stop();
+  close(notify);
 }
 
 }  // namespace
