@@ -1,7 +1,9 @@
 // See broker.h.
 #include "broker/broker.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
@@ -48,8 +50,8 @@ void FillProcessInfo(const ProcessRecord& p, api::ProcessInfo::Builder out) {
   auto argv = out.initArgv(static_cast<unsigned>(p.argv.size()));
   for (size_t i = 0; i < p.argv.size(); ++i) argv.set(static_cast<unsigned>(i), p.argv[i]);
   p.exit.To(out.initStatus());
-  out.setStdoutBytes(p.stdout_buf.end());
-  out.setStderrBytes(p.stderr_buf.end());
+  out.setStdoutBytes(p.stdout_log->end());
+  out.setStderrBytes(p.stderr_log->end());
 }
 
 void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
@@ -67,31 +69,29 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   }
 }
 
-// Reads a pipe from the process into its buffer until EOF. Reading never waits for any
-// subscriber, so a slow client cannot stall the process.
-kj::Promise<void> Drain(kj::Own<kj::AsyncInputStream> in, OutputBuffer& buf) {
-  auto space = kj::heapArray<char>(kChunk);
-  auto read = in->tryRead(space.begin(), 1, space.size());
-  return read.then(
-      [in = kj::mv(in), space = kj::mv(space), &buf](size_t n) mutable -> kj::Promise<void> {
-        if (n == 0) {
-          buf.Close();
-          return kj::READY_NOW;
-        }
-        buf.Append(space.begin(), n);
-        return Drain(kj::mv(in), buf);
-      },
-      [&buf](kj::Exception&&) {
-        // A terminal master reads EIO once the last slave fd closes: that is its end.
-        buf.Close();
-      });
+// Moves a pipe's bytes into the process's log until EOF, with splice: a byte is in the pipe
+// or in the log, never only in our memory. Moving never waits for any subscriber, so a slow
+// client cannot stall the process.
+kj::Promise<void> Drain(kj::Own<kj::UnixEventPort::FdObserver> observer, kj::AutoCloseFd fd,
+                        OutputLog& log) {
+  bool eof = false;
+  auto moved = log.SpliceFrom(fd.get(), &eof);
+  if (!moved.ok() || eof) {
+    if (!moved.ok()) KJ_LOG(ERROR, "output log failed", moved.status().ToString());
+    log.Close();
+    return kj::READY_NOW;
+  }
+  auto readable = observer->whenBecomesReadable();
+  return readable.then([observer = kj::mv(observer), fd = kj::mv(fd), &log]() mutable {
+    return Drain(kj::mv(observer), kj::mv(fd), log);
+  });
 }
 
 // Delivers one stream to one subscriber: gap if needed, kept bytes, live bytes, then end.
 // Each step waits for the sink's flow control, so every subscriber has its own pace.
 kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t next,
                           api::OutputSink::Client sink) {
-  OutputBuffer& buf = p->buffer(stream);
+  OutputLog& buf = p->buffer(stream);
   if (next < buf.start()) {
     auto req = sink.gapRequest();
     req.setLostBytes(buf.start() - next);
@@ -251,8 +251,9 @@ class SandboxImpl final : public api::Sandbox::Server {
     SandboxRecord& sb = broker_.VisibleSandbox(peer_, id_);
     auto spec = context.getParams().getSpec();
     if (spec.getArgv().size() == 0) Fail(absl::InvalidArgumentError("argv must not be empty"));
-    auto p = kj::refcounted<ProcessRecord>(sb.buffer_bytes);
+    auto p = kj::refcounted<ProcessRecord>();
     p->id = NewId("p-");
+    broker_.OpenLogs(id_, *p, sb.buffer_bytes);
     p->sandbox_id = id_;
     for (auto a : spec.getArgv()) p->argv.emplace_back(a.cStr());
     p->tty = spec.getTty();
@@ -335,6 +336,7 @@ class SandboxImpl final : public api::Sandbox::Server {
             if (!p->ended()) p->SetExit(ExitInfo{ExitInfo::kUnknown, 0});
           }
           broker.sandboxes().erase(it);
+          broker.RemoveLogs(id);
         },
         [&broker, id, before](kj::Exception&& e) {
           auto it = broker.sandboxes().find(id);
@@ -350,44 +352,9 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto it = sandboxes.find(id_);
     if (it == sandboxes.end()) Fail(absl::NotFoundError("sandbox was deleted"));
     SandboxRecord& sb = *it->second;
-    auto& low = broker_.low();
-    p->stdin_stream = low.wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-    auto drain_out = Drain(
-        low.wrapInputFd(out.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
-        p->stdout_buf);
-    auto drain_err = Drain(
-        low.wrapInputFd(err.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
-        p->stderr_buf);
-    auto wait_req = broker_.helper().waitProcessRequest();
-    wait_req.setSandboxId(id_);
-    wait_req.setProcessId(p->id);
-    ProcessRecord* raw = p.get();
-    auto waited = wait_req.send().then(
-        [raw](capnp::Response<helper::Helper::WaitProcessResults> res) {
-          auto s = res.getStatus();
-          ExitInfo info;
-          switch (s.which()) {
-            case api::ExitStatus::EXIT_CODE:
-              info = {ExitInfo::kExitCode, s.getExitCode()};
-              break;
-            case api::ExitStatus::SIGNAL:
-              info = {ExitInfo::kSignal, s.getSignal()};
-              break;
-            default:
-              info = {ExitInfo::kUnknown, 0};
-          }
-          raw->SetExit(info);
-        },
-        [raw](kj::Exception&&) { raw->SetExit(ExitInfo{ExitInfo::kUnknown, 0}); });
-    // The record owns its pumps; they only touch the record itself.
-    kj::Vector<kj::Promise<void>> all;
-    all.add(kj::mv(drain_out));
-    all.add(kj::mv(drain_err));
-    all.add(kj::mv(waited));
-    p->pumps = kj::joinPromises(all.releaseAsArray()).eagerlyEvaluate([raw](kj::Exception&& e) {
-      raw->stdout_buf.Close();
-      raw->stderr_buf.Close();
-    });
+    p->stdin_stream =
+        broker_.low().wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    broker_.StartPumps(id_, *p, kj::mv(out), kj::mv(err));
     sb.process_order.push_back(p->id);
     sb.processes.emplace(p->id, kj::addRef(*p));
     return p;
@@ -547,12 +514,85 @@ void Broker::ErrorHandler::taskFailed(kj::Exception&& exception) {
 }
 
 Broker::Broker(kj::AsyncIoProvider& io, kj::LowLevelAsyncIoProvider& low,
-               helper::Helper::Client helper, capnp::MallocMessageBuilder& policy_message)
+               kj::UnixEventPort& events, helper::Helper::Client helper,
+               capnp::MallocMessageBuilder& policy_message, std::string log_dir)
     : io_(io),
       low_(low),
+      events_(events),
+      log_dir_(std::move(log_dir)),
       helper_(kj::mv(helper)),
       policy_(policy_message.getRoot<helper::BrokerPolicy>().asReader()),
       tasks_(error_handler_) {}
+
+void Broker::OpenLogs(const std::string& sandbox_id, ProcessRecord& p, uint64_t capacity) {
+  // Ids are validated where they become path components (they were generated by us, and the
+  // privhelper re-validates them, but this is where they become paths).
+  if (!IsValidId(sandbox_id) || !IsValidId(p.id)) Fail(absl::InternalError("bad id for a log"));
+  std::string dir = log_dir_ + "/" + sandbox_id;
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    Fail(absl::InternalError("cannot create the output log directory " + dir));
+  auto out = OutputLog::Open(dir + "/" + p.id + ".stdout", capacity);
+  auto err = OutputLog::Open(dir + "/" + p.id + ".stderr", capacity);
+  if (!out.ok() || !err.ok())
+    Fail(absl::InternalError("cannot open output logs in " + dir));
+  p.stdout_log = kj::mv(*out);
+  p.stderr_log = kj::mv(*err);
+}
+
+void Broker::StartPumps(const std::string& sandbox_id, ProcessRecord& p,
+                        kj::AutoCloseFd stdout_fd, kj::AutoCloseFd stderr_fd) {
+  auto drain = [this](kj::AutoCloseFd fd, OutputLog& log) {
+    int flags = fcntl(fd.get(), F_GETFL);
+    fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
+    auto observer = kj::heap<kj::UnixEventPort::FdObserver>(
+        events_, fd.get(), kj::UnixEventPort::FdObserver::OBSERVE_READ);
+    return Drain(kj::mv(observer), kj::mv(fd), log);
+  };
+  auto drain_out = drain(kj::mv(stdout_fd), *p.stdout_log);
+  auto drain_err = drain(kj::mv(stderr_fd), *p.stderr_log);
+  auto wait_req = helper_.waitProcessRequest();
+  wait_req.setSandboxId(sandbox_id);
+  wait_req.setProcessId(p.id);
+  ProcessRecord* raw = &p;
+  auto waited = wait_req.send().then(
+      [raw](capnp::Response<helper::Helper::WaitProcessResults> res) {
+        auto s = res.getStatus();
+        ExitInfo info;
+        switch (s.which()) {
+          case api::ExitStatus::EXIT_CODE:
+            info = {ExitInfo::kExitCode, s.getExitCode()};
+            break;
+          case api::ExitStatus::SIGNAL:
+            info = {ExitInfo::kSignal, s.getSignal()};
+            break;
+          default:
+            info = {ExitInfo::kUnknown, 0};
+        }
+        raw->SetExit(info);
+      },
+      [raw](kj::Exception&&) { raw->SetExit(ExitInfo{ExitInfo::kUnknown, 0}); });
+  // The record owns its pumps; they only touch the record itself.
+  kj::Vector<kj::Promise<void>> all;
+  all.add(kj::mv(drain_out));
+  all.add(kj::mv(drain_err));
+  all.add(kj::mv(waited));
+  p.pumps = kj::joinPromises(all.releaseAsArray()).eagerlyEvaluate([raw](kj::Exception&& e) {
+    raw->stdout_log->Close();
+    raw->stderr_log->Close();
+  });
+}
+
+void Broker::RemoveLogs(const std::string& sandbox_id) {
+  if (!IsValidId(sandbox_id)) return;
+  std::string dir = log_dir_ + "/" + sandbox_id;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
 
 void Broker::AddUnattached(helper::AdoptedSandbox::Reader adopted) {
   auto record = std::make_unique<SandboxRecord>();

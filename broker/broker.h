@@ -11,10 +11,11 @@
 
 #include <capnp/message.h>
 #include <kj/async-io.h>
+#include <kj/async-unix.h>
 #include <kj/io.h>
 
 #include "broker/authorization.h"
-#include "broker/output_buffer.h"
+#include "broker/output_log.h"
 #include "schema/api.capnp.h"
 #include "schema/helper.capnp.h"
 
@@ -30,8 +31,8 @@ struct ProcessRecord : public kj::Refcounted {
   std::string id;
   std::string sandbox_id;
   std::vector<std::string> argv;
-  OutputBuffer stdout_buf;
-  OutputBuffer stderr_buf;
+  kj::Own<OutputLog> stdout_log;
+  kj::Own<OutputLog> stderr_log;
   kj::Maybe<kj::Own<kj::AsyncOutputStream>> stdin_stream;
   kj::Promise<void> stdin_chain = kj::READY_NOW;  // serializes writes
   size_t stdin_queued = 0;                         // bytes accepted but not yet written
@@ -42,9 +43,8 @@ struct ProcessRecord : public kj::Refcounted {
 
   bool tty = false;
 
-  ProcessRecord(uint64_t buffer_bytes) : stdout_buf(buffer_bytes), stderr_buf(buffer_bytes) {}
-  // A tty process's single stream is kept as stdout; `pty` names it.
-  OutputBuffer& buffer(api::Stream s) { return s == api::Stream::STDERR ? stderr_buf : stdout_buf; }
+  // A tty process's single stream would be kept as stdout; `pty` names it.
+  OutputLog& buffer(api::Stream s) { return s == api::Stream::STDERR ? *stderr_log : *stdout_log; }
   bool ended() const { return exit.kind != ExitInfo::kRunning; }
   void SetExit(ExitInfo info);
   kj::Promise<void> WhenEnded();
@@ -65,8 +65,18 @@ struct SandboxRecord {
 
 class Broker {
  public:
-  Broker(kj::AsyncIoProvider& io, kj::LowLevelAsyncIoProvider& low, helper::Helper::Client helper,
-         capnp::MallocMessageBuilder& policy_message);
+  // `log_dir` is the broker's own state directory: one subdirectory of output logs per sandbox.
+  Broker(kj::AsyncIoProvider& io, kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events,
+         helper::Helper::Client helper, capnp::MallocMessageBuilder& policy_message,
+         std::string log_dir);
+
+  // Opens (or reopens, after a broker restart) a process's two output logs.
+  void OpenLogs(const std::string& sandbox_id, ProcessRecord& p, uint64_t capacity);
+  // Starts moving the process's output pipes into its logs and waiting for its exit.
+  void StartPumps(const std::string& sandbox_id, ProcessRecord& p, kj::AutoCloseFd stdout_fd,
+                  kj::AutoCloseFd stderr_fd);
+  // Removes a deleted sandbox's logs.
+  void RemoveLogs(const std::string& sandbox_id);
 
   // Registers a sandbox from before a service restart, in state "running-unattached".
   void AddUnattached(helper::AdoptedSandbox::Reader adopted);
@@ -91,6 +101,8 @@ class Broker {
   };
   kj::AsyncIoProvider& io_;
   kj::LowLevelAsyncIoProvider& low_;
+  kj::UnixEventPort& events_;
+  std::string log_dir_;
   helper::Helper::Client helper_;
   helper::BrokerPolicy::Reader policy_;
   std::map<std::string, std::unique_ptr<SandboxRecord>> sandboxes_;

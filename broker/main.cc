@@ -122,14 +122,20 @@ class Listener {
 int Main(int argc, char** argv) {
   int helper_fd = -1;
   int listen_fd = -1;
+  std::string log_dir;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--helper-fd=3") == 0) helper_fd = 3;
     else if (std::strcmp(argv[i], "--listen-fd=4") == 0) listen_fd = 4;
+    else if (std::strncmp(argv[i], "--log-dir=/", 11) == 0) log_dir = argv[i] + 10;
     else {
-      std::fprintf(stderr, "usage: paseo-sandbox-broker --helper-fd=3 --listen-fd=4\n"
+      std::fprintf(stderr, "usage: paseo-sandbox-broker --helper-fd=3 --listen-fd=4 --log-dir=DIR\n"
                            "(started by paseo-sandbox-privhelper, not by hand)\n");
       return 2;
     }
+  }
+  if (log_dir.empty()) {
+    Log("--log-dir is required");
+    return 2;
   }
   if (helper_fd < 0 || listen_fd < 0 || !IsSocket(helper_fd) || !IsSocket(listen_fd)) {
     Log("fd 3 and fd 4 must be the helper socketpair and the listening socket");
@@ -156,7 +162,7 @@ int Main(int argc, char** argv) {
   capnp::MallocMessageBuilder policy_message;
   policy_message.setRoot(policy_response.getPolicy());
 
-  Broker broker(*io.provider, low, helper, policy_message);
+  Broker broker(*io.provider, low, io.unixEventPort, helper, policy_message, log_dir);
   // Sandboxes a previous service instance left running and the privhelper adopted: their old
   // processes' stdio is gone, but they can be inspected, used and deleted.
   auto inventory = helper.inventoryRequest().send().wait(io.waitScope);

@@ -287,6 +287,12 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  // The broker's own state (its output logs): the one place it may write.
+  absl::Status broker_dir = MakeDir(state_dir + "/broker", 0700, broker_uid, broker_gid);
+  if (!broker_dir.ok()) {
+    Log(std::string(broker_dir.message()));
+    return 1;
+  }
   std::string socket_path = run_dir + "/supervisor.sock";
   auto listen_fd = ListenOnSocket(socket_path, socket_gid);
   if (!listen_fd.ok()) {
@@ -328,7 +334,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
   broker.exec_fd = *broker_fd;
-  broker.argv = {broker.path, "--helper-fd=3", "--listen-fd=4"};
+  broker.argv = {broker.path, "--helper-fd=3", "--listen-fd=4",
+                 absl::StrCat("--log-dir=", state_dir, "/broker")};
   broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.

@@ -1,0 +1,108 @@
+// See output_log.h.
+#include "broker/output_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/status.h"
+
+namespace paseo {
+namespace {
+
+// Release old bytes in steps of this size: one fallocate per MiB, not per write.
+constexpr uint64_t kPunchStep = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<kj::Own<OutputLog>> OutputLog::Open(const std::string& path, uint64_t capacity) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return ErrnoStatus("open", path);
+  kj::AutoCloseFd owned(fd);
+  struct stat st;
+  if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", path);
+  if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + " is not a file");
+  return kj::heap<OutputLog>(kj::mv(owned), static_cast<uint64_t>(st.st_size), capacity);
+}
+
+absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof) {
+  *eof = false;
+  size_t moved = 0;
+  while (true) {
+    // An explicit file offset: splice into an O_APPEND file fails with EINVAL.
+    loff_t off = static_cast<loff_t>(end_ + moved);
+    ssize_t n = splice(pipe_fd, nullptr, fd_.get(), &off, 1 << 20,
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      moved += static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) {
+      *eof = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN) break;
+    return ErrnoStatus("splice", "output log");
+  }
+  if (moved > 0) Grew(moved);
+  return moved;
+}
+
+absl::Status OutputLog::Append(const char* data, size_t size) {
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = pwrite(fd_.get(), data + done, size - done, static_cast<off_t>(end_ + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("pwrite", "output log");
+    }
+    done += static_cast<size_t>(n);
+  }
+  Grew(size);
+  return absl::OkStatus();
+}
+
+void OutputLog::Grew(uint64_t bytes) {
+  end_ += bytes;
+  uint64_t keep_from = start();
+  if (keep_from >= punched_ + kPunchStep) {
+    fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+              static_cast<off_t>(punched_), static_cast<off_t>(keep_from - punched_));
+    punched_ = keep_from;
+  }
+  auto waiters = kj::mv(waiters_);
+  waiters_ = {};
+  for (auto& w : waiters) w->fulfill();
+}
+
+void OutputLog::Close() {
+  closed_ = true;
+  auto waiters = kj::mv(waiters_);
+  waiters_ = {};
+  for (auto& w : waiters) w->fulfill();
+}
+
+std::string OutputLog::Read(uint64_t offset, size_t max) const {
+  if (offset < start() || offset >= end_) return {};
+  std::string out(std::min<uint64_t>(max, end_ - offset), '\0');
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = pread(fd_.get(), out.data() + got, out.size() - got,
+                      static_cast<off_t>(offset + got));
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
+kj::Promise<void> OutputLog::WhenChanged() {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiters_.add(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+}  // namespace paseo

@@ -1,0 +1,58 @@
+// OutputLog: one output stream of one process, kept in a file in the broker's state directory.
+// Every byte is numbered by its offset from the process start, which is also its position in
+// the file. The broker moves bytes from the process's pipe into the file with splice(2), so at
+// any moment each byte is either still in the pipe or already in the file: a broker killed at
+// any point loses nothing, and its successor reopens the file and continues from its size.
+// Only the newest `capacity` bytes are kept: older ones are punched out of the file
+// (FALLOC_FL_PUNCH_HOLE), so disk use is bounded and offsets never change. Subscribers read
+// with pread, served from the page cache; the broker's own memory does not grow with output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <kj/async.h>
+#include <kj/io.h>
+#include <kj/vector.h>
+
+#include "absl/status/statusor.h"
+
+namespace paseo {
+
+class OutputLog {
+ public:
+  // Opens `path`, creating it if needed; an existing file continues at its size.
+  static absl::StatusOr<kj::Own<OutputLog>> Open(const std::string& path, uint64_t capacity);
+
+  uint64_t start() const { return end_ > capacity_ ? end_ - capacity_ : 0; }
+  uint64_t end() const { return end_; }
+  bool closed() const { return closed_; }
+
+  // Moves what `pipe_fd` (non-blocking) holds into the log. Returns the bytes moved; 0 means
+  // the pipe is empty for now; sets *eof when its writers are gone.
+  absl::StatusOr<size_t> SpliceFrom(int pipe_fd, bool* eof);
+  // Appends bytes the broker holds in memory (used where splice cannot be, e.g. tests).
+  absl::Status Append(const char* data, size_t size);
+  void Close();
+  // Up to `max` bytes from `offset` (start() <= offset < end()).
+  std::string Read(uint64_t offset, size_t max) const;
+  // Resolves on the next change (bytes or close).
+  kj::Promise<void> WhenChanged();
+
+  // Use Open().
+  OutputLog(kj::AutoCloseFd fd, uint64_t size, uint64_t capacity)
+      : fd_(kj::mv(fd)), end_(size), punched_(size > capacity ? size - capacity : 0),
+        capacity_(capacity) {}
+
+ private:
+  void Grew(uint64_t bytes);
+
+  kj::AutoCloseFd fd_;
+  uint64_t end_;
+  uint64_t punched_;  // bytes before this offset have been released from the file
+  uint64_t capacity_;
+  bool closed_ = false;
+  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> waiters_;
+};
+
+}  // namespace paseo
