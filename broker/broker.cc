@@ -175,7 +175,14 @@ class ProcessImpl final : public api::Process::Server {
     Check();
     if (p_->stdin_stream == nullptr) return kj::READY_NOW;  // closed already, or ended
     auto p = kj::addRef(*p_);
-    return p_->stdin_chain.then([p = kj::mv(p)]() mutable { p->stdin_stream = nullptr; });
+    auto req = broker_.helper().closeInputRequest();
+    req.setSandboxId(sandbox_id_);
+    req.setProcessId(p_->id);
+    // Both copies must close for the process to see end-of-file: ours, then the privhelper's.
+    return p_->stdin_chain.then([p = kj::mv(p), req = kj::mv(req)]() mutable {
+      p->stdin_stream = nullptr;
+      return req.send().ignoreResult();
+    });
   }
 
   kj::Promise<void> signal(SignalContext context) override {
@@ -594,17 +601,66 @@ void Broker::RemoveLogs(const std::string& sandbox_id) {
   rmdir(dir.c_str());
 }
 
-void Broker::AddUnattached(helper::AdoptedSandbox::Reader adopted) {
-  auto record = std::make_unique<SandboxRecord>();
-  record->id = adopted.getSandboxId().cStr();
-  record->deployment_id = adopted.getDeploymentId().cStr();
-  record->profile = adopted.getProfile().cStr();
-  record->created_ms = adopted.getCreatedAtUnixMs();
-  record->state = "running-unattached";
-  if (auto policy = Deployment(record->deployment_id)) {
-    record->buffer_bytes = policy->getOutputBufferBytes();
+void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::WaitScope& wait) {
+  for (auto known : inventory.getSandboxes()) {
+    auto record = std::make_unique<SandboxRecord>();
+    record->id = known.getSandboxId().cStr();
+    record->deployment_id = known.getDeploymentId().cStr();
+    record->profile = known.getProfile().cStr();
+    record->created_ms = known.getCreatedAtUnixMs();
+    record->state = known.getUnattached() ? "running-unattached" : "running";
+    if (auto policy = Deployment(record->deployment_id)) {
+      record->buffer_bytes = policy->getOutputBufferBytes();
+      auto profiles = policy->getProfiles();
+      auto sizes = policy->getProfileBufferBytes();
+      for (unsigned i = 0; i < profiles.size() && i < sizes.size(); ++i) {
+        if (record->profile == profiles[i].cStr()) record->buffer_bytes = sizes[i];
+      }
+    }
+    sandboxes_.emplace(record->id, std::move(record));
   }
-  sandboxes_.emplace(record->id, std::move(record));
+  for (auto kept : inventory.getProcesses()) {
+    auto it = sandboxes_.find(kept.getSandboxId().cStr());
+    if (it == sandboxes_.end() || !IsValidId(kept.getProcessId().cStr())) continue;
+    SandboxRecord& sb = *it->second;
+    auto p = kj::refcounted<ProcessRecord>();
+    p->id = kept.getProcessId().cStr();
+    p->sandbox_id = sb.id;
+    for (auto a : kept.getArgv()) p->argv.emplace_back(a.cStr());
+    auto error = kj::runCatchingExceptions([&] {
+      OpenLogs(sb.id, *p, sb.buffer_bytes);
+      auto req = helper_.reattachRequest();
+      req.setSandboxId(sb.id);
+      req.setProcessId(p->id);
+      auto res = req.send().wait(wait);
+      auto own = [&](helper::Fd::Client cap) {
+        auto fd = cap.getFd().wait(wait);
+        KJ_IF_MAYBE(f, fd) { return kj::AutoCloseFd(fcntl(*f, F_DUPFD_CLOEXEC, 3)); }
+        return kj::AutoCloseFd();
+      };
+      kj::AutoCloseFd in = res.hasStdin() ? own(res.getStdin()) : kj::AutoCloseFd();
+      kj::AutoCloseFd out = own(res.getStdout());
+      kj::AutoCloseFd err = own(res.getStderr());
+      if (out.get() < 0 || err.get() < 0) Fail(absl::InternalError("no stdio to reattach"));
+      if (in.get() >= 0) {
+        p->stdin_stream = low_.wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+      }
+      StartPumps(sb.id, *p, kj::mv(out), kj::mv(err));
+      sb.process_order.push_back(p->id);
+      sb.processes.emplace(p->id, kj::mv(p));
+    });
+    KJ_IF_MAYBE(e, error) { KJ_LOG(ERROR, "cannot reattach a process", kept.getProcessId(), *e); }
+  }
+  // Logs of sandboxes deleted while no broker ran.
+  if (DIR* d = opendir(log_dir_.c_str())) {
+    std::vector<std::string> stale;
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n[0] != '.' && sandboxes_.count(n) == 0) stale.push_back(n);
+    }
+    closedir(d);
+    for (const auto& n : stale) RemoveLogs(n);
+  }
 }
 
 api::Supervisor::Client Broker::NewSupervisor(Peer peer) {

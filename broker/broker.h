@@ -78,8 +78,9 @@ class Broker {
   // Removes a deleted sandbox's logs.
   void RemoveLogs(const std::string& sandbox_id);
 
-  // Registers a sandbox from before a service restart, in state "running-unattached".
-  void AddUnattached(helper::AdoptedSandbox::Reader adopted);
+  // Rebuilds the registry at start-up from the privhelper's inventory, reattaching every kept
+  // process, and removes output logs of sandboxes that no longer exist.
+  void Restore(helper::Helper::InventoryResults::Reader inventory, kj::WaitScope& wait);
 
   // The bootstrap capability for a new connection from `peer`.
   api::Supervisor::Client NewSupervisor(Peer peer);

@@ -163,10 +163,11 @@ int Main(int argc, char** argv) {
   policy_message.setRoot(policy_response.getPolicy());
 
   Broker broker(*io.provider, low, io.unixEventPort, helper, policy_message, log_dir);
-  // Sandboxes a previous service instance left running and the privhelper adopted: their old
-  // processes' stdio is gone, but they can be inspected, used and deleted.
+  // Rebuild the registry from the privhelper's inventory: after a broker crash, every sandbox
+  // and process is taken over (its output continues in its log at the same offsets); after a
+  // full restart with policy keep, adopted sandboxes appear as running-unattached.
   auto inventory = helper.inventoryRequest().send().wait(io.waitScope);
-  for (auto adopted : inventory.getSandboxes()) broker.AddUnattached(adopted);
+  broker.Restore(inventory, io.waitScope);
   Listener listener(broker,
                     low.wrapListenSocketFd(listen_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
                     io.provider->getTimer());

@@ -19,6 +19,7 @@ const std::vector<KeptCapability>& ServingCapabilities() {
       {CAP_SETUID, "cap_setuid", "runsc create/exec switching to the sandbox's users"},
       {CAP_SETGID, "cap_setgid", "runsc create/exec switching to the sandbox's groups"},
       {CAP_SYS_CHROOT, "cap_sys_chroot", "runsc's gofer and sandbox pivoting into the rootfs"},
+      {CAP_SETPCAP, "cap_setpcap", "restarting a crashed broker with an empty bounding set"},
       {CAP_CHOWN, "cap_chown",
        "runsc's gofer giving files an agent creates in a workspace the agent's uid:gid"},
   };

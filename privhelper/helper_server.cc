@@ -362,8 +362,16 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
                            request.sandbox_id},
                           in->read.get(), out->write.get(), err->write.get());
   if (!pid.ok()) Fail(pid.status());
-  Track(*sb, request.process_id, *pid, pid_file);
-  // Our copies of the child's ends close here; the broker holds the others.
+  Process& p = Track(*sb, request.process_id, *pid, pid_file);
+  p.argv = request.argv;
+  // Copies of the broker's ends: if the broker dies, its successor takes them over (while
+  // it is down, the process blocks on a full pipe; nothing is lost). Our copies of the
+  // child's ends close here.
+  p.kept_stdin = kj::AutoCloseFd(fcntl(in->write.get(), F_DUPFD_CLOEXEC, 3));
+  p.kept_stdout = kj::AutoCloseFd(fcntl(out->read.get(), F_DUPFD_CLOEXEC, 3));
+  p.kept_stderr = kj::AutoCloseFd(fcntl(err->read.get(), F_DUPFD_CLOEXEC, 3));
+  if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
+    Fail(absl::ResourceExhaustedError("out of file descriptors"));
   return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
 }
 
@@ -374,7 +382,10 @@ SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process
   Process* raw = process.get();
   // Owned by the process record, so the raw pointer cannot outlive it.
   process->watcher = process->exit.addBranch()
-                         .then([raw](int) { raw->exited = true; })
+                         .then([raw](int) {
+                           raw->exited = true;
+                           raw->kept_stdin = nullptr;  // nobody can write to it any more
+                         })
                          .eagerlyEvaluate(nullptr);
   sb.processes.emplace(process_id, kj::mv(process));
   return *raw;
@@ -435,6 +446,7 @@ std::vector<ListedContainer> ParseRunscList(const std::string& text) {
   capnp::JsonCodec codec;
   auto error = kj::runCatchingExceptions(
       [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
+  if (error == nullptr && root.isNull()) return out;  // runsc prints "null" for no containers
   if (error != nullptr || !root.isArray()) {
     KJ_LOG(ERROR, "cannot parse runsc list output", text);
     return out;
@@ -518,8 +530,7 @@ kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
       sandboxes_.emplace(id, kj::mv(sandbox));
       if (adopt && sandboxes_[id]->uid != 0 && sandboxes_[id]->gid != 0) {
         sandboxes_[id]->running = true;
-        const Sandbox& sb = *sandboxes_[id];
-        adopted_.push_back(Adopted{sb.id, sb.deployment, sb.profile, sb.created_ms});
+        sandboxes_[id]->unattached = true;
         KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
       } else {
         KJ_LOG(WARNING, "destroying a sandbox left by a previous privhelper", id, running);
@@ -551,6 +562,60 @@ kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
       }
     }
   });
+}
+
+void SandboxHost::Inventory(helper::Helper::InventoryResults::Builder out) const {
+  std::vector<const Sandbox*> live;
+  size_t processes = 0;
+  for (const auto& [id, sb] : sandboxes_) {
+    if (!sb->running || sb->deleting) continue;
+    live.push_back(sb.get());
+    processes += sb->processes.size();
+  }
+  auto sandboxes = out.initSandboxes(static_cast<unsigned>(live.size()));
+  auto kept = out.initProcesses(static_cast<unsigned>(processes));
+  unsigned s = 0, k = 0;
+  for (const Sandbox* sb : live) {
+    auto o = sandboxes[s++];
+    o.setSandboxId(sb->id);
+    o.setDeploymentId(sb->deployment);
+    o.setProfile(sb->profile);
+    o.setCreatedAtUnixMs(sb->created_ms);
+    o.setUnattached(sb->unattached);
+    for (const auto& [pid, p] : sb->processes) {
+      auto po = kept[k++];
+      po.setSandboxId(sb->id);
+      po.setProcessId(pid);
+      auto argv = po.initArgv(static_cast<unsigned>(p->argv.size()));
+      for (size_t i = 0; i < p->argv.size(); ++i) argv.set(static_cast<unsigned>(i), p->argv[i]);
+    }
+  }
+}
+
+kj::Promise<SandboxHost::Stdio> SandboxHost::Reattach(const std::string& sandbox_id,
+                                                      const std::string& process_id) {
+  Sandbox* sb = Find(sandbox_id);
+  if (sb == nullptr) Fail(absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id)));
+  auto it = sb->processes.find(process_id);
+  if (it == sb->processes.end())
+    Fail(absl::NotFoundError(absl::StrCat("no process ", process_id)));
+  Process& p = *it->second;
+  auto dup = [](const kj::AutoCloseFd& fd) {
+    return fd.get() < 0 ? kj::AutoCloseFd() : kj::AutoCloseFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 3));
+  };
+  Stdio stdio{dup(p.kept_stdin), dup(p.kept_stdout), dup(p.kept_stderr)};
+  if (stdio.stdout_r.get() < 0 || stdio.stderr_r.get() < 0)
+    Fail(absl::ResourceExhaustedError("out of file descriptors"));
+  return kj::mv(stdio);
+}
+
+void SandboxHost::CloseInput(const std::string& sandbox_id, const std::string& process_id) {
+  Sandbox* sb = Find(sandbox_id);
+  if (sb == nullptr) Fail(absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id)));
+  auto it = sb->processes.find(process_id);
+  if (it == sb->processes.end())
+    Fail(absl::NotFoundError(absl::StrCat("no process ", process_id)));
+  it->second->kept_stdin = nullptr;
 }
 
 kj::Promise<void> SandboxHost::DeleteAll() {
@@ -623,15 +688,28 @@ kj::Promise<void> HelperServer::signalProcess(SignalProcessContext context) {
 }
 
 kj::Promise<void> HelperServer::inventory(InventoryContext context) {
-  const auto& adopted = host_.adopted();
-  auto list = context.getResults().initSandboxes(static_cast<unsigned>(adopted.size()));
-  for (size_t i = 0; i < adopted.size(); ++i) {
-    auto out = list[static_cast<unsigned>(i)];
-    out.setSandboxId(adopted[i].id);
-    out.setDeploymentId(adopted[i].deployment);
-    out.setProfile(adopted[i].profile);
-    out.setCreatedAtUnixMs(adopted[i].created_ms);
-  }
+  host_.Inventory(context.getResults());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> HelperServer::reattach(ReattachContext context) {
+  auto params = context.getParams();
+  if (!IsValidId(params.getSandboxId().cStr()) || !IsValidId(params.getProcessId().cStr()))
+    Fail(absl::InvalidArgumentError("not a valid id"));
+  return host_.Reattach(params.getSandboxId().cStr(), params.getProcessId().cStr())
+      .then([context](SandboxHost::Stdio stdio) mutable {
+        auto results = context.getResults();
+        if (stdio.stdin_w.get() >= 0) results.setStdin(kj::heap<FdCap>(kj::mv(stdio.stdin_w)));
+        results.setStdout(kj::heap<FdCap>(kj::mv(stdio.stdout_r)));
+        results.setStderr(kj::heap<FdCap>(kj::mv(stdio.stderr_r)));
+      });
+}
+
+kj::Promise<void> HelperServer::closeInput(CloseInputContext context) {
+  auto params = context.getParams();
+  if (!IsValidId(params.getSandboxId().cStr()) || !IsValidId(params.getProcessId().cStr()))
+    Fail(absl::InvalidArgumentError("not a valid id"));
+  host_.CloseInput(params.getSandboxId().cStr(), params.getProcessId().cStr());
   return kj::READY_NOW;
 }
 

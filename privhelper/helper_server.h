@@ -43,11 +43,11 @@ class SandboxHost {
   // control netns, bundles, cgroups). Running sandboxes with a readable record are adopted
   // (policy keep) or destroyed (policy kill); everything else is garbage-collected.
   kj::Promise<void> Reconcile(config::RestartPolicy policy);
-  struct Adopted {
-    std::string id, deployment, profile;
-    int64_t created_ms = 0;
-  };
-  const std::vector<Adopted>& adopted() const { return adopted_; }
+  // For a (re)starting broker: every sandbox and every process with kept stdio.
+  void Inventory(helper::Helper::InventoryResults::Builder out) const;
+  // Duplicates of a process's kept stdio (stdin may be absent).
+  kj::Promise<Stdio> Reattach(const std::string& sandbox_id, const std::string& process_id);
+  void CloseInput(const std::string& sandbox_id, const std::string& process_id);
   size_t size() const { return sandboxes_.size(); }
 
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
@@ -59,6 +59,9 @@ class SandboxHost {
     kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
     std::string pid_file;
     bool exited = false;
+    std::vector<std::string> argv;
+    // Copies of the broker's ends, kept so a restarted broker can take the process over.
+    kj::AutoCloseFd kept_stdin, kept_stdout, kept_stderr;
   };
   struct Sandbox {
     std::string id;
@@ -75,6 +78,7 @@ class SandboxHost {
     bool container_created = false;
     bool running = false;
     bool deleting = false;
+    bool unattached = false;  // adopted from a previous privhelper
     std::map<std::string, kj::Own<Process>> processes;
   };
   class ReapErrors : public kj::TaskSet::ErrorHandler {
@@ -98,7 +102,6 @@ class SandboxHost {
   RunscRunner& runsc_;
   uint64_t next_generation_ = 1;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;
-  std::vector<Adopted> adopted_;
   ReapErrors reap_errors_;
   kj::TaskSet reaper_;
 };
@@ -115,6 +118,8 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> signalProcess(SignalProcessContext context) override;
   kj::Promise<void> deleteSandbox(DeleteSandboxContext context) override;
   kj::Promise<void> inventory(InventoryContext context) override;
+  kj::Promise<void> reattach(ReattachContext context) override;
+  kj::Promise<void> closeInput(CloseInputContext context) override;
 
  private:
   const Config& config_;

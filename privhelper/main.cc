@@ -299,12 +299,6 @@ int Main(int argc, char** argv) {
     Log(std::string(listen_fd.status().message()));
     return 1;
   }
-  int pair[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    Log("socketpair failed");
-    return 1;
-  }
-
   // Each process costs the broker three fds and each client one: use the hard limit.
   struct rlimit nofile;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -327,6 +321,7 @@ int Main(int argc, char** argv) {
     self[n > 0 ? n : 0] = '\0';
     broker.path = (*config)->BrokerBinary(self);
   }
+  // The broker binary, the listening socket and /dev/null stay open for restarts.
   auto broker_fd = OpenRootOwnedExecutable(broker.path);
   if (!broker_fd.ok()) {
     Log(absl::StrCat("cannot start broker: ", broker_fd.status().message()));
@@ -338,22 +333,30 @@ int Main(int argc, char** argv) {
                  absl::StrCat("--log-dir=", state_dir, "/broker")};
   broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.
-  broker.fds = {{0, dev_null}, {1, STDOUT_FILENO}, {2, STDERR_FILENO}, {3, pair[1]},
-                {4, *listen_fd}};
   broker.in_child = [broker_uid, broker_gid] { return BecomeBroker(broker_uid, broker_gid); };
-  auto broker_pid = Spawn(broker);
-  if (!broker_pid.ok()) {
-    Log(absl::StrCat("cannot start broker: ", broker_pid.status().message()));
+  // Starts a broker on a fresh socketpair; returns its pid and our end.
+  auto spawn_broker = [&]() -> absl::StatusOr<std::pair<pid_t, int>> {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      return ErrnoStatus("socketpair", "");
+    // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.
+    broker.fds = {{0, dev_null}, {1, STDOUT_FILENO}, {2, STDERR_FILENO}, {3, pair[1]},
+                  {4, *listen_fd}};
+    auto pid = Spawn(broker);
+    close(pair[1]);
+    if (!pid.ok()) {
+      close(pair[0]);
+      return pid.status();
+    }
+    return std::make_pair(*pid, pair[0]);
+  };
+  auto first = spawn_broker();
+  if (!first.ok()) {
+    Log(absl::StrCat("cannot start broker: ", first.status().message()));
     unlink(socket_path.c_str());
     return 1;
   }
-  pid_t pid = *broker_pid;
-  close(dev_null);
-  close(*broker_fd);
-  auto broker_exit = WatchChild(events, pid).fork();
-  close(pair[1]);
-  close(*listen_fd);
+  pid_t pid = first->first;
 
   std::string netns_pin = run_dir + "/control-netns";
   int host_mounts = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
@@ -387,26 +390,68 @@ int Main(int argc, char** argv) {
   KJ_IF_MAYBE(e, reconciled) {
     Log(std::string("reconcile failed (continuing): ") + e->getDescription().cStr());
   }
-  kj::Own<kj::AsyncCapabilityStream> stream_holder = io.lowLevelProvider->wrapUnixSocketFd(
-      pair[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-  // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (see
-  // testing/fd_passing_test.cc). The broker's requests carry no capabilities, so any fd it
-  // sent would be closed with its message.
-  kj::Own<capnp::TwoPartyVatNetwork> network_holder = kj::heap<capnp::TwoPartyVatNetwork>(
-      *stream_holder, /*maxFdsPerMessage=*/3, capnp::rpc::twoparty::Side::SERVER);
-  auto rpc_holder = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
-      capnp::makeRpcServer(*network_holder, kj::heap<HelperServer>(**config, host)));
+  // One link per broker: its socketpair, the RPC network on it, and the helper server.
+  struct BrokerLink {
+    pid_t pid;
+    kj::Own<kj::AsyncCapabilityStream> stream;
+    kj::Own<capnp::TwoPartyVatNetwork> network;
+    kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
+    kj::ForkedPromise<int> exit;
+  };
+  auto make_link = [&](pid_t broker_pid, int fd) {
+    auto stream = io.lowLevelProvider->wrapUnixSocketFd(
+        fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (see
+    // testing/fd_passing_test.cc). The broker's requests carry no capabilities, so any fd it
+    // sent would be closed with its message.
+    auto network = kj::heap<capnp::TwoPartyVatNetwork>(*stream, /*maxFdsPerMessage=*/3,
+                                                       capnp::rpc::twoparty::Side::SERVER);
+    auto rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
+        capnp::makeRpcServer(*network, kj::heap<HelperServer>(**config, host)));
+    return kj::heap<BrokerLink>(BrokerLink{broker_pid, kj::mv(stream), kj::mv(network),
+                                           kj::mv(rpc), WatchChild(events, broker_pid).fork()});
+  };
+  kj::Own<BrokerLink> link = make_link(pid, first->second);
   Log(absl::StrCat("serving ", socket_path, " (broker pid ", pid, ")"));
   // systemd Type=notify: ready once the socket is served (a no-op outside systemd).
   sd_notify(0, absl::StrCat("READY=1\nSTATUS=serving ", socket_path).c_str());
 
-  int exit_code = 0;
-  auto why = broker_exit.addBranch()
-                 .then([&](int status) {
-                   pid = 0;
-                   exit_code = 1;
-                   return absl::StrCat("broker exited (status ", status, ")");
-                 })
+  // A broker that dies is restarted with backoff (1 s doubling to 30 s, reset after a minute
+  // of health). Its processes keep running and block on full pipes meanwhile; the new broker
+  // takes them over from the kept fds (reattach) and continues their output logs.
+  auto& timer = io.provider->getTimer();
+  kj::Duration backoff = 1 * kj::SECONDS;
+  kj::TimePoint started = timer.now();
+  kj::Function<kj::Promise<void>()> supervise;
+  supervise = [&]() -> kj::Promise<void> {
+    return link->exit.addBranch().then([&](int status) {
+      Log(absl::StrCat("broker exited (status ", status, "); restarting in ",
+                       backoff / kj::MILLISECONDS, " ms"));
+      link = nullptr;
+      if (timer.now() - started > 60 * kj::SECONDS) backoff = 1 * kj::SECONDS;
+      kj::Duration delay = backoff;
+      backoff = std::min(backoff * 2, 30 * kj::SECONDS);
+      return timer.afterDelay(delay).then([&]() -> kj::Promise<void> {
+        started = timer.now();
+        auto next = spawn_broker();
+        if (!next.ok()) {
+          Log(absl::StrCat("cannot restart broker: ", next.status().message()));
+          // Try again after the next backoff: a link whose "exit" is immediate.
+          link = kj::heap<BrokerLink>(BrokerLink{0, kj::Own<kj::AsyncCapabilityStream>(),
+                                                 kj::Own<capnp::TwoPartyVatNetwork>(),
+                                                 kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(),
+                                                 kj::Promise<int>(-1).fork()});
+          return supervise();
+        }
+        link = make_link(next->first, next->second);
+        Log(absl::StrCat("broker restarted (pid ", next->first, ")"));
+        return supervise();
+      });
+    });
+  };
+
+  auto why = supervise()
+                 .then([] { return std::string("supervision ended"); })
                  .exclusiveJoin(events.onSignal(SIGTERM).then(
                      [](siginfo_t) { return std::string("SIGTERM"); }))
                  .exclusiveJoin(events.onSignal(SIGINT).then(
@@ -415,17 +460,19 @@ int Main(int argc, char** argv) {
   Log(absl::StrCat("shutting down: ", why));
   sd_notify(0, "STOPPING=1");
   unlink(socket_path.c_str());
-  if (pid > 0) {
+  if (link.get() != nullptr && link->pid > 0) {
     // Closing the socketpair ends the broker (it serves only while the privhelper is there);
     // the privhelper keeps no CAP_KILL to signal a process of another uid.
-    rpc_holder = nullptr;
-    network_holder = nullptr;
-    stream_holder = nullptr;
-    auto timeout = io.provider->getTimer().afterDelay(5 * kj::SECONDS).then([] {
+    auto exited = link->exit.addBranch().ignoreResult();
+    link->rpc = nullptr;
+    link->network = nullptr;
+    link->stream = nullptr;
+    auto timeout = timer.afterDelay(5 * kj::SECONDS).then([] {
       Log("broker did not exit within 5 s of the helper socket closing");
     });
-    broker_exit.addBranch().ignoreResult().exclusiveJoin(kj::mv(timeout)).wait(io.waitScope);
+    exited.exclusiveJoin(kj::mv(timeout)).wait(io.waitScope);
   }
+  link = nullptr;
   host.DeleteAll().wait(io.waitScope);
   // Nothing left to reach in the control netns: unpin it (in the host's mount namespace, where
   // the pin lives). If a sandbox could not be deleted, the pin stays for the next start.
@@ -433,7 +480,7 @@ int Main(int argc, char** argv) {
     umount2(netns_pin.c_str(), MNT_DETACH);
     unlink(netns_pin.c_str());
   }
-  return exit_code;
+  return 0;
 }
 
 }  // namespace

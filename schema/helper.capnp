@@ -52,11 +52,20 @@ interface Fd {
 }
 
 struct AdoptedSandbox {
-  # A sandbox a previous privhelper started that still runs (restart policy "keep").
+  # A sandbox the privhelper holds, reported to a (re)starting broker.
   sandboxId @0 :Text;
   deploymentId @1 :Text;
   profile @2 :Text;
   createdAtUnixMs @3 :Int64;
+  unattached @4 :Bool;
+  # True if a previous privhelper started it (restart policy "keep"): its processes are gone.
+}
+
+struct KeptProcess {
+  # A process whose stdio the privhelper kept, so a restarted broker can take it over.
+  sandboxId @0 :Text;
+  processId @1 :Text;
+  argv @2 :List(Text);
 }
 
 interface Helper {
@@ -79,6 +88,14 @@ interface Helper {
   deleteSandbox @5 (sandboxId :Text) -> ();
   # Kills and deletes the sandbox, unmounts its workspaces and removes its bundle.
 
-  inventory @6 () -> (sandboxes :List(AdoptedSandbox));
-  # Sandboxes adopted from a previous privhelper at start-up, for the broker's registry.
+  inventory @6 () -> (sandboxes :List(AdoptedSandbox), processes :List(KeptProcess));
+  # Everything a starting broker must know: every sandbox, and every process started through
+  # this privhelper (a restarted broker rebuilds its registry from this).
+
+  reattach @7 (sandboxId :Text, processId :Text) -> (stdin :Fd, stdout :Fd, stderr :Fd);
+  # Copies of a process's stdio that the privhelper kept (stdin is absent once closed).
+
+  closeInput @8 (sandboxId :Text, processId :Text) -> ();
+  # The broker closed the process's stdin: the privhelper drops its copy too, so the process
+  # sees end-of-file.
 }

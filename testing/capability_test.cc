@@ -1,6 +1,7 @@
 // The privhelper's serving capability list (privhelper/capabilities.h) is minimal: with all of
 // it, agents run and write their workspace; without any single entry, a named operation fails.
 // Each case starts its own real privhelper with `--without-capability NAME`.
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +27,18 @@ CliResult WriteIntoWorkspace(const Service& svc) {
                               "sh", "-c", "echo x > /workspace/made && cat /workspace/made"});
 }
 
+// The broker child of a privhelper, or -1.
+pid_t BrokerOf(pid_t privhelper) {
+  std::string kids = ReadFile("/proc/" + std::to_string(privhelper) + "/task/" +
+                              std::to_string(privhelper) + "/children");
+  std::istringstream in(kids);
+  for (pid_t pid; in >> pid;) {
+    std::string cmd = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+    if (absl::StrContains(cmd, "paseo-sandbox-broker")) return pid;
+  }
+  return -1;
+}
+
 uint64_t CapMask(const std::string& status, const std::string& field) {
   auto pos = status.find(field + ":\t");
   if (pos == std::string::npos) return ~0ull;
@@ -37,6 +50,17 @@ TEST(CapabilityTest, TheFullListSufficesAndIsAllThePrivhelperHolds) {
   auto r = WriteIntoWorkspace(svc);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "x\n");
+  // With the full list, a broker that dies is restarted.
+  pid_t broker = BrokerOf(svc.privhelper_pid());
+  ASSERT_GT(broker, 0);
+  kill(broker, SIGKILL);
+  pid_t next = -1;
+  for (int i = 0; i < 100 && (next == -1 || next == broker); ++i) {
+    usleep(100000);
+    next = BrokerOf(svc.privhelper_pid());
+  }
+  EXPECT_GT(next, 0);
+  EXPECT_NE(next, broker);
   uint64_t want = 0;
   for (const auto& c : ServingCapabilities()) want |= 1ull << c.cap;
   std::string status = ReadFile("/proc/" + std::to_string(svc.privhelper_pid()) + "/status");
@@ -54,6 +78,18 @@ TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
     ServiceOptions options;
     options.privhelper_args = {"--without-capability", c.name};
     Service svc(options);
+    if (c.cap == CAP_SETPCAP) {
+      // Its operation is restarting a broker that died: kill the broker, expect no successor.
+      pid_t broker = BrokerOf(svc.privhelper_pid());
+      ASSERT_GT(broker, 0);
+      kill(broker, SIGKILL);
+      sleep(4);  // the first restart comes after 1 s
+      EXPECT_EQ(BrokerOf(svc.privhelper_pid()), -1) << "broker restarted without cap_setpcap";
+      EXPECT_TRUE(absl::StrContains(svc.Log(), "cannot restart broker")) << svc.Log();
+      std::printf("without %-16s (%s): %s\n", c.name, c.needed_for, "broker not restarted");
+      svc.Stop();
+      continue;
+    }
     auto r = WriteIntoWorkspace(svc);
     std::printf("without %-16s (%s): exit %d: %s", c.name, c.needed_for, r.exit_code,
                 r.err.c_str());

@@ -36,10 +36,11 @@ TEST(HostileBrokerTest, EveryRequestOutsidePolicyIsRefusedByThePrivhelper) {
     ASSERT_EQ(symlink((base + "/outside").c_str(), (base + "/ws-alpha/escape").c_str()), 0);
   };
   Service svc(options);
-  // The hostile broker exits when done; the privhelper then shuts down by itself.
-  int status = svc.WaitExit(120);
-  ASSERT_NE(status, -1) << "privhelper did not stop after its broker exited:\n" << svc.Log();
-  auto outcomes = Outcomes(svc.Log());
+  // The hostile broker exits when done (and the privhelper would restart it): wait for its
+  // first run to finish, then stop the service.
+  for (int i = 0; i < 1200 && !absl::StrContains(svc.Log(), "HOSTILE done"); ++i) usleep(100000);
+  svc.Stop();
+  auto outcomes = Outcomes(svc.Log().substr(0, svc.Log().find("HOSTILE done") + 12));
   ASSERT_TRUE(outcomes.count("done")) << svc.Log();
   for (const auto& [name, outcome] : outcomes) std::printf("%s: %s\n", name.c_str(), outcome.c_str());
 
@@ -75,8 +76,6 @@ TEST(HostileBrokerTest, EveryRequestOutsidePolicyIsRefusedByThePrivhelper) {
   }
   // Nothing from outside the roots was ever mounted or bundled, and nothing is left.
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
-  struct stat st;
-  EXPECT_NE(stat((svc.base() + "/state/bundles/..").c_str(), &st), -1);
 }
 
 }  // namespace

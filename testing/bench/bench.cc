@@ -1381,7 +1381,7 @@ int Main(int argc, char** argv) {
   char templ[] = "/tmp/paseo-bench.XXXXXX";
   Check(mkdtemp(templ) != nullptr, "mkdtemp");
   std::string base = templ;
-  Check(mount("tmpfs", base.c_str(), "tmpfs", 0, "mode=0755,size=1g") == 0, "mount tmpfs");
+  Check(mount("tmpfs", base.c_str(), "tmpfs", 0, "mode=0755,size=4g") == 0, "mount tmpfs");
   Check(mkdir((base + "/state").c_str(), 0755) == 0, "mkdir state");
   Check(mkdir((base + "/ws").c_str(), 0755) == 0, "mkdir ws");
   Check(chown((base + "/ws").c_str(), kAgentUid, kAgentGid) == 0, "chown ws");
@@ -1414,7 +1414,9 @@ int Main(int argc, char** argv) {
         auto list = conn.supervisor().listSandboxesRequest().send().wait(io.waitScope);
         Progress("after " + when + ": broker VmRSS " + Num(b > 0 ? MiB(MemOf(b).rss_kib) : NAN, 1) +
                  " MiB, privhelper VmRSS " + Num(MiB(MemOf(service.pid()).rss_kib), 1) +
-                 " MiB, listSandboxes: " + std::to_string(list.getSandboxes().size()));
+                 " MiB, listSandboxes: " + std::to_string(list.getSandboxes().size()) +
+                 ", broker state dir " + Capture("du -sm " + base + "/state/broker | cut -f1") +
+                 " MiB");
       };
       checkpoint("start");
       if (opts.Wants("cold")) Cold(env);
