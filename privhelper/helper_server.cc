@@ -618,6 +618,14 @@ void SandboxHost::CloseInput(const std::string& sandbox_id, const std::string& p
   it->second->kept_stdin = nullptr;
 }
 
+kj::Promise<void> SandboxHost::RunToCompletion(kj::Promise<void> work) {
+  // A broker that dies mid-request cancels its RPC calls; the work itself must still finish
+  // (or clean up), so a create or delete is never left half-done.
+  auto forked = work.fork();
+  reaper_.add(forked.addBranch());
+  return forked.addBranch();
+}
+
 kj::Promise<void> SandboxHost::DeleteAll() {
   kj::Vector<kj::Promise<void>> all;
   std::vector<std::pair<std::string, uint64_t>> ids;
@@ -655,7 +663,7 @@ kj::Promise<void> HelperServer::policy(PolicyContext context) {
 kj::Promise<void> HelperServer::createSandbox(CreateSandboxContext context) {
   auto request = ValidateCreate(config_, context.getParams().getRequest());
   if (!request.ok()) Fail(request.status());
-  return host_.Create(std::move(*request));
+  return host_.RunToCompletion(host_.Create(std::move(*request)));
 }
 
 kj::Promise<void> HelperServer::startProcess(StartProcessContext context) {
@@ -716,7 +724,7 @@ kj::Promise<void> HelperServer::closeInput(CloseInputContext context) {
 kj::Promise<void> HelperServer::deleteSandbox(DeleteSandboxContext context) {
   auto params = context.getParams();
   if (!IsValidId(params.getSandboxId().cStr())) Fail(absl::InvalidArgumentError("not a valid id"));
-  return host_.Delete(params.getSandboxId().cStr());
+  return host_.RunToCompletion(host_.Delete(params.getSandboxId().cStr()));
 }
 
 }  // namespace paseo

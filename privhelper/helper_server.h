@@ -39,6 +39,8 @@ class SandboxHost {
   // Destroys every sandbox, whatever state it is in (service shutdown, after the RPC system
   // and with it every in-flight request is gone).
   kj::Promise<void> DeleteAll();
+  // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
+  kj::Promise<void> RunToCompletion(kj::Promise<void> work);
   // At start-up, before serving: finds what a previous privhelper left (runsc containers in the
   // control netns, bundles, cgroups). Running sandboxes with a readable record are adopted
   // (policy keep) or destroyed (policy kill); everything else is garbage-collected.

@@ -1,0 +1,135 @@
+// kill -9 of the broker at each step of sandbox creation and deletion (observed from outside:
+// while the privhelper runs `runsc create`, `runsc start`, `runsc kill` or `runsc delete` for
+// it). Afterwards the sandbox either exists and works or is gone, and nothing leaks.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "testing/harness.h"
+
+namespace paseo::testing {
+namespace {
+
+Identity Alpha(const Service& svc) { return {4242, 4242, {4242, svc.socket_gid()}}; }
+
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> kids;
+  std::istringstream in(ReadFile("/proc/" + std::to_string(parent) + "/task/" +
+                                 std::to_string(parent) + "/children"));
+  for (pid_t pid; in >> pid;) kids.push_back(pid);
+  return kids;
+}
+
+pid_t Broker(const Service& svc) {
+  for (pid_t pid : Children(svc.privhelper_pid())) {
+    if (absl::StrContains(ReadFile("/proc/" + std::to_string(pid) + "/cmdline"), "broker"))
+      return pid;
+  }
+  return -1;
+}
+
+// Waits until the privhelper runs `runsc <step>`, then SIGKILLs the broker. True if caught.
+bool KillBrokerDuring(const Service& svc, const std::string& step) {
+  std::string needle = std::string("\0", 1) + step + std::string("\0", 1);
+  for (int i = 0; i < 5000; ++i) {
+    for (pid_t pid : Children(svc.privhelper_pid())) {
+      std::string cmd = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+      if (absl::StartsWith(cmd, "runsc") && absl::StrContains(cmd, needle)) {
+        kill(Broker(svc), SIGKILL);
+        return true;
+      }
+    }
+    usleep(1000);
+  }
+  return false;
+}
+
+void WaitForBroker(const Service& svc, pid_t old) {
+  for (int i = 0; i < 200; ++i) {
+    pid_t now = Broker(svc);
+    if (now > 0 && now != old) {
+      // Serving once a client gets an answer.
+      if (svc.Cli(Alpha(svc), {"info"}).exit_code == 0) return;
+    }
+    usleep(100000);
+  }
+  ADD_FAILURE() << "no broker came back";
+}
+
+// Either the sandbox is listed and works (then it is deleted), or it is gone.
+void ExpectWorkingOrGone(const Service& svc) {
+  auto ps = svc.Cli(Alpha(svc), {"--json", "ps"});
+  ASSERT_EQ(ps.exit_code, 0) << ps.err;
+  size_t pos = 0;
+  while ((pos = ps.out.find("\"id\":\"sb-", pos)) != std::string::npos) {
+    std::string id = ps.out.substr(pos + 6, 27);
+    pos += 6;
+    auto exec = svc.Cli(Alpha(svc), {"exec", id, "--", "echo", "works"});
+    EXPECT_EQ(exec.exit_code, 0) << "sandbox " << id << " exists but does not work: " << exec.err;
+    EXPECT_EQ(exec.out, "works\n");
+    auto rm = svc.Cli(Alpha(svc), {"rm", id});
+    EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  }
+  std::vector<std::string> leaks;
+  for (int i = 0; i < 50; ++i) {
+    leaks = svc.Leaks();
+    if (leaks.empty()) break;
+    usleep(100000);
+  }
+  EXPECT_EQ(leaks, std::vector<std::string>{});
+}
+
+class BrokerCrashTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BrokerCrashTest, DuringCreateTheSandboxEndsUpWorkingOrGone) {
+  Service& svc = Service::Get();
+  pid_t old = Broker(svc);
+  std::thread client([&] { svc.Cli(Alpha(svc), {"run", "--", "true"}); });
+  bool caught = KillBrokerDuring(svc, GetParam());
+  client.join();
+  ASSERT_TRUE(caught) << "never saw runsc " << GetParam();
+  WaitForBroker(svc, old);
+  ExpectWorkingOrGone(svc);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, BrokerCrashTest, ::testing::Values("create", "start"));
+
+class BrokerCrashDeleteTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BrokerCrashDeleteTest, DuringDeleteTheSandboxEndsUpGone) {
+  Service& svc = Service::Get();
+  auto kept = svc.Cli(Alpha(svc), {"run", "--keep", "--", "true"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  std::string id = kept.err.substr(kept.err.find("sb-"), 27);
+  pid_t old = Broker(svc);
+  std::thread client([&] { svc.Cli(Alpha(svc), {"rm", id}); });
+  bool caught = KillBrokerDuring(svc, GetParam());
+  client.join();
+  ASSERT_TRUE(caught) << "never saw runsc " << GetParam();
+  WaitForBroker(svc, old);
+  auto ps = svc.Cli(Alpha(svc), {"ps"});
+  EXPECT_FALSE(absl::StrContains(ps.out, id)) << "the delete did not complete: " << ps.out;
+  ExpectWorkingOrGone(svc);
+}
+
+INSTANTIATE_TEST_SUITE_P(Steps, BrokerCrashDeleteTest, ::testing::Values("kill", "delete"));
+
+}  // namespace
+}  // namespace paseo::testing
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  paseo::testing::Service::Get();
+  int rc = RUN_ALL_TESTS();
+  auto& svc = paseo::testing::Service::Get();
+  svc.Stop();
+  auto leaks = svc.Leaks();
+  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
+  return rc != 0 || !leaks.empty() ? 1 : 0;
+}
