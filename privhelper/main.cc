@@ -309,6 +309,7 @@ int Main(int argc, char** argv) {
   kj::UnixEventPort::captureChildExit();
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGHUP);
   signal(SIGPIPE, SIG_IGN);
   auto io = kj::setupAsyncIo();
   auto& events = io.unixEventPort;
@@ -450,8 +451,32 @@ int Main(int argc, char** argv) {
     });
   };
 
+  // `paseo-sandbox-admin gc` (SIGHUP): collect what no sandbox owns, on demand.
+  kj::Function<kj::Promise<void>()> collect;
+  collect = [&]() -> kj::Promise<void> {
+    return events.onSignal(SIGHUP).then([&](siginfo_t) {
+      Log("garbage collection requested");
+      return host.Reconcile(config::RestartPolicy::KILL)
+          .then([] { Log("garbage collection done"); },
+                [](kj::Exception&& e) {
+                  Log(std::string("garbage collection failed: ") + e.getDescription().cStr());
+                })
+          .then([&] { return collect(); });
+    });
+  };
+  // The pid file lets an operator's tools signal this privhelper.
+  std::string pid_file = run_dir + "/privhelper.pid";
+  {
+    std::string me = absl::StrCat(getpid(), "\n");
+    int fd = open(pid_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) {
+      (void)!write(fd, me.data(), me.size());
+      close(fd);
+    }
+  }
   auto why = supervise()
                  .then([] { return std::string("supervision ended"); })
+                 .exclusiveJoin(collect().then([] { return std::string("gc ended"); }))
                  .exclusiveJoin(events.onSignal(SIGTERM).then(
                      [](siginfo_t) { return std::string("SIGTERM"); }))
                  .exclusiveJoin(events.onSignal(SIGINT).then(
@@ -460,6 +485,7 @@ int Main(int argc, char** argv) {
   Log(absl::StrCat("shutting down: ", why));
   sd_notify(0, "STOPPING=1");
   unlink(socket_path.c_str());
+  unlink(pid_file.c_str());
   if (link.get() != nullptr && link->pid > 0) {
     // Closing the socketpair ends the broker (it serves only while the privhelper is there);
     // the privhelper keeps no CAP_KILL to signal a process of another uid.

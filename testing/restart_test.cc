@@ -89,6 +89,47 @@ TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
 }
 
+// On-demand garbage collection: what a crash could leave while the service keeps running
+// (a bundle no sandbox owns, a cgroup no sandbox owns) goes when an operator asks.
+TEST(RestartTest, AdminGcCollectsWhatNoSandboxOwns) {
+  Service svc(ServiceOptions{});
+  PlantStaleBundle(svc);
+  std::string cgroup = "/sys/fs/cgroup/pids/" + svc.CgroupParent() + "/sb-111111111111111111111111";
+  ASSERT_EQ(mkdir(("/sys/fs/cgroup/pids/" + svc.CgroupParent()).c_str(), 0755) == 0 || errno == EEXIST,
+            true);
+  ASSERT_EQ(mkdir(cgroup.c_str(), 0755), 0);
+  std::string id = KeepOne(svc);  // a live sandbox, which GC must leave alone
+  ASSERT_FALSE(id.empty());
+  std::string admin = std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") +
+                      "/installer/paseo-sandbox-admin";
+  std::string cmd = "bash " + admin + " gc --run-dir " + svc.base() + "/run";
+  ASSERT_EQ(system(cmd.c_str()), 0);
+  // Everything left must belong to the live sandbox.
+  auto foreign = [&] {
+    std::vector<std::string> out;
+    for (const auto& l : svc.Leaks()) {
+      bool mine = absl::StrContains(l, id);
+      if (absl::StartsWith(l, "process ")) {
+        mine = absl::StrContains(ReadFile("/proc/" + l.substr(8) + "/cmdline"), id);
+      }
+      if (!mine) out.push_back(l);
+    }
+    return out;
+  };
+  std::vector<std::string> leaks;
+  for (int i = 0; i < 100; ++i) {
+    leaks = foreign();
+    if (leaks.empty()) break;
+    usleep(50000);
+  }
+  EXPECT_EQ(leaks, std::vector<std::string>{});
+  auto exec = svc.Cli(Alpha(svc), {"exec", id, "--", "true"});
+  EXPECT_EQ(exec.exit_code, 0) << "GC touched a live sandbox: " << exec.err;
+  EXPECT_EQ(svc.Cli(Alpha(svc), {"rm", id}).exit_code, 0);
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
 // systemd Type=notify: READY=1 arrives on NOTIFY_SOCKET once the client socket is served.
 TEST(RestartTest, NotifiesSystemdWhenReady) {
   int notify = -1;
