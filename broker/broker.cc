@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
+#include "broker/record_store.h"
 #include "common/rpc_errors.h"
 
 namespace paseo {
@@ -364,6 +365,7 @@ class SandboxImpl final : public api::Sandbox::Server {
     broker_.StartPumps(id_, *p, kj::mv(out), kj::mv(err));
     sb.process_order.push_back(p->id);
     sb.processes.emplace(p->id, kj::addRef(*p));
+    broker_.Persist(sb);
     return p;
   }
 
@@ -427,6 +429,7 @@ class SupervisorImpl final : public api::Supervisor::Server {
         [this, context, id](auto&&) mutable {
           SandboxRecord& sb = broker_.VisibleSandbox(peer_, id);
           sb.state = "running";
+          broker_.Persist(sb);
           auto results = context.getResults();
           FillSandboxInfo(sb, results.initInfo());
           results.setSandbox(kj::heap<SandboxImpl>(broker_, peer_, id));
@@ -589,6 +592,34 @@ void Broker::StartPumps(const std::string& sandbox_id, ProcessRecord& p,
   });
 }
 
+void Broker::Persist(const SandboxRecord& sb) {
+  if (!IsValidId(sb.id)) return;
+  std::string dir = log_dir_ + "/" + sb.id;
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return;
+  capnp::MallocMessageBuilder message;
+  auto r = message.initRoot<records::BrokerSandbox>();
+  r.setId(sb.id);
+  r.setDeploymentId(sb.deployment_id);
+  r.setProfile(sb.profile);
+  r.setOwnerUid(sb.owner_uid);
+  r.setCreatedAtUnixMs(sb.created_ms);
+  auto labels = r.initLabels(static_cast<unsigned>(sb.labels.size()));
+  for (size_t i = 0; i < sb.labels.size(); ++i) {
+    labels[static_cast<unsigned>(i)].setKey(sb.labels[i].first);
+    labels[static_cast<unsigned>(i)].setValue(sb.labels[i].second);
+  }
+  auto procs = r.initProcesses(static_cast<unsigned>(sb.process_order.size()));
+  for (size_t i = 0; i < sb.process_order.size(); ++i) {
+    const ProcessRecord& p = *sb.processes.at(sb.process_order[i]);
+    auto out = procs[static_cast<unsigned>(i)];
+    out.setId(p.id);
+    auto argv = out.initArgv(static_cast<unsigned>(p.argv.size()));
+    for (size_t a = 0; a < p.argv.size(); ++a) argv.set(static_cast<unsigned>(a), p.argv[a]);
+  }
+  absl::Status st = WriteRecordAtomically(dir, "record", r.asReader());
+  if (!st.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", st.ToString());
+}
+
 void Broker::RemoveLogs(const std::string& sandbox_id) {
   if (!IsValidId(sandbox_id)) return;
   std::string dir = log_dir_ + "/" + sandbox_id;
@@ -609,6 +640,13 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     record->profile = known.getProfile().cStr();
     record->created_ms = known.getCreatedAtUnixMs();
     record->state = known.getUnattached() ? "running-unattached" : "running";
+    capnp::MallocMessageBuilder saved;
+    if (ReadRecord(log_dir_ + "/" + record->id, "record", saved).ok()) {
+      // What only the broker knew survives its crash.
+      auto r = saved.getRoot<records::BrokerSandbox>();
+      record->owner_uid = r.getOwnerUid();
+      for (auto l : r.getLabels()) record->labels.emplace_back(l.getKey().cStr(), l.getValue().cStr());
+    }
     if (auto policy = Deployment(record->deployment_id)) {
       record->buffer_bytes = policy->getOutputBufferBytes();
       auto profiles = policy->getProfiles();

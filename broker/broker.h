@@ -75,6 +75,8 @@ class Broker {
   // Starts moving the process's output pipes into its logs and waiting for its exit.
   void StartPumps(const std::string& sandbox_id, ProcessRecord& p, kj::AutoCloseFd stdout_fd,
                   kj::AutoCloseFd stderr_fd);
+  // Writes the sandbox's record (owner, labels, processes) crash-safely next to its logs.
+  void Persist(const SandboxRecord& sandbox);
   // Removes a deleted sandbox's logs.
   void RemoveLogs(const std::string& sandbox_id);
 

@@ -15,3 +15,26 @@ struct SandboxRecord {
   defaultCwd @5 :Text;
   createdAtUnixMs @6 :Int64;
 }
+
+struct BrokerSandbox {
+  # The broker's own record of a sandbox: what only the broker knows (who created it, its
+  # labels) next to its output logs, in <broker state dir>/<sandbox-id>/record. Output offsets
+  # are the log files' sizes, so they need no record.
+  id @0 :Text;
+  deploymentId @1 :Text;
+  profile @2 :Text;
+  ownerUid @3 :UInt32;
+  createdAtUnixMs @4 :Int64;
+  labels @5 :List(Label);
+  processes @6 :List(BrokerProcess);
+
+  struct Label {
+    key @0 :Text;
+    value @1 :Text;
+  }
+
+  struct BrokerProcess {
+    id @0 :Text;
+    argv @1 :List(Text);
+  }
+}

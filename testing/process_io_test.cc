@@ -137,6 +137,9 @@ class ProcessIoTest : public ::testing::Test {
     auto spec = req.initSpec();
     spec.setDeploymentId("io");
     spec.setProfile(profile);
+    auto labels = spec.initLabels(1);
+    labels[0].setKey("suite");
+    labels[0].setValue("process-io");
     auto ws = spec.initWorkspaces(1);
     ws[0].setPath(svc.base() + "/ws-io");
     ws[0].setMode(api::AccessMode::READ_WRITE);
@@ -483,6 +486,18 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
   }
   ASSERT_TRUE(done) << "never reconnected to a restarted broker";
   EXPECT_NE(BrokerPid(svc.privhelper_pid()), broker);
+  {
+    // What only the broker knew (owner, labels) came back from its crash-safe record.
+    client::Connection conn(Io(), svc.socket());
+    auto get = conn.supervisor().getSandboxRequest();
+    get.setId(sandbox_id);
+    auto inspected = get.send().getSandbox().inspectRequest().send().wait(Io().waitScope);
+    auto info = inspected.getInfo();
+    EXPECT_EQ(info.getOwnerUid(), 0u);
+    EXPECT_EQ(info.getState(), "running");
+    ASSERT_EQ(info.getLabels().size(), 1u);
+    EXPECT_EQ(std::string(info.getLabels()[0].getValue().cStr()), "process-io");
+  }
   EXPECT_EQ(errors, "");
   EXPECT_EQ(out_next, out_total);
   EXPECT_EQ(err_next, err_total);
