@@ -124,12 +124,5 @@ INSTANTIATE_TEST_SUITE_P(Steps, BrokerCrashDeleteTest, ::testing::Values("kill",
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  paseo::testing::Service::Get();
-  int rc = RUN_ALL_TESTS();
-  auto& svc = paseo::testing::Service::Get();
-  svc.Stop();
-  auto leaks = svc.Leaks();
-  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
-  return rc != 0 || !leaks.empty() ? 1 : 0;
+  return paseo::testing::RunTestsWithSharedService(argc, argv);
 }

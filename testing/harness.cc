@@ -25,6 +25,8 @@
 #include <sstream>
 #include <thread>
 
+#include "gtest/gtest.h"
+
 namespace paseo::testing {
 namespace {
 
@@ -352,6 +354,18 @@ std::vector<std::string> Service::Leaks() const {
     if (cmdline.find(runsc_root()) != std::string::npos) leaks.push_back("process " + n);
   }
   return leaks;
+}
+
+int RunTestsWithSharedService(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  Service::Get();
+  int rc = RUN_ALL_TESTS();
+  auto& svc = Service::Get();
+  svc.Stop();
+  auto leaks = svc.Leaks();
+  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
+  return rc != 0 || !leaks.empty() ? 1 : 0;
 }
 
 }  // namespace paseo::testing

@@ -89,6 +89,11 @@ class Service {
   uid_t broker_uid_ = 0;
 };
 
+// main() for a suite that shares Service::Get(): starts the service before any test (while the
+// process is single-threaded, for the namespaces), runs the tests, stops the service, and
+// fails if anything leaked.
+int RunTestsWithSharedService(int argc, char** argv);
+
 // Reads a whole file ("" if unreadable).
 std::string ReadFile(const std::string& path);
 

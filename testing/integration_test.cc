@@ -522,13 +522,5 @@ TEST_F(IntegrationTest, AFifoWorkspaceIsRefusedWithoutBlocking) {
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  // Start the service before any test so its namespaces are set up while single-threaded.
-  paseo::testing::Service::Get();
-  int rc = RUN_ALL_TESTS();
-  auto& svc = paseo::testing::Service::Get();
-  svc.Stop();
-  auto leaks = svc.Leaks();
-  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
-  return rc != 0 || !leaks.empty() ? 1 : 0;
+  return paseo::testing::RunTestsWithSharedService(argc, argv);
 }

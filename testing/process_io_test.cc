@@ -538,13 +538,5 @@ TEST_F(ProcessIoTest, OutputNobodyReadsKeepsTheBrokerWithinItsBuffers) {
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  signal(SIGPIPE, SIG_IGN);
-  paseo::testing::Service::Get();  // namespaces first, while single-threaded
-  int rc = RUN_ALL_TESTS();
-  auto& svc = paseo::testing::Service::Get();
-  svc.Stop();
-  auto leaks = svc.Leaks();
-  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
-  return rc != 0 || !leaks.empty() ? 1 : 0;
+  return paseo::testing::RunTestsWithSharedService(argc, argv);
 }
