@@ -358,6 +358,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   pid_t pid = first->first;
+  // Watch it right away: kj reaps only children it was told about, so an exit before the
+  // watch would never be seen (regression: a broker killed during start-up was never restarted).
+  auto first_exit = WatchChild(events, pid);
 
   std::string netns_pin = run_dir + "/control-netns";
   int host_mounts = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
@@ -399,7 +402,7 @@ int Main(int argc, char** argv) {
     kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
     kj::ForkedPromise<int> exit;
   };
-  auto make_link = [&](pid_t broker_pid, int fd) {
+  auto make_link = [&](pid_t broker_pid, int fd, kj::Promise<int> exit) {
     auto stream = io.lowLevelProvider->wrapUnixSocketFd(
         fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
     // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (see
@@ -409,10 +412,10 @@ int Main(int argc, char** argv) {
                                                        capnp::rpc::twoparty::Side::SERVER);
     auto rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
         capnp::makeRpcServer(*network, kj::heap<HelperServer>(**config, host)));
-    return kj::heap<BrokerLink>(BrokerLink{broker_pid, kj::mv(stream), kj::mv(network),
-                                           kj::mv(rpc), WatchChild(events, broker_pid).fork()});
+    return kj::heap<BrokerLink>(
+        BrokerLink{broker_pid, kj::mv(stream), kj::mv(network), kj::mv(rpc), exit.fork()});
   };
-  kj::Own<BrokerLink> link = make_link(pid, first->second);
+  kj::Own<BrokerLink> link = make_link(pid, first->second, kj::mv(first_exit));
   Log(absl::StrCat("serving ", socket_path, " (broker pid ", pid, ")"));
   // systemd Type=notify: ready once the socket is served (a no-op outside systemd).
   sd_notify(0, absl::StrCat("READY=1\nSTATUS=serving ", socket_path).c_str());
@@ -444,7 +447,7 @@ int Main(int argc, char** argv) {
                                                  kj::Promise<int>(-1).fork()});
           return supervise();
         }
-        link = make_link(next->first, next->second);
+        link = make_link(next->first, next->second, WatchChild(events, next->first));
         Log(absl::StrCat("broker restarted (pid ", next->first, ")"));
         return supervise();
       });
