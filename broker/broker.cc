@@ -73,18 +73,27 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
 // Moves a pipe's bytes into the process's log until EOF, with splice: a byte is in the pipe
 // or in the log, never only in our memory. Moving never waits for any subscriber, so a slow
 // client cannot stall the process.
-kj::Promise<void> Drain(kj::Own<kj::UnixEventPort::FdObserver> observer, kj::AutoCloseFd fd,
-                        OutputLog& log) {
-  bool eof = false;
-  auto moved = log.SpliceFrom(fd.get(), &eof);
+// The fd and its observer travel together; the observer must go first (it unregisters the fd
+// from epoll), so `fd` is declared first and destroyed last (regression: closing the fd first
+// left a dangling epoll entry that a later hang-up fired into).
+struct DrainSource {
+  kj::AutoCloseFd fd;
+  kj::Own<kj::UnixEventPort::FdObserver> observer;
+};
+
+kj::Promise<void> Drain(kj::Own<DrainSource> source, OutputLog& log) {
+  bool eof = false, more = false;
+  auto moved = log.SpliceFrom(source->fd.get(), &eof, &more);
   if (!moved.ok() || eof) {
     if (!moved.ok()) KJ_LOG(ERROR, "output log failed", moved.status().ToString());
     log.Close();
     return kj::READY_NOW;
   }
-  auto readable = observer->whenBecomesReadable();
-  return readable.then([observer = kj::mv(observer), fd = kj::mv(fd), &log]() mutable {
-    return Drain(kj::mv(observer), kj::mv(fd), log);
+  // Edge-triggered: only wait for readability once the pipe is empty; after a bounded turn
+  // with more to move, yield to the event loop and continue.
+  auto next = more ? kj::evalLater([] {}) : source->observer->whenBecomesReadable();
+  return next.then([source = kj::mv(source), &log]() mutable {
+    return Drain(kj::mv(source), log);
   });
 }
 
@@ -554,9 +563,11 @@ void Broker::StartPumps(const std::string& sandbox_id, ProcessRecord& p,
   auto drain = [this](kj::AutoCloseFd fd, OutputLog& log) {
     int flags = fcntl(fd.get(), F_GETFL);
     fcntl(fd.get(), F_SETFL, flags | O_NONBLOCK);
-    auto observer = kj::heap<kj::UnixEventPort::FdObserver>(
+    auto source = kj::heap<DrainSource>();
+    source->observer = kj::heap<kj::UnixEventPort::FdObserver>(
         events_, fd.get(), kj::UnixEventPort::FdObserver::OBSERVE_READ);
-    return Drain(kj::mv(observer), kj::mv(fd), log);
+    source->fd = kj::mv(fd);
+    return Drain(kj::mv(source), log);
   };
   auto drain_out = drain(kj::mv(stdout_fd), *p.stdout_log);
   auto drain_err = drain(kj::mv(stderr_fd), *p.stderr_log);
@@ -613,8 +624,16 @@ void Broker::Persist(const SandboxRecord& sb) {
     const ProcessRecord& p = *sb.processes.at(sb.process_order[i]);
     auto out = procs[static_cast<unsigned>(i)];
     out.setId(p.id);
-    auto argv = out.initArgv(static_cast<unsigned>(p.argv.size()));
-    for (size_t a = 0; a < p.argv.size(); ++a) argv.set(static_cast<unsigned>(a), p.argv[a]);
+    // At most 4 KiB of argv per process in the record: it is rewritten on every start.
+    std::vector<std::string> kept_argv;
+    size_t bytes = 0;
+    for (const auto& a : p.argv) {
+      if (bytes + a.size() > 4096) break;
+      bytes += a.size();
+      kept_argv.push_back(a);
+    }
+    auto argv = out.initArgv(static_cast<unsigned>(kept_argv.size()));
+    for (size_t a = 0; a < kept_argv.size(); ++a) argv.set(static_cast<unsigned>(a), kept_argv[a]);
   }
   absl::Status st = WriteRecordAtomically(dir, "record", r.asReader());
   if (!st.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", st.ToString());
@@ -625,7 +644,8 @@ void Broker::RemoveLogs(const std::string& sandbox_id) {
   std::string dir = log_dir_ + "/" + sandbox_id;
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') unlinkat(dirfd(d), e->d_name, 0);
+      std::string n = e->d_name;
+      if (n != "." && n != "..") unlinkat(dirfd(d), n.c_str(), 0);  // a crash's .record.tmp too
     }
     closedir(d);
   }
@@ -633,6 +653,7 @@ void Broker::RemoveLogs(const std::string& sandbox_id) {
 }
 
 void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::WaitScope& wait) {
+  std::map<std::string, std::vector<std::string>> saved_argv;  // "<sandbox>/<process>"
   for (auto known : inventory.getSandboxes()) {
     auto record = std::make_unique<SandboxRecord>();
     record->id = known.getSandboxId().cStr();
@@ -646,6 +667,10 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
       auto r = saved.getRoot<records::BrokerSandbox>();
       record->owner_uid = r.getOwnerUid();
       for (auto l : r.getLabels()) record->labels.emplace_back(l.getKey().cStr(), l.getValue().cStr());
+      for (auto p : r.getProcesses()) {
+        auto& argv = saved_argv[record->id + "/" + p.getId().cStr()];
+        for (auto a : p.getArgv()) argv.emplace_back(a.cStr());
+      }
     }
     if (auto policy = Deployment(record->deployment_id)) {
       record->buffer_bytes = policy->getOutputBufferBytes();
@@ -664,7 +689,7 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     auto p = kj::refcounted<ProcessRecord>();
     p->id = kept.getProcessId().cStr();
     p->sandbox_id = sb.id;
-    for (auto a : kept.getArgv()) p->argv.emplace_back(a.cStr());
+    p->argv = saved_argv[sb.id + "/" + p->id];
     auto error = kj::runCatchingExceptions([&] {
       OpenLogs(sb.id, *p, sb.buffer_bytes);
       auto req = helper_.reattachRequest();

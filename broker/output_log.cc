@@ -27,10 +27,15 @@ absl::StatusOr<kj::Own<OutputLog>> OutputLog::Open(const std::string& path, uint
   return kj::heap<OutputLog>(kj::mv(owned), static_cast<uint64_t>(st.st_size), capacity);
 }
 
-absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof) {
+absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more) {
   *eof = false;
+  *more = false;
   size_t moved = 0;
   while (true) {
+    if (moved >= kTurnBytes) {
+      *more = true;
+      break;
+    }
     // An explicit file offset: splice into an O_APPEND file fails with EINVAL.
     loff_t off = static_cast<loff_t>(end_ + moved);
     ssize_t n = splice(pipe_fd, nullptr, fd_.get(), &off, 1 << 20,
@@ -73,16 +78,18 @@ void OutputLog::Grew(uint64_t bytes) {
               static_cast<off_t>(punched_), static_cast<off_t>(keep_from - punched_));
     punched_ = keep_from;
   }
-  auto waiters = kj::mv(waiters_);
-  waiters_ = {};
-  for (auto& w : waiters) w->fulfill();
+  Notify();
+}
+
+void OutputLog::Notify() {
+  if (notify_.get() != nullptr) notify_->fulfill();
+  notify_ = nullptr;
+  changed_ = nullptr;
 }
 
 void OutputLog::Close() {
   closed_ = true;
-  auto waiters = kj::mv(waiters_);
-  waiters_ = {};
-  for (auto& w : waiters) w->fulfill();
+  Notify();
 }
 
 std::string OutputLog::Read(uint64_t offset, size_t max) const {
@@ -100,9 +107,11 @@ std::string OutputLog::Read(uint64_t offset, size_t max) const {
 }
 
 kj::Promise<void> OutputLog::WhenChanged() {
+  KJ_IF_MAYBE(changed, changed_) { return changed->addBranch(); }
   auto paf = kj::newPromiseAndFulfiller<void>();
-  waiters_.add(kj::mv(paf.fulfiller));
-  return kj::mv(paf.promise);
+  notify_ = kj::mv(paf.fulfiller);
+  auto& forked = changed_.emplace(paf.promise.fork());
+  return forked.addBranch();
 }
 
 }  // namespace paseo

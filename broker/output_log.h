@@ -28,9 +28,11 @@ class OutputLog {
   uint64_t end() const { return end_; }
   bool closed() const { return closed_; }
 
-  // Moves what `pipe_fd` (non-blocking) holds into the log. Returns the bytes moved; 0 means
-  // the pipe is empty for now; sets *eof when its writers are gone.
-  absl::StatusOr<size_t> SpliceFrom(int pipe_fd, bool* eof);
+  // Moves what `pipe_fd` (non-blocking) holds into the log, at most kTurnBytes per call so one
+  // busy stream cannot monopolize the broker. Returns the bytes moved; sets *eof when its
+  // writers are gone and *more when it stopped at the bound with data left.
+  absl::StatusOr<size_t> SpliceFrom(int pipe_fd, bool* eof, bool* more);
+  static constexpr size_t kTurnBytes = 4 << 20;
   // Appends bytes the broker holds in memory (used where splice cannot be, e.g. tests).
   absl::Status Append(const char* data, size_t size);
   void Close();
@@ -46,13 +48,17 @@ class OutputLog {
 
  private:
   void Grew(uint64_t bytes);
+  void Notify();
 
   kj::AutoCloseFd fd_;
   uint64_t end_;
   uint64_t punched_;  // bytes before this offset have been released from the file
   uint64_t capacity_;
   bool closed_ = false;
-  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> waiters_;
+  // One forked promise per change: a cancelled subscriber drops only its branch, so waiting
+  // costs nothing that outlives the waiter.
+  kj::Maybe<kj::ForkedPromise<void>> changed_;
+  kj::Own<kj::PromiseFulfiller<void>> notify_;
 };
 
 }  // namespace paseo

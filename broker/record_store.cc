@@ -43,7 +43,7 @@ absl::Status ReadRecord(const std::string& dir, const std::string& name,
   kj::AutoCloseFd owned(fd);
   auto error = kj::runCatchingExceptions([&] {
     capnp::ReaderOptions options;
-    options.traversalLimitInWords = 1 << 20;
+    options.traversalLimitInWords = 8 << 20;  // 64 MiB: 4096 processes x 4 KiB argv fit
     capnp::StreamFdMessageReader reader(fd, options);
     message.setRoot(reader.getRoot<records::BrokerSandbox>());
   });

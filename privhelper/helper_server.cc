@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -148,6 +149,7 @@ void SandboxHost::Forget(Sandbox& sandbox) {
 kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generation) {
   Sandbox* sb = Find(id, generation);
   if (sb == nullptr) return kj::READY_NOW;
+  bool was_running = sb->running;
   sb->deleting = true;
   sb->running = false;
   kj::Promise<void> destroy = kj::READY_NOW;
@@ -156,7 +158,10 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
                   .ignoreResult()
                   .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
                   .then([id](RunscResult deleted) {
-                    if (!deleted.ok()) Fail(absl::InternalError(deleted.Describe()));
+                    // Already gone (a racing delete, or it died): that is what we wanted.
+                    if (!deleted.ok() &&
+                        deleted.stderr_text.find("does not exist") == std::string::npos)
+                      Fail(absl::InternalError(deleted.Describe()));
                   });
   }
   return destroy.then(
@@ -164,9 +169,12 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
         if (Sandbox* sb = Find(id, generation)) Forget(*sb);
         return kj::READY_NOW;
       },
-      [this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
-        // runsc could not delete it: keep the record (and its mounts) so a retry can.
-        if (Sandbox* sb = Find(id, generation)) sb->deleting = false;
+      [this, id, generation, was_running](kj::Exception&& e) -> kj::Promise<void> {
+        // runsc could not delete it: keep the record (and its mounts) usable, so a retry can.
+        if (Sandbox* sb = Find(id, generation)) {
+          sb->deleting = false;
+          sb->running = was_running;
+        }
         return kj::mv(e);
       });
 }
@@ -437,8 +445,8 @@ struct ListedContainer {
   std::string status;
 };
 
-// Parses `runsc list --format=json` (an array of OCI state objects).
-std::vector<ListedContainer> ParseRunscList(const std::string& text) {
+// Parses `runsc list --format=json` (an array of OCI state objects); nullopt if unreadable.
+std::optional<std::vector<ListedContainer>> ParseRunscList(const std::string& text) {
   std::vector<ListedContainer> out;
   if (text.find_first_not_of(" \n") == std::string::npos) return out;
   capnp::MallocMessageBuilder message;
@@ -449,7 +457,7 @@ std::vector<ListedContainer> ParseRunscList(const std::string& text) {
   if (error == nullptr && root.isNull()) return out;  // runsc prints "null" for no containers
   if (error != nullptr || !root.isArray()) {
     KJ_LOG(ERROR, "cannot parse runsc list output", text);
-    return out;
+    return std::nullopt;
   }
   for (auto item : root.getArray()) {
     if (!item.isObject()) continue;
@@ -498,7 +506,10 @@ kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
   return runsc_.Run({"list", "--format=json"}).then([this, policy](RunscResult listed) {
     if (!listed.ok()) Fail(absl::InternalError("runsc list: " + listed.Describe()));
     std::string bundles = absl::StrCat(config_.helper().getStateDir().cStr(), "/bundles");
-    for (const auto& c : ParseRunscList(listed.stdout_text)) {
+    auto containers = ParseRunscList(listed.stdout_text);
+    // Without a trustworthy list, collecting bundles could remove live sandboxes' records.
+    if (!containers) Fail(absl::InternalError("unreadable runsc list output; no collection"));
+    for (const auto& c : *containers) {
       if (!IsValidId(c.id) || Find(c.id) != nullptr) continue;
       auto sandbox = kj::heap<Sandbox>();
       sandbox->id = c.id;
@@ -556,9 +567,15 @@ kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
       RemoveBundle(stale);
     }
     std::string parent = config_.helper().getCgroupParent().cStr();
-    for (const auto& hierarchy : Entries("/sys/fs/cgroup")) {
-      for (const auto& n : Entries(absl::StrCat("/sys/fs/cgroup/", hierarchy, parent))) {
-        if (n.rfind("sb-", 0) == 0 && Find(n) == nullptr) RemoveCgroups(SandboxCgroup(parent, n));
+    std::vector<std::string> parents = {"/sys/fs/cgroup" + parent};  // a pure cgroup2 host
+    for (const auto& hierarchy : Entries("/sys/fs/cgroup"))
+      parents.push_back(absl::StrCat("/sys/fs/cgroup/", hierarchy, parent));
+    for (const auto& dir : parents) {
+      for (const auto& n : Entries(dir)) {
+        struct stat st;
+        if (IsValidId(n) && Find(n) == nullptr &&
+            stat(absl::StrCat(dir, "/", n).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+          RemoveCgroups(SandboxCgroup(parent, n));
       }
     }
   });
@@ -586,8 +603,8 @@ void SandboxHost::Inventory(helper::Helper::InventoryResults::Builder out) const
       auto po = kept[k++];
       po.setSandboxId(sb->id);
       po.setProcessId(pid);
-      auto argv = po.initArgv(static_cast<unsigned>(p->argv.size()));
-      for (size_t i = 0; i < p->argv.size(); ++i) argv.set(static_cast<unsigned>(i), p->argv[i]);
+      // argv stays out: it can be up to 1 MiB per process, and the broker keeps it in its own
+      // record; an inventory must stay small enough for any number of processes.
     }
   }
 }

@@ -213,6 +213,9 @@ absl::Status EnterControlNetns(const std::string& pin) {
   return absl::OkStatus();
 }
 
+// Where the broker child finds the host mount namespace fd before it execs (then closed).
+constexpr int kHostMountsFd = 5;
+
 int Usage() {
   std::fprintf(stderr,
                "usage: paseo-sandbox-privhelper [--config-dir DIR] [--check-config]\n"
@@ -334,15 +337,22 @@ int Main(int argc, char** argv) {
                  absl::StrCat("--log-dir=", state_dir, "/broker")};
   broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  broker.in_child = [broker_uid, broker_gid] { return BecomeBroker(broker_uid, broker_gid); };
+  // The host's mount namespace: the pin lives there, and a restarted broker is put back there
+  // so it never sees (or keeps alive) the privhelper's staging mounts.
+  int host_mounts = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+  broker.in_child = [broker_uid, broker_gid] {
+    if (setns(kHostMountsFd, CLONE_NEWNS) != 0) return errno;
+    close(kHostMountsFd);
+    return BecomeBroker(broker_uid, broker_gid);
+  };
   // Starts a broker on a fresh socketpair; returns its pid and our end.
   auto spawn_broker = [&]() -> absl::StatusOr<std::pair<pid_t, int>> {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
       return ErrnoStatus("socketpair", "");
     // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.
-    broker.fds = {{0, dev_null}, {1, STDOUT_FILENO}, {2, STDERR_FILENO}, {3, pair[1]},
-                  {4, *listen_fd}};
+    broker.fds = {{0, dev_null},  {1, STDOUT_FILENO}, {2, STDERR_FILENO},
+                  {3, pair[1]},  {4, *listen_fd},    {kHostMountsFd, host_mounts}};
     auto pid = Spawn(broker);
     close(pair[1]);
     if (!pid.ok()) {
@@ -363,7 +373,6 @@ int Main(int argc, char** argv) {
   auto first_exit = WatchChild(events, pid);
 
   std::string netns_pin = run_dir + "/control-netns";
-  int host_mounts = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
   absl::Status netns = EnterControlNetns(netns_pin);
   if (netns.ok()) netns = EnterPrivateMountNamespace();
   if (!netns.ok()) {

@@ -66,6 +66,7 @@ struct KeptProcess {
   sandboxId @0 :Text;
   processId @1 :Text;
   argv @2 :List(Text);
+  # Not filled in (the broker keeps argv in its own records); reserved.
 }
 
 interface Helper {

@@ -510,6 +510,34 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
   unlink((svc.base() + "/ws-io/err.pattern").c_str());
 }
 
+// Force-deleting a sandbox whose processes still run, from a connection that holds no Process
+// capability, tears down output pumps while their pipes are still open (the privhelper keeps a
+// copy until `runsc exec` exits). The broker must live on and keep serving. (A review found the
+// pump's fd closed before its epoll observer here; broker/broker.cc DrainSource fixes the order.
+// This test did not reproduce a crash from that order on this machine.)
+TEST_F(ProcessIoTest, ForceDeletingRunningProcessesLeavesTheBrokerHealthy) {
+  pid_t broker = BrokerPid(svc.privhelper_pid());
+  std::string sandbox_id;
+  {
+    client::Connection conn(Io(), svc.socket());
+    auto [sandbox, id] = NewSandbox(conn);
+    sandbox_id = id;
+    for (int i = 0; i < 3; ++i) Start(sandbox, {"sh", "-c", "echo started; sleep 30"});
+  }
+  {
+    client::Connection conn(Io(), svc.socket());
+    auto get = conn.supervisor().getSandboxRequest();
+    get.setId(sandbox_id);
+    auto sandbox = get.send().getSandbox();
+    Delete(sandbox);
+  }
+  sleep(2);  // the runsc execs exit and their pipes hang up meanwhile
+  EXPECT_EQ(BrokerPid(svc.privhelper_pid()), broker) << "the broker died";
+  client::Connection conn(Io(), svc.socket());
+  auto info = conn.supervisor().infoRequest().send().wait(Io().waitScope);
+  EXPECT_GT(info.getDeployments().size(), 0u);
+}
+
 TEST_F(ProcessIoTest, OutputNobodyReadsKeepsTheBrokerWithinItsBuffers) {
   pid_t broker = BrokerPid(svc.privhelper_pid());
   ASSERT_GT(broker, 0);
