@@ -108,7 +108,16 @@ Service& Service::Get() {
 
 Service::Service(ServiceOptions options) : options_(std::move(options)) { Start(); }
 
-Service::~Service() { Stop(); }
+Service::~Service() {
+  Stop();
+  RemoveWorkArea();
+}
+
+void Service::RemoveWorkArea() {
+  if (base_.empty()) return;
+  umount2(base_.c_str(), MNT_DETACH);
+  rmdir(base_.c_str());
+}
 
 void Service::Start() {
   if (geteuid() != 0) Die("the integration suites need root");
@@ -365,6 +374,7 @@ int RunTestsWithSharedService(int argc, char** argv) {
   svc.Stop();
   auto leaks = svc.Leaks();
   for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
+  svc.RemoveWorkArea();
   return rc != 0 || !leaks.empty() ? 1 : 0;
 }
 

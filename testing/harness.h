@@ -74,6 +74,9 @@ class Service {
   int WaitExit(int seconds);
   std::string Log() const;
 
+  // Unmounts this service's tmpfs work area and removes its directory (after Stop and Leaks).
+  void RemoveWorkArea();
+
   // What is left behind: bundle dirs, runsc container state, mounts under base, processes
   // running a runsc from our runsc root. Empty when nothing leaked.
   std::vector<std::string> Leaks() const;
