@@ -570,6 +570,7 @@ class RawRunsc {
     }
     for (const auto& id : ListDir(Bundles())) Delete(id);
     RemoveCgroup("/paseo-bench");
+    RemoveCgroup("/paseo-bench-service");  // the service's parent (helper.json cgroupParent)
   }
 
   void Forget(const std::string& id) { live_.erase(id); }
@@ -654,7 +655,8 @@ class Service {
     WriteText(base_ + "/etc/helper.json",
               "{\"stateDir\": " + Quote(base_ + "/state") + ", \"runDir\": " +
                   Quote(base_ + "/run") + ", \"runsc\": {\"sha256\": " + Quote(sha) +
-                  "}, \"rootfsVersion\": " + Quote(rootfs_version) + "}");
+                  "}, \"rootfsVersion\": " + Quote(rootfs_version) +
+                  ", \"cgroupParent\": \"/paseo-bench-service\"}");
     // The bench connects as root; agents still run as 4242:4242.
     WriteText(base_ + "/etc/deployments/bench.json",
               "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
