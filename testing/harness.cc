@@ -306,20 +306,6 @@ void Service::Crash() {
 
 void Service::Restart() { Launch(); }
 
-int Service::WaitExit(int seconds) {
-  if (privhelper_pid_ <= 0) return -1;
-  for (int i = 0; i < seconds * 20; ++i) {
-    int status;
-    if (waitpid(privhelper_pid_, &status, WNOHANG) == privhelper_pid_) {
-      privhelper_pid_ = -1;
-      RemoveCgroupParent();
-      return status;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return -1;
-}
-
 std::string Service::Log() const { return ReadFile(base_ + "/privhelper.log"); }
 
 std::vector<std::string> Service::Leaks() const {

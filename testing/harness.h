@@ -70,8 +70,6 @@ class Service {
   void Crash();
   // Starts a new privhelper on the same state, config and run directory.
   void Restart();
-  // Waits for the privhelper to exit by itself (up to `seconds`); -1 if it did not.
-  int WaitExit(int seconds);
   std::string Log() const;
 
   // Unmounts this service's tmpfs work area and removes its directory (after Stop and Leaks).
