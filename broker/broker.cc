@@ -507,6 +507,9 @@ void ExitInfo::To(api::ExitStatus::Builder out) const {
     case kUnknown:
       out.setUnknown();
       break;
+    case kOomKilled:
+      out.setOomKilled();
+      break;
   }
 }
 
@@ -576,7 +579,7 @@ void Broker::StartPumps(const std::string& sandbox_id, ProcessRecord& p,
   wait_req.setProcessId(p.id);
   ProcessRecord* raw = &p;
   auto waited = wait_req.send().then(
-      [raw](capnp::Response<helper::Helper::WaitProcessResults> res) {
+      [this, raw, sandbox_id](capnp::Response<helper::Helper::WaitProcessResults> res) {
         auto s = res.getStatus();
         ExitInfo info;
         switch (s.which()) {
@@ -586,6 +589,14 @@ void Broker::StartPumps(const std::string& sandbox_id, ProcessRecord& p,
           case api::ExitStatus::SIGNAL:
             info = {ExitInfo::kSignal, s.getSignal()};
             break;
+          case api::ExitStatus::OOM_KILLED: {
+            info = {ExitInfo::kOomKilled, 0};
+            // The host's OOM killer took the whole sandbox: say so until it is deleted.
+            auto it = sandboxes_.find(sandbox_id);
+            if (it != sandboxes_.end() && it->second->state != "deleting")
+              it->second->state = "oom-killed";
+            break;
+          }
           default:
             info = {ExitInfo::kUnknown, 0};
         }

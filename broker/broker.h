@@ -22,7 +22,7 @@
 namespace paseo {
 
 struct ExitInfo {
-  enum Kind { kRunning, kExitCode, kSignal, kUnknown } kind = kRunning;
+  enum Kind { kRunning, kExitCode, kSignal, kUnknown, kOomKilled } kind = kRunning;
   int value = 0;
   void To(api::ExitStatus::Builder out) const;
 };

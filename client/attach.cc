@@ -145,6 +145,8 @@ int ExitCodeOf(api::ExitStatus::Reader status) {
       return status.getExitCode();
     case api::ExitStatus::SIGNAL:
       return 128 + status.getSignal();
+    case api::ExitStatus::OOM_KILLED:
+      return 128 + SIGKILL;  // what a shell reports for an OOM-killed child
     default:
       return 255;
   }

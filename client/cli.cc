@@ -122,6 +122,8 @@ std::string DescribeStatus(api::ExitStatus::Reader status) {
       return "exited " + std::to_string(status.getExitCode());
     case api::ExitStatus::SIGNAL:
       return "signal " + std::to_string(status.getSignal());
+    case api::ExitStatus::OOM_KILLED:
+      return "oom-killed";
     default:
       return "unknown";
   }

@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -67,14 +69,20 @@ class FdCap final : public helper::Fd::Server {
   kj::AutoCloseFd fd_;
 };
 
-void SetExitStatus(api::ExitStatus::Builder out, int wait_status) {
-  if (WIFEXITED(wait_status)) {
-    out.setExitCode(WEXITSTATUS(wait_status));
-  } else if (WIFSIGNALED(wait_status)) {
-    // runsc exec itself died by a signal: the process's own status is unknown.
-    out.setUnknown();
-  } else {
-    out.setUnknown();
+void SetExitStatus(api::ExitStatus::Builder out, const ProcessExit& exit) {
+  switch (exit.kind) {
+    case ProcessExit::kExited:
+      out.setExitCode(exit.value);
+      break;
+    case ProcessExit::kSignaled:
+      out.setSignal(exit.value);
+      break;
+    case ProcessExit::kOomKilled:
+      out.setOomKilled();
+      break;
+    case ProcessExit::kUnknown:
+      out.setUnknown();
+      break;
   }
 }
 
@@ -366,11 +374,14 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
   auto out = MakePipe();
   auto err = MakePipe();
   if (!in.ok() || !out.ok() || !err.ok()) Fail(absl::ResourceExhaustedError("out of pipes"));
+  // runsc logs the process's raw wait status here (exit_status.h).
+  kj::AutoCloseFd exec_log(memfd_create("runsc-exec-log", MFD_CLOEXEC));
+  if (exec_log.get() < 0) Fail(absl::ResourceExhaustedError("out of file descriptors"));
   auto pid = runsc_.Start({"exec", "--process", process_json, "--internal-pid-file", pid_file,
                            request.sandbox_id},
-                          in->read.get(), out->write.get(), err->write.get());
+                          in->read.get(), out->write.get(), err->write.get(), exec_log.get());
   if (!pid.ok()) Fail(pid.status());
-  Process& p = Track(*sb, request.process_id, *pid, pid_file);
+  Process& p = Track(*sb, request.process_id, *pid, pid_file, kj::mv(exec_log));
   p.argv = request.argv;
   // Copies of the broker's ends: if the broker dies, its successor takes them over (while
   // it is down, the process blocks on a full pipe; nothing is lost). Our copies of the
@@ -384,13 +395,21 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
 }
 
 SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id, pid_t pid,
-                                         const std::string& pid_file) {
-  auto process = kj::refcounted<Process>(WatchChild(runsc_.events(), pid));
+                                         const std::string& pid_file, kj::AutoCloseFd exec_log) {
+  std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  auto ended = WatchChild(runsc_.events(), pid)
+                   .then([log = kj::mv(exec_log), cgroup](int runsc_status) {
+                     // Read at once: the cgroup goes when the sandbox is deleted.
+                     auto ooms = ReadOomKillCount(cgroup);
+                     return DecideProcessExit(runsc_status, ReadMemfd(log.get()),
+                                              ooms.value_or(0) > 0);
+                   });
+  auto process = kj::refcounted<Process>(kj::mv(ended));
   process->pid_file = pid_file;
   Process* raw = process.get();
   // Owned by the process record, so the raw pointer cannot outlive it.
   process->watcher = process->exit.addBranch()
-                         .then([raw](int) {
+                         .then([raw](ProcessExit) {
                            raw->exited = true;
                            raw->kept_stdin = nullptr;  // nobody can write to it any more
                          })
@@ -399,7 +418,7 @@ SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process
   return *raw;
 }
 
-kj::Promise<int> SandboxHost::Wait(const std::string& sandbox_id, const std::string& process_id) {
+kj::Promise<ProcessExit> SandboxHost::Wait(const std::string& sandbox_id, const std::string& process_id) {
   Sandbox* sb = Find(sandbox_id);
   if (sb == nullptr) Fail(absl::NotFoundError(absl::StrCat("no sandbox ", sandbox_id)));
   auto it = sb->processes.find(process_id);
@@ -699,8 +718,8 @@ kj::Promise<void> HelperServer::waitProcess(WaitProcessContext context) {
   if (!IsValidId(params.getSandboxId().cStr()) || !IsValidId(params.getProcessId().cStr()))
     Fail(absl::InvalidArgumentError("not a valid id"));
   return host_.Wait(params.getSandboxId().cStr(), params.getProcessId().cStr())
-      .then([context](int status) mutable {
-        SetExitStatus(context.getResults().initStatus(), status);
+      .then([context](ProcessExit exit) mutable {
+        SetExitStatus(context.getResults().initStatus(), exit);
       });
 }
 

@@ -14,6 +14,7 @@
 #include <kj/async.h>
 
 #include "privhelper/config.h"
+#include "privhelper/exit_status.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
 #include "schema/config.capnp.h"
@@ -32,8 +33,8 @@ class SandboxHost {
 
   kj::Promise<void> Create(ValidatedCreate request);
   kj::Promise<Stdio> StartProcess(ValidatedStart request);
-  // Resolves to the wait status of the process's `runsc exec` (the process's own exit status).
-  kj::Promise<int> Wait(const std::string& sandbox_id, const std::string& process_id);
+  // Resolves to how the process ended (exit_status.h).
+  kj::Promise<ProcessExit> Wait(const std::string& sandbox_id, const std::string& process_id);
   kj::Promise<void> Signal(const std::string& sandbox_id, const std::string& process_id, int sig);
   kj::Promise<void> Delete(const std::string& sandbox_id);
   // Destroys every sandbox, whatever state it is in (service shutdown, after the RPC system
@@ -56,8 +57,8 @@ class SandboxHost {
 
  private:
   struct Process : public kj::Refcounted {
-    explicit Process(kj::Promise<int> exit_status) : exit(exit_status.fork()) {}
-    kj::ForkedPromise<int> exit;
+    explicit Process(kj::Promise<ProcessExit> exit_status) : exit(exit_status.fork()) {}
+    kj::ForkedPromise<ProcessExit> exit;
     kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
     std::string pid_file;
     bool exited = false;
@@ -89,7 +90,7 @@ class SandboxHost {
 
   // Watches a started `runsc exec` and records it under the sandbox.
   Process& Track(Sandbox& sb, const std::string& process_id, pid_t pid,
-                 const std::string& pid_file);
+                 const std::string& pid_file, kj::AutoCloseFd exec_log);
   // The sandbox with this id, if it is still the one of this generation (0: any).
   Sandbox* Find(const std::string& id, uint64_t generation = 0);
   // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and

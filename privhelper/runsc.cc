@@ -24,9 +24,6 @@ std::string RunscResult::Describe() const {
   return absl::StrCat("runsc failed (", how, ")", text.empty() ? "" : ": ", text);
 }
 
-namespace {
-
-// What a runsc call wrote into a memfd (at most 4 MiB).
 std::string ReadMemfd(int fd) {
   std::string text;
   char buf[65536];
@@ -38,8 +35,6 @@ std::string ReadMemfd(int fd) {
   }
   return text;
 }
-
-}  // namespace
 
 kj::Promise<int> WatchChild(kj::UnixEventPort& events, pid_t pid) {
   // onChildExit keeps a reference to the Maybe until the child is reaped: keep it on the heap.
@@ -55,25 +50,28 @@ RunscRunner::RunscRunner(kj::UnixEventPort& events, int runsc_fd, std::string ro
       root_dir_(std::move(root_dir)),
       platform_(std::move(platform)) {}
 
-std::vector<std::string> RunscRunner::Argv(const std::vector<std::string>& args) const {
+std::vector<std::string> RunscRunner::Argv(const std::vector<std::string>& args,
+                                           bool with_log) const {
   std::vector<std::string> argv = {
       "runsc",
       absl::StrCat("--root=", root_dir_),
       absl::StrCat("--platform=", platform_),
       "--network=none",
   };
+  if (with_log) argv.push_back("--debug-log=/proc/self/fd/3");
   argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
 
 absl::StatusOr<pid_t> RunscRunner::Start(std::vector<std::string> args, int stdin_fd,
-                                         int stdout_fd, int stderr_fd) {
+                                         int stdout_fd, int stderr_fd, int log_fd) {
   SpawnRequest request;
   request.exec_fd = runsc_fd_;
   request.path = "runsc";
-  request.argv = Argv(args);
+  request.argv = Argv(args, log_fd >= 0);
   request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
   request.fds = {{0, stdin_fd}, {1, stdout_fd}, {2, stderr_fd}};
+  if (log_fd >= 0) request.fds.push_back({3, log_fd});
   return Spawn(request);
 }
 

@@ -26,6 +26,9 @@ struct RunscResult {
   std::string Describe() const;
 };
 
+// What a runsc call wrote into a memfd (at most 4 MiB).
+std::string ReadMemfd(int fd);
+
 // Resolves to the wait status of `pid`. Call right after the child was created.
 kj::Promise<int> WatchChild(kj::UnixEventPort& events, pid_t pid);
 
@@ -42,12 +45,14 @@ class RunscRunner {
   kj::Promise<RunscResult> Run(std::vector<std::string> args);
 
   // Starts `runsc <fixed flags> <args...>` with the given fds as its stdin, stdout and stderr.
+  // With `log_fd` >= 0, runsc also writes its log there (`--debug-log`, as fd 3): that is where
+  // `runsc exec` records its process's raw wait status (exit_status.h).
   // Returns the pid; the caller must call events.onChildExit for it right away.
   absl::StatusOr<pid_t> Start(std::vector<std::string> args, int stdin_fd, int stdout_fd,
-                              int stderr_fd);
+                              int stderr_fd, int log_fd = -1);
 
   // Every runsc invocation's full argv, for tests and logs.
-  std::vector<std::string> Argv(const std::vector<std::string>& args) const;
+  std::vector<std::string> Argv(const std::vector<std::string>& args, bool with_log = false) const;
 
   kj::UnixEventPort& events() { return events_; }
 

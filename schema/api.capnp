@@ -82,7 +82,11 @@ struct ExitStatus {
     signal @2 :Int32;
     # Killed by this signal number.
     unknown @3 :Void;
-    # Ended, but the supervisor could not learn how.
+    # Ended, but the supervisor could not learn how (for example the program could not be
+    # started at all; runsc's message is then on the process's stderr).
+    oomKilled @4 :Void;
+    # The sandbox exceeded its profile's memory limit and the host's OOM killer stopped it:
+    # every process that was running in it ends this way, and the sandbox is gone.
   }
 }
 
@@ -91,9 +95,10 @@ struct SandboxInfo {
   deploymentId @1 :Text;
   profile @2 :Text;
   state @3 :Text;
-  # "running"; "deleting"; or "running-unattached": left running by a previous service
+  # "running"; "deleting"; "running-unattached": left running by a previous service
   # instance and adopted after a restart (its earlier processes' output is gone; new processes
-  # can be started; it can be inspected and deleted).
+  # can be started; it can be inspected and deleted); or "oom-killed": it exceeded its memory
+  # limit and the host stopped it (its output stays readable; only delete is useful).
   createdAtUnixMs @4 :Int64;
   labels @5 :List(Label);
   processCount @6 :UInt32;

@@ -181,7 +181,10 @@ void Service::Start() {
   WriteText(base_ + "/etc/deployments/io.json",
             "{\"id\": \"io\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-io\"}], \"runAs\": {\"uid\": 4242, \"gid\": 4242}, "
-                "\"profiles\": [\"big\", \"default\"], \"maxSandboxes\": 64}");
+                "\"profiles\": [\"big\", \"default\", \"small\"], \"maxSandboxes\": 64}");
+  // A memory-limited sandbox, for out-of-memory tests.
+  WriteText(base_ + "/etc/profiles/small.json",
+            "{\"name\": \"small\", \"memoryLimitBytes\": 167772160}");
   WriteText(base_ + "/etc/profiles/big.json",
             "{\"name\": \"big\", \"outputBufferBytes\": 268435456}");
   // Paseo's Docker image: uid 1000 in a container that sees the root as /workspace.

@@ -335,11 +335,21 @@ TEST_F(ProcessIoTest, TerminalsAreRefusedClearlyForNow) {
   Delete(sandbox);
 }
 
-TEST_F(ProcessIoTest, ExitCodesAndSignalsAreReported) {
+TEST_F(ProcessIoTest, ExitCodesAndSignalsAreReportedDistinctly) {
   client::Connection conn(Io(), svc.socket());
   auto [sandbox, id] = NewSandbox(conn);
   auto seven = Start(sandbox, {"sh", "-c", "exit 7"});
   EXPECT_EQ(Wait(seven).getExitCode(), 7);
+  // A shell's way of saying "killed by SIGTERM" is not a death by SIGTERM.
+  auto fake = Start(sandbox, {"sh", "-c", "exit 143"});
+  auto status = Wait(fake);
+  EXPECT_EQ(status.which(), api::ExitStatus::EXIT_CODE);
+  EXPECT_EQ(status.getExitCode(), 143);
+  auto self_term = Start(sandbox, {"sh", "-c", "kill -TERM $$"});
+  status = Wait(self_term);
+  EXPECT_EQ(status.which(), api::ExitStatus::SIGNAL);
+  EXPECT_EQ(status.getSignal(), SIGTERM);
+
   auto sleeper = Start(sandbox, {"sleep", "100"});
   // The process may not have its in-sandbox pid yet: retry while the helper says so.
   for (int i = 0; i < 50; ++i) {
@@ -349,10 +359,32 @@ TEST_F(ProcessIoTest, ExitCodesAndSignalsAreReported) {
     if (result == nullptr) break;
     usleep(100000);
   }
-  auto status = Wait(sleeper);
-  // runsc exec reports death by signal N as 128+N (docs/decisions.md).
-  EXPECT_EQ(status.which(), api::ExitStatus::EXIT_CODE);
-  EXPECT_EQ(status.getExitCode(), 128 + SIGKILL);
+  status = Wait(sleeper);
+  EXPECT_EQ(status.which(), api::ExitStatus::SIGNAL);
+  EXPECT_EQ(status.getSignal(), SIGKILL);
+
+  // A program that cannot be started has no exit status of its own.
+  auto missing = Start(sandbox, {"/no/such/program"});
+  auto err = Subscribe(missing, api::Stream::STDERR, 0, nullptr);
+  EXPECT_EQ(Wait(missing).which(), api::ExitStatus::UNKNOWN);
+  err.done.wait(Io().waitScope);
+  EXPECT_NE(err.sink->bytes_.find("no such file"), std::string::npos) << err.sink->bytes_;
+  Delete(sandbox);
+}
+
+TEST_F(ProcessIoTest, AnOomKilledSandboxReportsItsProcessesAsOomKilled) {
+  client::Connection conn(Io(), svc.socket());
+  // Profile "small": a 160 MiB memory limit.
+  auto [sandbox, id] = NewSandbox(conn, "small");
+  auto bystander = Start(sandbox, {"sleep", "1000"});
+  auto ok = Start(sandbox, {"dd", "if=/dev/zero", "of=/dev/null", "bs=16M", "count=1"});
+  EXPECT_EQ(Wait(ok).getExitCode(), 0);
+  // One 400 MiB buffer: far over the limit.
+  auto hog = Start(sandbox, {"dd", "if=/dev/zero", "of=/dev/null", "bs=400M", "count=1"});
+  EXPECT_EQ(Wait(hog).which(), api::ExitStatus::OOM_KILLED);
+  EXPECT_EQ(Wait(bystander).which(), api::ExitStatus::OOM_KILLED);
+  auto info = sandbox.inspectRequest().send().wait(Io().waitScope);
+  EXPECT_EQ(std::string(info.getInfo().getState().cStr()), "oom-killed");
   Delete(sandbox);
 }
 
