@@ -1,7 +1,7 @@
 // paseo-sandbox benchmarks: each scenario measured through the public API and against its raw
 // runsc baseline, alternating samples in one run. Started by testing/bench/run (see README.md).
 //
-//   bench [--quick] [--only NAME,NAME...]
+//   bench [--quick] [--perf DIR] [--only NAME,NAME...]
 //
 // Needs root. Works in its own mount+network namespace on a tmpfs: a real privhelper (which
 // starts the real broker) with a config written here, and a raw runsc root beside it driven
@@ -54,6 +54,9 @@ using api::OutputSink;
 constexpr uid_t kAgentUid = 4242;
 constexpr gid_t kAgentGid = 4242;
 constexpr uint64_t kMiB = 1ull << 20;
+// The bench profile's outputBufferBytes: the broker keeps the newest this many bytes of each
+// stream, so a subscriber further behind than this is sent a gap.
+constexpr uint64_t kOutputBufferBytes = 128 * kMiB;
 
 // ------------------------------------------------------------------ small utilities
 
@@ -1245,7 +1248,7 @@ void Density(Env& env) {
   brk.extra.push_back({"n", std::to_string(n)});
   brk.extra.push_back({"privhelper_rss_mib", Num(Median(helper_rss), 1)});
   brk.extra.push_back({"privhelper_rss_mib_idle", Num(MiB(helper0.rss_kib), 1)});
-  brk.extra.push_back({"output_buffer_bytes_per_stream", std::to_string(128 * kMiB)});
+  brk.extra.push_back({"output_buffer_bytes_per_stream", std::to_string(kOutputBufferBytes)});
   g_results.push_back(per);
   Report(per);
   g_results.push_back(brk);
@@ -1339,6 +1342,314 @@ void FanOut(Env& env, api::Sandbox::Client& sandbox) {
   Report(r);
 }
 
+// ------------------------------------------------------------------ stuck subscriber
+
+// A failed expectation inside a scenario. Thrown rather than exiting, so Main still removes
+// every sandbox and process the bench made, and then exits 1.
+void Expect(bool ok, const std::string& what) {
+  if (!ok) {
+    kj::throwFatalException(
+        kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(what.c_str())));
+  }
+}
+
+// Waits for `p`, failing if it takes more than `seconds`: a stalled stream must fail the
+// bench, not hang it.
+void WaitAtMost(Env& env, kj::Promise<void> p, double seconds, const std::string& what) {
+  bool late = false;
+  auto deadline = env.io->provider->getTimer()
+                      .afterDelay(static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS)
+                      .then([&late] { late = true; });
+  p.exclusiveJoin(kj::mv(deadline)).wait(env.ws_());
+  Expect(!late, what + ": nothing after " + Num(seconds, 0) + " s");
+}
+
+// What one subscription was told about its stream. Every write must start where the previous
+// write plus any announced gap ended, so a consistent account means each byte arrived in order
+// and exactly once, or was announced lost.
+struct StreamAccount {
+  uint64_t next = 0;                 // where the next write must start
+  uint64_t bytes = 0;                // bytes written to the sink
+  uint64_t lost = 0;                 // bytes announced lost by gap()
+  uint64_t resumed_at = UINT64_MAX;  // where the first write after a gap started
+  uint64_t end_offset = 0;
+  bool ended = false;
+  bool exit_ok = false;  // end() reported exit code 0
+  double ended_at = 0;
+  std::string error;  // the first inconsistency, empty if none
+  kj::Own<kj::PromiseFulfiller<void>> on_end;
+
+  kj::Promise<void> WhenEnded() {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    on_end = kj::mv(paf.fulfiller);
+    return kj::mv(paf.promise);
+  }
+  void Fail(const std::string& why) {
+    if (error.empty()) error = why;
+  }
+};
+
+// Holds a sink's write()s while closed. To the broker that is a client that stopped reading:
+// capnp's stream flow control lets it send one window of writes and then makes it wait, as it
+// would for a write returning kj::NEVER_DONE. Open() completes the held writes and passes later
+// ones, so the bench can then check what the stuck subscriber is owed.
+class Gate {
+ public:
+  kj::Promise<void> Pass() {
+    if (open_) return kj::READY_NOW;
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    held_.add(kj::mv(paf.fulfiller));
+    return kj::mv(paf.promise);
+  }
+  void Open() {
+    open_ = true;
+    for (auto& f : held_) f->fulfill();
+    held_.clear();
+  }
+  size_t held() const { return held_.size(); }
+
+ private:
+  bool open_ = false;
+  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> held_;
+};
+
+// Keeps a StreamAccount of one subscription; with a gate, its writes complete only once the
+// gate is open.
+class AccountSink final : public OutputSink::Server {
+ public:
+  AccountSink(StreamAccount& a, Gate* gate) : a_(a), gate_(gate) {}
+
+ protected:
+  kj::Promise<void> write(WriteContext context) override {
+    auto p = context.getParams();
+    uint64_t offset = p.getOffset();
+    if (offset != a_.next)
+      a_.Fail("write at offset " + std::to_string(offset) + ", expected " +
+              std::to_string(a_.next));
+    if (a_.lost > 0 && a_.resumed_at == UINT64_MAX) a_.resumed_at = offset;
+    a_.bytes += p.getData().size();
+    a_.next = offset + p.getData().size();
+    if (gate_ == nullptr) return kj::READY_NOW;
+    return gate_->Pass();
+  }
+  kj::Promise<void> gap(GapContext context) override {
+    uint64_t lost = context.getParams().getLostBytes();
+    if (lost == 0) a_.Fail("gap() of 0 bytes");
+    a_.lost += lost;
+    a_.next += lost;
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> end(EndContext context) override {
+    auto p = context.getParams();
+    if (a_.ended) a_.Fail("end() twice");
+    a_.ended = true;
+    a_.ended_at = Now();
+    a_.end_offset = p.getEndOffset();
+    if (a_.end_offset != a_.next)
+      a_.Fail("end() at offset " + std::to_string(a_.end_offset) + " after writes up to " +
+              std::to_string(a_.next));
+    a_.exit_ok = p.getStatus().which() == api::ExitStatus::EXIT_CODE &&
+                 p.getStatus().getExitCode() == 0;
+    if (a_.on_end) a_.on_end->fulfill();
+    return kj::READY_NOW;
+  }
+
+ private:
+  StreamAccount& a_;
+  Gate* gate_;
+};
+
+// Fails unless `a` is a consistent account of a whole `total`-byte stream of a process that
+// exited 0 in which every byte from `oldest_kept` on was delivered: with `oldest_kept` 0,
+// every byte and no gap; otherwise, if the subscriber was behind it, one gap up to exactly
+// `oldest_kept` (continuity then means nothing before it was left out or sent twice).
+void ExpectAccount(const StreamAccount& a, uint64_t total, uint64_t oldest_kept,
+                   const std::string& who) {
+  Expect(a.error.empty(), who + ": " + a.error);
+  Expect(a.ended && a.end_offset == total, who + ": end() at offset " +
+                                               std::to_string(a.end_offset) + " of " +
+                                               std::to_string(total));
+  Expect(a.exit_ok, who + ": end() did not report exit code 0");
+  if (oldest_kept == 0 || a.lost == 0) {
+    Expect(a.lost == 0 && a.bytes == total,
+           who + ": " + std::to_string(a.lost) + " bytes announced lost, none expected");
+  } else {
+    Expect(a.resumed_at == oldest_kept,
+           who + ": resumed at offset " + std::to_string(a.resumed_at) +
+               " after its gap, expected the oldest kept byte " + std::to_string(oldest_kept));
+  }
+}
+
+// Subscribes `sink` to stdout from offset 0 and keeps the Subscription in `into` (dropping it
+// would cancel the delivery).
+kj::Promise<void> SubscribeStdout(api::Process::Client process, OutputSink::Client sink,
+                                  kj::Maybe<api::Subscription::Client>& into) {
+  auto req = process.subscribeRequest();
+  req.setStream(api::Stream::STDOUT);
+  req.setFromOffset(0);
+  req.setSink(kj::mv(sink));
+  return req.send()
+      .then([&into](auto&& resp) { into = resp.getSubscription(); })
+      .eagerlyEvaluate(nullptr);
+}
+
+struct StuckRun {
+  double live_mib_s = 0;     // stream bytes / (startProcess -> the live subscriber's end())
+  double process_ms = 0;     // startProcess -> wait() answered
+  uint64_t stuck_bytes = 0;  // bytes the stuck subscriber's write() saw while it was stuck
+  uint64_t stuck_lost = 0;   // the gap it was sent once released
+};
+
+// Runs `argv` (which writes `bytes` to stdout) once in `sandbox`, read from offset 0 by a live
+// subscriber in this client and, with `stuck`, also by a subscriber on a second connection
+// whose writes do not complete. Checks that the live subscriber got every byte in order, that
+// the process exited 0 and, once the stuck one is released, that it is sent a gap up to exactly
+// the oldest byte still kept and then every byte from there.
+StuckRun RunWithSubscribers(Env& env, api::Sandbox::Client& sandbox, const std::string& sandbox_id,
+                            const std::vector<std::string>& argv, uint64_t bytes, bool stuck) {
+  constexpr double kLimit = 120;  // seconds any one step may take
+  auto& ws = env.ws_();
+  // Declared first so it is destroyed last, after every capability it carries.
+  kj::Own<client::Connection> other;
+  if (stuck) {
+    other = kj::heap<client::Connection>(*env.io, env.service->socket());
+    other->supervisor().infoRequest().send().wait(ws);  // bootstrapped before the clock starts
+  }
+  StreamAccount live, late;
+  Gate gate;
+  kj::Maybe<api::Subscription::Client> live_handle, stuck_handle;
+  double exited_at = 0;
+  bool exit_ok = false;
+  auto live_ended = live.WhenEnded();
+  auto late_ended = late.WhenEnded();
+
+  double t0 = Now();
+  auto start = sandbox.startProcessRequest();
+  FillArgv(start.initSpec(), argv);
+  auto started = start.send();
+  auto process = started.getProcess();
+  auto live_subscribed =
+      SubscribeStdout(process, kj::heap<AccountSink>(live, nullptr), live_handle);
+  auto waited = process.waitRequest()
+                    .send()
+                    .then([&](auto&& resp) {
+                      exited_at = Now();
+                      auto status = resp.getStatus();
+                      exit_ok = status.which() == api::ExitStatus::EXIT_CODE &&
+                                status.getExitCode() == 0;
+                    })
+                    .eagerlyEvaluate(nullptr);
+  // Both configurations wait for the process id here, so they differ only in the stuck
+  // subscriber, which needs the id to find the process from its own connection.
+  auto started_resp = started.wait(ws);
+  std::string process_id = started_resp.getInfo().getId();
+  kj::Promise<void> late_subscribed = kj::READY_NOW;
+  if (stuck) {
+    auto gs = other->supervisor().getSandboxRequest();
+    gs.setId(sandbox_id);
+    auto gp = gs.send().getSandbox().getProcessRequest();
+    gp.setId(process_id);
+    late_subscribed =
+        SubscribeStdout(gp.send().getProcess(), kj::heap<AccountSink>(late, &gate), stuck_handle);
+  }
+  WaitAtMost(env, kj::mv(live_ended), kLimit, "the live subscriber's end()");
+  WaitAtMost(env, kj::mv(waited), kLimit, "wait()");
+  WaitAtMost(env, kj::mv(live_subscribed), kLimit, "the live subscribe()");
+
+  StuckRun run;
+  run.live_mib_s = static_cast<double>(bytes) / kMiB / (live.ended_at - t0);
+  run.process_ms = (exited_at - t0) * 1000;
+  ExpectAccount(live, bytes, 0, std::string("live subscriber") + (stuck ? " (stuck one too)" : ""));
+  Expect(exit_ok, "wait(): the process did not exit 0");
+  if (!stuck) return run;
+
+  WaitAtMost(env, kj::mv(late_subscribed), kLimit, "the stuck subscriber's subscribe()");
+  // Otherwise the stuck configuration measured nothing.
+  Expect(gate.held() > 0, "the stuck subscriber was holding no write when the stream ended");
+  run.stuck_bytes = late.bytes;
+  gate.Open();
+  WaitAtMost(env, kj::mv(late_ended), kLimit, "the released subscriber's end()");
+  // It fell behind at its first write, so once the process has written more than the buffer
+  // it is owed a gap, then the newest outputBufferBytes.
+  uint64_t oldest_kept = bytes > kOutputBufferBytes ? bytes - kOutputBufferBytes : 0;
+  ExpectAccount(late, bytes, oldest_kept, "released subscriber");
+  Expect(oldest_kept == 0 || late.lost > 0, "released subscriber: no gap, but it was stuck");
+  run.stuck_lost = late.lost;
+  stuck_handle = nullptr;
+  return run;
+}
+
+// The requirement: a subscriber that stops reading slows neither another subscriber nor the
+// process. The live subscriber's rate with a stuck second subscriber on the same stream (ours)
+// against its rate alone (baseline), so the target reads ratio >= 0.90.
+void StuckSubscriber(Env& env) {
+  uint64_t bytes = env.opts.quick ? 64 * kMiB : 256 * kMiB;
+  int n = env.opts.quick ? 3 : 10;
+  Progress("stuck subscriber: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
+           " samples per side");
+  std::vector<std::string> argv = {"dd", "if=/dev/zero", "bs=1048576",
+                                   "count=" + std::to_string(bytes / kMiB)};
+  Result r{"stuck_subscriber", "MiB/s",
+           "dd bs=1M of N bytes -> a live subscriber, with a second subscriber (another "
+           "connection) whose write() never completes",
+           "the same live subscriber alone", {}, {}, "ratio >= 0.90",
+           [](double ratio, double, double) { return ratio >= 0.90; }, {}};
+  std::vector<double> alone_ms, stuck_ms, stuck_lost;
+  // B / A within each pair: the two runs of a pair are adjacent in time, so on a shared machine
+  // this is steadier than the ratio of the medians.
+  std::vector<double> paired;
+  uint64_t stuck_bytes_max = 0;
+  // Every ended process keeps up to outputBufferBytes of log on the work tmpfs until its
+  // sandbox is deleted: move to a fresh sandbox before that passes 1.5 GiB.
+  const uint64_t kept_per_run = std::min(bytes, kOutputBufferBytes);
+  const uint64_t budget = 1536 * kMiB;
+  api::Sandbox::Client sandbox = env.CreateSandbox();
+  std::string sandbox_id;
+  uint64_t kept = 0;
+  int sandboxes = 0;
+  auto fresh = [&] {
+    if (sandboxes++ > 0) {
+      env.DeleteSandbox(sandbox);
+      sandbox = env.CreateSandbox();
+    }
+    sandbox_id = sandbox.inspectRequest().send().wait(env.ws_()).getInfo().getId();
+    // One unmeasured run: the sandbox's first process pays one-off costs.
+    RunWithSubscribers(env, sandbox, sandbox_id, argv, bytes, false);
+    kept = kept_per_run;
+  };
+  fresh();
+  for (int i = 0; i < n; ++i) {
+    if (kept + 2 * kept_per_run > budget) fresh();
+    // Which configuration goes first alternates, so a drift within a pair (page cache, logs
+    // piling up) falls on both sides.
+    for (bool stuck : {i % 2 == 1, i % 2 == 0}) {
+      StuckRun run = RunWithSubscribers(env, sandbox, sandbox_id, argv, bytes, stuck);
+      (stuck ? r.ours : r.baseline).push_back(run.live_mib_s);
+      (stuck ? stuck_ms : alone_ms).push_back(run.process_ms);
+      if (stuck) {
+        stuck_bytes_max = std::max(stuck_bytes_max, run.stuck_bytes);
+        stuck_lost.push_back(static_cast<double>(run.stuck_lost));
+      }
+    }
+    kept += 2 * kept_per_run;
+    paired.push_back(r.ours.back() / r.baseline.back());
+  }
+  env.DeleteSandbox(sandbox);
+  r.extra.push_back({"bytes", std::to_string(bytes)});
+  r.extra.push_back({"output_buffer_bytes", std::to_string(kOutputBufferBytes)});
+  r.extra.push_back({"live_time_ratio", Num(Median(r.baseline) / Median(r.ours))});
+  r.extra.push_back({"paired_ratio_median", Num(Median(paired))});
+  r.extra.push_back({"paired_ratio_p10", Num(Quantile(paired, 0.1))});
+  r.extra.push_back({"process_ms_alone_median", Num(Median(alone_ms), 1)});
+  r.extra.push_back({"process_ms_with_stuck_median", Num(Median(stuck_ms), 1)});
+  r.extra.push_back({"process_time_ratio", Num(Median(stuck_ms) / Median(alone_ms))});
+  r.extra.push_back({"stuck_bytes_taken_while_stuck_max", std::to_string(stuck_bytes_max)});
+  r.extra.push_back({"stuck_gap_bytes_median", Num(Median(stuck_lost), 0)});
+  r.extra.push_back({"sandboxes", std::to_string(sandboxes)});
+  g_results.push_back(r);
+  Report(r);
+}
+
 Options ParseArgs(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -1355,7 +1666,7 @@ Options ParseArgs(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench [--quick] [--perf DIR] "
-                   "[--only cold,exec,throughput,replay,density,fanout]\n");
+                   "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber]\n");
       std::exit(2);
     }
   }
@@ -1393,7 +1704,7 @@ int Main(int argc, char** argv) {
   int rc = 0;
   {
     RawRunsc raw(base + "/raw", base + "/state/rootfs/" + version + "/rootfs", base + "/ws");
-    Service service(base, version, 128 * kMiB);
+    Service service(base, version, kOutputBufferBytes);
     Progress(std::string(opts.quick ? "quick" : "full") + " run; work area " + base +
              ", rootfs " + version);
     try {
@@ -1449,6 +1760,10 @@ int Main(int argc, char** argv) {
         FanOut(env, sandbox);
         env.DeleteSandbox(sandbox);
         checkpoint("fan-out");
+      }
+      if (opts.Wants("stuck_subscriber")) {
+        StuckSubscriber(env);
+        checkpoint("stuck subscriber");
       }
     } catch (kj::Exception& e) {
       std::fprintf(stderr, "bench: FAILED: %s\n", e.getDescription().cStr());
