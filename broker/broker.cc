@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "broker/record_store.h"
 #include "common/rpc_errors.h"
+#include "common/tty_frames.h"
 
 namespace paseo {
 namespace {
@@ -159,30 +160,26 @@ class ProcessImpl final : public api::Process::Server {
   kj::Promise<void> writeInput(WriteInputContext context) override {
     Check();
     auto data = context.getParams().getData();
-    KJ_IF_MAYBE(s, p_->stdin_stream) {
-      // Flow control keeps a well-behaved client within a few writes; one that ignores it
-      // (pipelining writes to a process that never reads) is refused past this bound.
-      if (p_->stdin_queued + data.size() > ProcessRecord::kMaxQueuedInput)
-        Fail(absl::UnavailableError("too much input queued; wait for earlier writes"));
-      p_->stdin_queued += data.size();
-      auto copy = kj::heapArray<capnp::byte>(data);
-      kj::AsyncOutputStream* stream = s->get();
-      ProcessRecord* record = p_.get();
-      auto done = p_->stdin_chain.then([stream, copy = kj::mv(copy)]() mutable {
-        auto write = stream->write(copy.begin(), copy.size());
-        return write.attach(kj::mv(copy));
-      }).attach(kj::defer([record, n = data.size()] { record->stdin_queued -= n; }));
-      auto forked = done.fork();
-      p_->stdin_chain = forked.addBranch().catch_([](kj::Exception&&) {});
-      return forked.addBranch().catch_([](kj::Exception&&) {
-        Fail(absl::FailedPreconditionError("the process no longer reads its input"));
-      });
-    }
-    Fail(absl::FailedPreconditionError("input is closed"));
+    if (p_->input_closed) Fail(absl::FailedPreconditionError("input is closed"));
+    // Flow control keeps a well-behaved client within a few writes; one that ignores it
+    // (pipelining writes to a process that never reads) is refused past this bound.
+    if (p_->stdin_queued + data.size() > ProcessRecord::kMaxQueuedInput)
+      Fail(absl::UnavailableError("too much input queued; wait for earlier writes"));
+    std::string_view bytes(reinterpret_cast<const char*>(data.begin()), data.size());
+    std::vector<std::string> chunks;
+    if (p_->tty) chunks = tty::EncodeData(bytes);  // the relay reads frames (tty_frames.h)
+    else chunks.emplace_back(bytes);
+    return Enqueue(kj::mv(chunks), data.size());
   }
 
   kj::Promise<void> closeInput(CloseInputContext context) override {
     Check();
+    if (p_->tty) {
+      // The terminal stays open (resize still works); the relay types the EOF character.
+      if (p_->input_closed || p_->stdin_stream == nullptr) return kj::READY_NOW;
+      p_->input_closed = true;
+      return Enqueue({tty::EncodeEof()}, 0);
+    }
     if (p_->stdin_stream == nullptr) return kj::READY_NOW;  // closed already, or ended
     auto p = kj::addRef(*p_);
     auto req = broker_.helper().closeInputRequest();
@@ -210,7 +207,11 @@ class ProcessImpl final : public api::Process::Server {
 
   kj::Promise<void> resize(ResizeContext context) override {
     Check();
-    Fail(absl::FailedPreconditionError("not a tty process (tty processes are not supported yet)"));
+    if (!p_->tty) Fail(absl::FailedPreconditionError("not a tty process"));
+    auto params = context.getParams();
+    if (params.getRows() == 0 || params.getCols() == 0)
+      Fail(absl::InvalidArgumentError("a terminal needs at least one row and one column"));
+    return Enqueue({tty::EncodeWinsize(params.getRows(), params.getCols())}, 0);
   }
 
   kj::Promise<void> wait(WaitContext context) override {
@@ -237,6 +238,38 @@ class ProcessImpl final : public api::Process::Server {
  private:
   // The process stays reachable only while its sandbox exists and the peer may use it.
   void Check() { broker_.VisibleSandbox(peer_, sandbox_id_); }
+
+  // Queues writes to stdin behind earlier ones; each chunk is one write, so a tty frame (at
+  // most PIPE_BUF) reaches the pipe whole or not at all. `accounted` input bytes count
+  // against kMaxQueuedInput until written.
+  kj::Promise<void> Enqueue(std::vector<std::string> chunks, size_t accounted) {
+    kj::AsyncOutputStream* stream = nullptr;
+    KJ_IF_MAYBE(s, p_->stdin_stream) { stream = s->get(); }
+    if (stream == nullptr)
+      Fail(absl::FailedPreconditionError(p_->ended() ? "the process has ended" : "input is closed"));
+    p_->stdin_queued += accounted;
+    ProcessRecord* record = p_.get();
+    auto done = p_->stdin_chain
+                    .then([stream, chunks = kj::mv(chunks)]() mutable {
+                      return WriteChunks(*stream, kj::heap(kj::mv(chunks)), 0);
+                    })
+                    .attach(kj::defer([record, accounted] { record->stdin_queued -= accounted; }));
+    auto forked = done.fork();
+    p_->stdin_chain = forked.addBranch().catch_([](kj::Exception&&) {});
+    return forked.addBranch().catch_([](kj::Exception&&) {
+      Fail(absl::FailedPreconditionError("the process no longer reads its input"));
+    });
+  }
+
+  static kj::Promise<void> WriteChunks(kj::AsyncOutputStream& stream,
+                                       kj::Own<std::vector<std::string>> chunks, size_t next) {
+    if (next == chunks->size()) return kj::READY_NOW;
+    const std::string& chunk = (*chunks)[next];
+    auto write = stream.write(chunk.data(), chunk.size());
+    return write.then([&stream, chunks = kj::mv(chunks), next]() mutable {
+      return WriteChunks(stream, kj::mv(chunks), next + 1);
+    });
+  }
 
   Broker& broker_;
   Peer peer_;
@@ -701,6 +734,7 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     p->id = kept.getProcessId().cStr();
     p->sandbox_id = sb.id;
     p->argv = saved_argv[sb.id + "/" + p->id];
+    p->tty = kept.getTty();
     auto error = kj::runCatchingExceptions([&] {
       OpenLogs(sb.id, *p, sb.buffer_bytes);
       auto req = helper_.reattachRequest();

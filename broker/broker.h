@@ -42,6 +42,7 @@ struct ProcessRecord : public kj::Refcounted {
   kj::Promise<void> pumps = nullptr;
 
   bool tty = false;
+  bool input_closed = false;  // tty: closeInput sent the EOF frame; the pipe stays for resize
 
   // A tty process's single stream would be kept as stdout; `pty` names it.
   OutputLog& buffer(api::Stream s) { return s == api::Stream::STDERR ? *stderr_log : *stdout_log; }

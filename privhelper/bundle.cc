@@ -82,13 +82,25 @@ std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_
   return parent + "/" + sandbox_id;
 }
 
-std::vector<std::string> SandboxInitArgv() { return {"/bin/sleep", "2147483647"}; }
+std::vector<std::string> SandboxInitArgv() { return {kShimPath, "init"}; }
 
-std::vector<std::string> ProcessEnv(const std::vector<std::string>& env) {
+std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
+                                 const std::vector<std::string>& argv) {
+  std::vector<std::string> out = {kShimPath, "tty", absl::StrCat(rows), absl::StrCat(cols)};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty) {
   std::vector<std::string> out;
   bool has_path = false;
-  for (const auto& e : env) has_path |= e.rfind("PATH=", 0) == 0;
+  bool has_term = false;
+  for (const auto& e : env) {
+    has_path |= e.rfind("PATH=", 0) == 0;
+    has_term |= e.rfind("TERM=", 0) == 0;
+  }
   if (!has_path) out.emplace_back(kDefaultPath);
+  if (tty && !has_term) out.emplace_back("TERM=xterm");
   out.insert(out.end(), env.begin(), env.end());
   return out;
 }
@@ -136,6 +148,9 @@ std::string RenderOciConfig(const BundleSpec& spec) {
   WriteMount(w, "/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"});
   WriteMount(w, "/tmp", "tmpfs", "tmpfs",
              {"nosuid", "nodev", "mode=1777", absl::StrCat("size=", spec.tmpfs_bytes)});
+  if (!spec.shim.empty()) {
+    WriteMount(w, kShimPath, "bind", spec.shim, {"bind", "ro", "nosuid", "nodev"});
+  }
   for (const auto& m : spec.mounts) {
     // Non-recursive bind: the staging path is already a single root-owned bind of the resolved
     // workspace, and nothing mounted beneath it on the host should follow into the sandbox.
@@ -190,7 +205,7 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("args");
   w.StringArray(spec.argv);
   w.Key("env");
-  w.StringArray(ProcessEnv(spec.env));
+  w.StringArray(ProcessEnv(spec.env, spec.tty));
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);

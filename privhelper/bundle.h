@@ -24,7 +24,15 @@ struct BundleSpec {
   uint64_t tmpfs_bytes = 64ull << 20;
   uint64_t memory_limit_bytes = 0;  // 0: no limit
   std::string cgroups_path;         // linux.cgroupsPath, e.g. /paseo-sandbox/<id>
+  std::string shim;                 // host path of the sandbox shim, mounted at kShimPath
 };
+
+// Where every sandbox sees the shim (sandbox/shim.cc), its init and tty relay: read-only,
+// root-owned.
+inline constexpr char kShimPath[] = "/.paseo/shim";
+
+// The argv that runs `argv` on a rows x cols terminal through the relay.
+std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv);
 
 // The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
 std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id);
@@ -35,14 +43,17 @@ struct ExecSpec {
   std::string cwd = "/";
   uint32_t uid = 0;
   uint32_t gid = 0;
+  bool tty = false;  // argv already goes through the relay; only the environment differs
 };
 
-// The sandbox's init: an idle process owned by the supervisor. Client processes all run through
-// `runsc exec`, so the sandbox outlives any one of them (docs/architecture.md).
+// The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is
+// reparented to it and must be reaped, or it stays a zombie). Client processes all run
+// through `runsc exec`, so the sandbox outlives any one of them (docs/architecture.md).
 std::vector<std::string> SandboxInitArgv();
 
-// The environment every sandbox process starts from; `env` entries override by key.
-std::vector<std::string> ProcessEnv(const std::vector<std::string>& env);
+// The environment every sandbox process starts from; `env` entries override by key. A tty
+// process also gets TERM=xterm unless `env` sets TERM.
+std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty = false);
 
 std::string RenderOciConfig(const BundleSpec& spec);
 std::string RenderProcessJson(const ExecSpec& spec);

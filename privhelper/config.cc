@@ -166,6 +166,9 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
   if (h.hasBrokerBinary() && h.getBrokerBinary().size() > 0 &&
       !IsNormalizedAbsolutePath(h.getBrokerBinary().cStr()))
     return Bad(file, "brokerBinary", "must be a normalized absolute path");
+  if (h.hasSandboxShim() && h.getSandboxShim().size() > 0 &&
+      !IsNormalizedAbsolutePath(h.getSandboxShim().cStr()))
+    return Bad(file, "sandboxShim", "must be a normalized absolute path");
   auto runsc = h.getRunsc();
   if (!IsNormalizedAbsolutePath(runsc.getPath().cStr()))
     return Bad(file, "runsc.path", "must be a normalized absolute path");
@@ -197,7 +200,7 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
     std::string dest = c.getDestination().cStr();
     if (!IsNormalizedAbsolutePath(dest) || dest == "/")
       return Bad(file, where + ".destination", "must be a normalized absolute path other than /");
-    for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp"}) {
+    for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp", "/.paseo"}) {
       if (dest == reserved || absl::StartsWith(dest, absl::StrCat(reserved, "/")))
         return Bad(file, where + ".destination", absl::StrCat("may not be under ", reserved));
     }
@@ -301,6 +304,12 @@ std::string Config::BrokerBinary(absl::string_view privhelper_path) const {
   if (helper_.getBrokerBinary().size() > 0) return helper_.getBrokerBinary();
   absl::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
   return absl::StrCat(dir, "paseo-sandbox-broker");
+}
+
+std::string Config::SandboxShimBinary(absl::string_view privhelper_path) const {
+  if (helper_.getSandboxShim().size() > 0) return helper_.getSandboxShim();
+  absl::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
+  return absl::StrCat(dir, "paseo-sandbox-shim");
 }
 
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {

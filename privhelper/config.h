@@ -30,6 +30,7 @@ class Config {
   // <stateDir>/rootfs/<version>/rootfs for the profile's (or the default) rootfs version.
   std::string RootfsPath(const config::LaunchProfile::Reader& profile) const;
   std::string BrokerBinary(absl::string_view privhelper_path) const;
+  std::string SandboxShimBinary(absl::string_view privhelper_path) const;
 
  private:
   friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);

@@ -88,8 +88,8 @@ void SetExitStatus(api::ExitStatus::Builder out, const ProcessExit& exit) {
 
 }  // namespace
 
-SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc)
-    : config_(config), runsc_(runsc), reaper_(reap_errors_) {}
+SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, std::string shim)
+    : config_(config), runsc_(runsc), shim_(std::move(shim)), reaper_(reap_errors_) {}
 
 SandboxHost::~SandboxHost() {
   // Anything still here at destruction was not destroyed through DeleteAll: at least release
@@ -294,6 +294,7 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   if (!merged.ok()) fail_and_clean(merged.status());
   BundleSpec spec;
   spec.rootfs = *merged;
+  spec.shim = shim_;
   spec.uid = uid;
   spec.gid = gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
@@ -358,7 +359,8 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
     Fail(absl::ResourceExhaustedError("too many processes in this sandbox"));
 
   ExecSpec exec;
-  exec.argv = request.argv;
+  exec.argv = request.tty ? TtyArgv(request.rows, request.cols, request.argv) : request.argv;
+  exec.tty = request.tty;
   exec.env = request.env;
   exec.cwd = request.cwd.empty() ? sb->default_cwd : request.cwd;
   exec.uid = sb->uid;
@@ -377,12 +379,16 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
   // runsc logs the process's raw wait status here (exit_status.h).
   kj::AutoCloseFd exec_log(memfd_create("runsc-exec-log", MFD_CLOEXEC));
   if (exec_log.get() < 0) Fail(absl::ResourceExhaustedError("out of file descriptors"));
+  // A tty process has one stream: the relay's (and runsc's own) stderr joins the terminal's
+  // output, and the stderr pipe the broker gets is at end-of-file from the start.
+  int child_stderr = request.tty ? out->write.get() : err->write.get();
   auto pid = runsc_.Start({"exec", "--process", process_json, "--internal-pid-file", pid_file,
                            request.sandbox_id},
-                          in->read.get(), out->write.get(), err->write.get(), exec_log.get());
+                          in->read.get(), out->write.get(), child_stderr, exec_log.get());
   if (!pid.ok()) Fail(pid.status());
   Process& p = Track(*sb, request.process_id, *pid, pid_file, kj::mv(exec_log));
   p.argv = request.argv;
+  p.tty = request.tty;
   // Copies of the broker's ends: if the broker dies, its successor takes them over (while
   // it is down, the process blocks on a full pipe; nothing is lost). Our copies of the
   // child's ends close here.
@@ -622,6 +628,7 @@ void SandboxHost::Inventory(helper::Helper::InventoryResults::Builder out) const
       auto po = kept[k++];
       po.setSandboxId(sb->id);
       po.setProcessId(pid);
+      po.setTty(p->tty);
       // argv stays out: it can be up to 1 MiB per process, and the broker keeps it in its own
       // record; an inventory must stay small enough for any number of processes.
     }

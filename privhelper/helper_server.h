@@ -24,7 +24,8 @@ namespace paseo {
 
 class SandboxHost {
  public:
-  SandboxHost(const Config& config, RunscRunner& runsc);
+  // `shim`: host path of the shim binary mounted into every sandbox (bundle.h).
+  SandboxHost(const Config& config, RunscRunner& runsc, std::string shim);
   ~SandboxHost();
 
   struct Stdio {
@@ -62,6 +63,7 @@ class SandboxHost {
     kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
     std::string pid_file;
     bool exited = false;
+    bool tty = false;
     std::vector<std::string> argv;
     // Copies of the broker's ends, kept so a restarted broker can take the process over.
     kj::AutoCloseFd kept_stdin, kept_stdout, kept_stderr;
@@ -103,6 +105,7 @@ class SandboxHost {
 
   const Config& config_;
   RunscRunner& runsc_;
+  std::string shim_;
   uint64_t next_generation_ = 1;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;
   ReapErrors reap_errors_;

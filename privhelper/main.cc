@@ -317,14 +317,26 @@ int Main(int argc, char** argv) {
   auto io = kj::setupAsyncIo();
   auto& events = io.unixEventPort;
 
-  SpawnRequest broker;
-  broker.path = (*config)->BrokerBinary(argv[0][0] == '/' ? argv[0] : "/proc/self/exe");
-  if (broker.path == "/proc/self/paseo-sandbox-broker") {
+  // Companion binaries live beside this one unless the config names them.
+  std::string self_path = argv[0];
+  if (self_path.empty() || self_path[0] != '/') {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     self[n > 0 ? n : 0] = '\0';
-    broker.path = (*config)->BrokerBinary(self);
+    self_path = self;
   }
+  // The shim is bind-mounted into sandboxes: it must be root's and nobody else's to change.
+  std::string shim = (*config)->SandboxShimBinary(self_path);
+  auto shim_fd = OpenRootOwnedExecutable(shim);
+  if (!shim_fd.ok()) {
+    Log(absl::StrCat("cannot use the sandbox shim: ", shim_fd.status().message()));
+    unlink(socket_path.c_str());
+    return 1;
+  }
+  close(*shim_fd);
+
+  SpawnRequest broker;
+  broker.path = (*config)->BrokerBinary(self_path);
   // The broker binary, the listening socket and /dev/null stay open for restarts.
   auto broker_fd = OpenRootOwnedExecutable(broker.path);
   if (!broker_fd.ok()) {
@@ -395,7 +407,7 @@ int Main(int argc, char** argv) {
   }
 
   RunscRunner runsc(events, *runsc_fd, run_dir + "/runsc", helper.getRunsc().getPlatform().cStr());
-  SandboxHost host(**config, runsc);
+  SandboxHost host(**config, runsc, shim);
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
   kj::Maybe<kj::Exception> reconciled = kj::runCatchingExceptions(

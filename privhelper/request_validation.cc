@@ -58,7 +58,7 @@ absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
     std::string dest = m.getDestination().size() > 0 ? m.getDestination().cStr() : "/workspace";
     if (!IsNormalizedAbsolutePath(dest) || dest == "/")
       return Invalid(field + ".destination", "must be a normalized absolute path other than /");
-    for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp"}) {
+    for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp", "/.paseo"}) {
       if (IsUnder(dest, reserved))
         return Invalid(field + ".destination", absl::StrCat("may not be under ", reserved));
     }
@@ -135,11 +135,13 @@ absl::StatusOr<ValidatedStart> ValidateStart(helper::StartProcessRequest::Reader
     out.env.emplace_back(entry);
   }
   if (total > kMaxArgvBytes) return Invalid("argv", "argv and env exceed 1 MiB");
-  // Terminals are refused for now: Debian's runsc (20221219) gives a process started with
-  // `runsc exec --console-socket` a terminal it does not treat as one ("not a tty", measured),
-  // and the minimal rootfs has no pty relay (docs/decisions.md).
-  if (request.getTty())
-    return absl::UnimplementedError("tty processes are not supported yet; use pipes");
+  out.tty = request.getTty();
+  if (out.tty) {
+    if (request.getRows() == 0 || request.getCols() == 0)
+      return Invalid("rows", "a terminal needs at least one row and one column");
+    out.rows = request.getRows();
+    out.cols = request.getCols();
+  }
   if (request.getCwd().size() > 0) {
     if (HasNul(request.getCwd()) || !IsNormalizedAbsolutePath(request.getCwd().cStr()))
       return Invalid("cwd", "must be a normalized absolute path");

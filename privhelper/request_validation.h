@@ -41,6 +41,9 @@ struct ValidatedStart {
   std::vector<std::string> argv;
   std::vector<std::string> env;
   std::string cwd;  // empty: caller picks the default
+  bool tty = false;
+  uint16_t rows = 0;  // tty only, 1..65535
+  uint16_t cols = 0;
 };
 
 inline constexpr size_t kMaxMounts = 16;

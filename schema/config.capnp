@@ -36,6 +36,10 @@ struct HelperConfig {
   # Every sandbox's cgroup is <cgroupParent>/<sandbox-id> in each hierarchy.
   onRestart @8 :RestartPolicy = kill;
   # What a starting privhelper does with sandboxes a previous instance left running.
+  sandboxShim @9 :Text;
+  # Absolute path of the static in-sandbox shim (the sandbox's init and the tty relay); empty
+  # means "paseo-sandbox-shim" beside the privhelper. Root-owned; bind-mounted read-only at
+  # /.paseo/shim in every sandbox.
 }
 
 enum RestartPolicy {

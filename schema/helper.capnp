@@ -67,6 +67,8 @@ struct KeptProcess {
   processId @1 :Text;
   argv @2 :List(Text);
   # Not filled in (the broker keeps argv in its own records); reserved.
+  tty @3 :Bool;
+  # Runs on a terminal: stdin takes tty frames (common/tty_frames.h), stdout is the pty stream.
 }
 
 interface Helper {
@@ -78,7 +80,8 @@ interface Helper {
 
   startProcess @2 (request :StartProcessRequest) -> (stdin :Fd, stdout :Fd, stderr :Fd);
   # Starts a process in a running sandbox; returns the broker's ends of its stdio pipes. For a
-  # tty process stdin and stdout are the same terminal master and stderr is at end-of-file.
+  # tty process (run through the in-sandbox relay) stdin takes tty frames, stdout carries
+  # everything the terminal shows, and stderr is at end-of-file.
 
   waitProcess @3 (sandboxId :Text, processId :Text) -> (status :Api.ExitStatus);
   # Resolves when the process has ended.

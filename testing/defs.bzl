@@ -1,11 +1,12 @@
 """service_test: a root suite that drives the real privhelper, broker and runsc."""
 
-# What every such suite needs at run time: the three binaries and the rootfs recipe.
+# What every such suite needs at run time: the binaries and the rootfs recipe.
 SERVICE_DATA = [
     "//broker:paseo-sandbox-broker",
     "//client:paseo-sandbox",
     "//privhelper:paseo-sandbox-privhelper",
     "//rootfs:build-rootfs",
+    "//sandbox:paseo-sandbox-shim",
 ]
 
 def service_test(name, srcs, deps = [], data = [], size = "large"):

@@ -160,6 +160,7 @@ void Service::Start() {
                                                          : options_.broker_runfile),
                  base_ + "/bin/paseo-sandbox-broker");
   CopyExecutable(Runfile("client/paseo-sandbox"), base_ + "/bin/paseo-sandbox");
+  CopyExecutable(Runfile("sandbox/paseo-sandbox-shim"), base_ + "/bin/paseo-sandbox-shim");
   std::string version =
       Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base_ + "/state/rootfs");
   std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");

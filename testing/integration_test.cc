@@ -67,6 +67,34 @@ TEST_F(IntegrationTest, StdoutAndStderrStaySeparate) {
   EXPECT_EQ(r.err, "err\n");
 }
 
+TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {
+  // Not started from a terminal: the CLI asks for 24x80 and leaves its own stdin alone.
+  auto r = svc.Cli(Alpha(), {"run", "-t", "--", "sh", "-c", "tty; stty size; echo x >&2; exit 3"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  // One stream: stderr is the terminal too, and the line discipline adds \r.
+  EXPECT_TRUE(absl::StartsWith(r.out, "/dev/pts/")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "\r\n24 80\r\nx\r\n")) << r.out;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(IntegrationTest, TheShimSharedByEverySandboxCannotBeChanged) {
+  const std::string host_shim = svc.base() + "/bin/paseo-sandbox-shim";
+  std::string before = ReadFile(host_shim);
+  ASSERT_FALSE(before.empty());
+  // As the sandbox's user, and as root inside the sandbox via its own files: every way of
+  // changing the binary or its name fails, and the init it runs cannot be replaced.
+  auto r = RunInAlpha({"sh", "-c",
+                       "for try in 'echo x > /.paseo/shim' 'echo x >> /.paseo/shim' "
+                       "'rm -f /.paseo/shim' 'mv /.paseo/shim /.paseo/x' 'chmod 777 /.paseo/shim' "
+                       "'touch /.paseo/new' 'cp /bin/busybox /.paseo/shim' 'truncate -s 0 /.paseo/shim'; do "
+                       "  if sh -c \"$try\" 2>/dev/null; then echo \"ALLOWED: $try\"; fi; done; "
+                       "ls -l /.paseo/shim"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.out, "ALLOWED")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "root")) << "the shim is root's inside too: " << r.out;
+  EXPECT_EQ(ReadFile(host_shim), before);
+}
+
 TEST_F(IntegrationTest, TheSandboxIsGvisorAndSeesItsOwnRootfs) {
   auto r = RunInAlpha({"sh", "-c", "dmesg | head -1; cat /etc/os-release; id -u"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -348,8 +376,8 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
   return kids;
 }
 
-// fd hygiene: a running `runsc exec` holds its three stdio pipes and nothing the privhelper
-// has open (helper socket, the pinned runsc, config, other sandboxes' pipes); the broker holds
+// fd hygiene: a running `runsc exec` holds its three stdio pipes, its status log, and nothing
+// else the privhelper has open (helper socket, the pinned runsc, config, other sandboxes' pipes); the broker holds
 // none of the privhelper's files either.
 TEST_F(IntegrationTest, RunscAndTheBrokerInheritNoFdTheyShouldNotHave) {
   pid_t cli = fork();
@@ -358,11 +386,14 @@ TEST_F(IntegrationTest, RunscAndTheBrokerInheritNoFdTheyShouldNotHave) {
     _exit(r.exit_code);
   }
   std::vector<std::string> exec_fds;
+  pid_t exec_pid = 0;
   for (int i = 0; i < 100 && exec_fds.empty(); ++i) {
     for (pid_t kid : ChildrenOf(svc.privhelper_pid())) {
       if (absl::StrContains(ReadFile("/proc/" + std::to_string(kid) + "/cmdline"),
-                            std::string("exec\0", 5)))
+                            std::string("exec\0", 5))) {
         exec_fds = FdTable(kid);
+        exec_pid = kid;
+      }
     }
     usleep(50000);
   }
@@ -380,8 +411,20 @@ TEST_F(IntegrationTest, RunscAndTheBrokerInheritNoFdTheyShouldNotHave) {
     stdio.insert(target(e));
   }
   EXPECT_EQ(stdio.size(), 3u);
+  // fd 3: the memfd it logs its process's exit status into, which the privhelper reads (runsc
+  // opens it once more by path: the same file).
+  auto inode = [exec_pid](const std::string& fd) {
+    struct stat st = {};
+    std::string path = "/proc/" + std::to_string(exec_pid) + "/fd/" + fd;
+    return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+  };
+  bool has_log = false;
+  for (const auto& e : exec_fds) has_log |= e == "3 -> /memfd:runsc-exec-log (deleted)";
+  EXPECT_TRUE(has_log) << "runsc exec has no exit-status log at fd 3";
+  const ino_t log_inode = inode("3");
   for (const auto& e : exec_fds) {
     std::string t = target(e);
+    if (log_inode != 0 && inode(fd_of(e)) == log_inode) continue;
     EXPECT_FALSE(absl::StrContains(t, svc.base() + "/etc")) << e;
     EXPECT_FALSE(absl::StrContains(t, "supervisor.sock")) << e;
     bool is_stdio_fd = fd_of(e) == "0" || fd_of(e) == "1" || fd_of(e) == "2";

@@ -108,9 +108,10 @@ class CheckingSink final : public api::OutputSink::Server {
 };
 
 struct Subscribed {
-  CheckingSink* sink;
+  CheckingSink* sink;  // kept alive by `sink_ref` even after the broker lets go of it
   api::Subscription::Client subscription;
   kj::Promise<void> done;
+  api::OutputSink::Client sink_ref;
 };
 
 Subscribed Subscribe(api::Process::Client process, api::Stream stream, uint64_t from,
@@ -118,12 +119,13 @@ Subscribed Subscribe(api::Process::Client process, api::Stream stream, uint64_t 
   auto paf = kj::newPromiseAndFulfiller<void>();
   auto sink = kj::heap<CheckingSink>(from, expect, stop_after, kj::mv(paf.fulfiller));
   CheckingSink* raw = sink.get();
+  api::OutputSink::Client sink_ref = kj::mv(sink);
   auto req = process.subscribeRequest();
   req.setStream(stream);
   req.setFromOffset(from);
-  req.setSink(kj::mv(sink));
+  req.setSink(sink_ref);
   auto sub = req.send().wait(Io().waitScope).getSubscription();
-  return Subscribed{raw, kj::mv(sub), kj::mv(paf.promise)};
+  return Subscribed{raw, kj::mv(sub), kj::mv(paf.promise), kj::mv(sink_ref)};
 }
 
 class ProcessIoTest : public ::testing::Test {
@@ -316,19 +318,20 @@ TEST_F(ProcessIoTest, AStuckSubscriberStallsNobodyAndLaterGetsAnExactGap) {
   unlink((svc.base() + "/ws-io/out.pattern").c_str());
 }
 
-TEST_F(ProcessIoTest, TerminalsAreRefusedClearlyForNow) {
+TEST_F(ProcessIoTest, ATerminalWithoutRowsOrColumnsIsRefusedAndLeavesNothing) {
   client::Connection conn(Io(), svc.socket());
   auto [sandbox, id] = NewSandbox(conn);
   auto req = sandbox.startProcessRequest();
   auto spec = req.initSpec();
   spec.initArgv(1).set(0, "sh");
   spec.setTty(true);
+  spec.setRows(0);
   auto error = kj::runCatchingExceptions([&] { req.send().wait(Io().waitScope); });
   KJ_IF_MAYBE(e, error) {
-    EXPECT_TRUE(absl::StrContains(e->getDescription().cStr(), "unimplemented: tty processes"))
+    EXPECT_TRUE(absl::StrContains(e->getDescription().cStr(), "invalid-argument: rows"))
         << e->getDescription().cStr();
   } else {
-    ADD_FAILURE() << "a tty process was started";
+    ADD_FAILURE() << "a terminal with no rows was started";
   }
   auto list = sandbox.listProcessesRequest().send().wait(Io().waitScope);
   EXPECT_EQ(list.getProcesses().size(), 0u) << "a refused start left a process record";
@@ -595,6 +598,161 @@ TEST_F(ProcessIoTest, OutputNobodyReadsKeepsTheBrokerWithinItsBuffers) {
 }
 
 }  // namespace
+// ---------------------------------------------------------------- terminals
+
+// Runs the event loop until `sink` has received `needle` (or fails after 30 s).
+void AwaitOutput(CheckingSink* sink, const std::string& needle) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (sink->bytes_.find(needle) == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "no \"" << needle << "\" in terminal output: " << sink->bytes_;
+    Io().provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(Io().waitScope);
+  }
+}
+
+void Type(api::Process::Client& p, const std::string& text) {
+  auto req = p.writeInputRequest();
+  req.setData(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(text.data()), text.size()));
+  req.send().wait(Io().waitScope);
+}
+
+void Resize(api::Process::Client& p, uint16_t rows, uint16_t cols) {
+  auto req = p.resizeRequest();
+  req.setRows(rows);
+  req.setCols(cols);
+  req.send().wait(Io().waitScope);
+}
+
+TEST_F(ProcessIoTest, ATtyProcessSeesItsSizeAndEveryResize) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  auto p = Start(sandbox,
+                 // A trapped signal interrupts `read`: read again until a line comes.
+                 {"sh", "-c",
+                  "trap 'echo got-winch' WINCH; tty; stty size; until read x; do :; done; stty size"},
+                 /*tty=*/true, 33, 77);
+  auto out = Subscribe(p, api::Stream::PTY, 0, nullptr);
+  AwaitOutput(out.sink, "33 77\r\n");
+  Resize(p, 50, 132);
+  AwaitOutput(out.sink, "got-winch");
+  Type(p, "go\r");
+  out.done.wait(Io().waitScope);
+  EXPECT_EQ(Wait(p).getExitCode(), 0);
+  const std::string& text = out.sink->bytes_;
+  EXPECT_TRUE(absl::StartsWith(text, "/dev/pts/")) << text;  // a real terminal, not "not a tty"
+  EXPECT_NE(text.find("go\r\n"), std::string::npos) << "typed input is echoed: " << text;
+  EXPECT_NE(text.find("50 132\r\n"), std::string::npos) << text;
+
+  // One stream only; and only a tty can be resized.
+  auto stdout_req = p.subscribeRequest();
+  stdout_req.setStream(api::Stream::STDOUT);
+  stdout_req.setSink(kj::heap<CheckingSink>(0, nullptr, 0, kj::newPromiseAndFulfiller<void>().fulfiller));
+  EXPECT_ANY_THROW(stdout_req.send().wait(Io().waitScope));
+  auto piped = Start(sandbox, {"true"});
+  auto bad = piped.resizeRequest();
+  bad.setRows(10);
+  bad.setCols(10);
+  EXPECT_ANY_THROW(bad.send().wait(Io().waitScope));
+  Delete(sandbox);
+}
+
+TEST_F(ProcessIoTest, CtrlCInterruptsTheTerminalsForegroundProcessGroup) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  // The shell and its `sleep` are both in the foreground group: both get SIGINT, the sleep
+  // dies and the shell runs its trap.
+  auto shell = Start(sandbox,
+                     {"sh", "-c", "trap 'echo caught-int; exit 5' INT; echo ready; "
+                                  "while :; do sleep 1000; done"},
+                     /*tty=*/true);
+  auto out = Subscribe(shell, api::Stream::PTY, 0, nullptr);
+  AwaitOutput(out.sink, "ready");
+  Type(shell, "\x03");
+  out.done.wait(Io().waitScope);
+  EXPECT_EQ(Wait(shell).getExitCode(), 5);
+  EXPECT_NE(out.sink->bytes_.find("^C"), std::string::npos) << out.sink->bytes_;
+  EXPECT_NE(out.sink->bytes_.find("caught-int"), std::string::npos) << out.sink->bytes_;
+
+  // A program that does not handle it dies of it.
+  auto sleeper = Start(sandbox, {"sleep", "1000"}, /*tty=*/true);
+  Type(sleeper, "\x03");
+  auto status = Wait(sleeper);
+  EXPECT_EQ(status.which(), api::ExitStatus::SIGNAL);
+  EXPECT_EQ(status.getSignal(), SIGINT);
+
+  // In raw mode the same byte is just a byte.
+  auto raw = Start(sandbox, {"sh", "-c", "stty raw -echo; echo ready; head -c 1 | od -An -tx1"},
+                   /*tty=*/true);
+  auto raw_out = Subscribe(raw, api::Stream::PTY, 0, nullptr);
+  AwaitOutput(raw_out.sink, "ready");
+  Type(raw, "\x03");
+  raw_out.done.wait(Io().waitScope);
+  EXPECT_EQ(Wait(raw).getExitCode(), 0);
+  EXPECT_NE(raw_out.sink->bytes_.find(" 03"), std::string::npos) << raw_out.sink->bytes_;
+  Delete(sandbox);
+}
+
+TEST_F(ProcessIoTest, TerminalOutputIsCookedUntilRawThenEveryByteValuePassesUnchanged) {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  std::ofstream(svc.base() + "/ws-io/allbytes", std::ios::binary) << all;
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  auto p = Start(sandbox,
+                 {"sh", "-c", "printf 'a\\nb\\n'; stty raw -echo; printf '<<'; cat /workspace/allbytes"},
+                 /*tty=*/true);
+  auto out = Subscribe(p, api::Stream::PTY, 0, nullptr);
+  out.done.wait(Io().waitScope);
+  EXPECT_EQ(Wait(p).getExitCode(), 0);
+  // The line discipline's ONLCR turns \n into \r\n while the terminal is cooked.
+  EXPECT_TRUE(absl::StartsWith(out.sink->bytes_, "a\r\nb\r\n")) << out.sink->bytes_;
+  size_t at = out.sink->bytes_.find("<<");
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_TRUE(out.sink->bytes_.substr(at + 2) == all) << "raw output was altered";
+  Delete(sandbox);
+}
+
+TEST_F(ProcessIoTest, TtyExitStatusesAndSignalsPassThroughTheRelay) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  auto three = Start(sandbox, {"sh", "-c", "exit 3"}, true);
+  EXPECT_EQ(Wait(three).getExitCode(), 3);
+  auto missing = Start(sandbox, {"/no/such/program"}, true);
+  auto missing_out = Subscribe(missing, api::Stream::PTY, 0, nullptr);
+  EXPECT_EQ(Wait(missing).getExitCode(), 127);
+  missing_out.done.wait(Io().waitScope);
+  EXPECT_NE(missing_out.sink->bytes_.find("cannot run /no/such/program"), std::string::npos)
+      << missing_out.sink->bytes_;
+
+  for (int sig : {SIGTERM, SIGKILL}) {
+    auto sleeper = Start(sandbox, {"sleep", "1000"}, true);
+    for (int i = 0; i < 50; ++i) {
+      auto req = sleeper.signalRequest();
+      req.setSignal(sig);
+      if (kj::runCatchingExceptions([&] { req.send().wait(Io().waitScope); }) == nullptr) break;
+      usleep(100000);
+    }
+    auto status = Wait(sleeper);
+    EXPECT_EQ(status.which(), api::ExitStatus::SIGNAL);
+    EXPECT_EQ(status.getSignal(), sig);
+  }
+  // SIGKILL cannot be passed on, but the program dies with its relay, and the sandbox's init
+  // reaps it: no sleep is left, not even a zombie.
+  auto ps = Start(sandbox, {"ps"});
+  auto ps_out = Subscribe(ps, api::Stream::STDOUT, 0, nullptr);
+  ps_out.done.wait(Io().waitScope);
+  EXPECT_EQ(ps_out.sink->bytes_.find("sleep"), std::string::npos) << ps_out.sink->bytes_;
+
+  // closeInput types the terminal's EOF character: it hands a partial line to the program.
+  auto cat = Start(sandbox, {"cat"}, true);
+  auto cat_out = Subscribe(cat, api::Stream::PTY, 0, nullptr);
+  Type(cat, "partial");
+  cat.closeInputRequest().send().wait(Io().waitScope);
+  AwaitOutput(cat_out.sink, "partialpartial");
+  Resize(cat, 30, 100);  // the terminal is still there
+  Delete(sandbox);
+}
+
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {

@@ -654,6 +654,7 @@ class Service {
     CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
                    base_ + "/bin/paseo-sandbox-privhelper");
     CopyExecutable(Runfile("broker/paseo-sandbox-broker"), base_ + "/bin/paseo-sandbox-broker");
+    CopyExecutable(Runfile("sandbox/paseo-sandbox-shim"), base_ + "/bin/paseo-sandbox-shim");
     std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
     WriteText(base_ + "/etc/helper.json",
               "{\"stateDir\": " + Quote(base_ + "/state") + ", \"runDir\": " +

@@ -1,0 +1,339 @@
+// paseo-sandbox-shim: the supervisor's own code inside every sandbox, bind-mounted read-only
+// at /.paseo/shim. Static, with no dependency beyond libc, so it runs in any rootfs.
+//
+//   /.paseo/shim init                           the sandbox's init
+//   /.paseo/shim tty ROWS COLS PROGRAM [ARGS...] runs PROGRAM on a pseudo-terminal
+//
+// init: idles and reaps. Every process a `runsc exec` started whose parent dies is
+// reparented to the sandbox's init; an init that never waits (busybox `sleep`, measured)
+// leaves each of them a zombie until the sandbox is deleted.
+//
+// tty: Debian's runsc (20221219) gives a process started with `runsc exec --console-socket`
+// a pty that gVisor does not treat as its terminal, so the pty is made here, inside the
+// sandbox, from gVisor's own devpts (docs/decisions.md). stdin carries frames from the
+// broker (common/tty_frames.h): typed bytes, window sizes and end-of-input. Everything the
+// terminal shows goes to stdout unchanged. The relay exits the way the program did (same
+// code, or the same signal), so `runsc exec` reports the program's own status.
+//
+// gVisor's line discipline in that release does not turn VINTR/VQUIT/VSUSP into signals
+// (measured: Ctrl-C is echoed as a raw 0x03 and reaches the program as a byte), so the relay
+// does what Linux's n_tty does with ISIG set: it signals the terminal's foreground process
+// group instead of passing the character on.
+//
+// Signals sent to the relay (the supervisor's signal() targets the process runsc started) go
+// on to the program; SIGKILL cannot be passed on, so the program is made to die with the
+// relay (PR_SET_PDEATHSIG).
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "common/tty_frames.h"
+
+namespace {
+
+using paseo::tty::FrameReader;
+using paseo::tty::FrameType;
+
+constexpr size_t kMaxPendingInput = 64 * 1024;
+
+[[noreturn]] void Die(const char* what) {
+  dprintf(STDERR_FILENO, "paseo-sandbox-shim: %s: %s\r\n", what, strerror(errno));
+  _exit(126);
+}
+
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) {
+        pollfd p = {fd, POLLOUT, 0};
+        poll(&p, 1, -1);
+        continue;
+      }
+      return false;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+uint16_t ParseSize(const char* text, uint16_t fallback) {
+  char* end = nullptr;
+  long v = strtol(text, &end, 10);
+  return (end != text && *end == '\0' && v >= 1 && v <= 65535) ? static_cast<uint16_t>(v)
+                                                                : fallback;
+}
+
+class Relay {
+ public:
+  Relay(int master, pid_t child) : master_(master), child_(child) {}
+
+  // Applies one frame from the broker.
+  void Apply(const paseo::tty::Frame& frame) {
+    switch (frame.type) {
+      case FrameType::kData:
+        Type(frame.payload);
+        break;
+      case FrameType::kWinsize:
+        if (auto size = paseo::tty::DecodeWinsize(frame.payload)) Resize(size->first, size->second);
+        break;
+      case FrameType::kEof:
+        EndOfInput();
+        break;
+    }
+  }
+
+  void EndOfInput() {
+    if (eof_sent_) return;
+    eof_sent_ = true;
+    termios t;
+    if (tcgetattr(master_, &t) == 0 && t.c_cc[VEOF] != _POSIX_VDISABLE)
+      pending_.push_back(static_cast<char>(t.c_cc[VEOF]));
+  }
+
+  // Writes what the terminal accepts of the typed input not yet taken.
+  void FlushInput() {
+    while (!pending_.empty()) {
+      ssize_t n = write(master_, pending_.data(), pending_.size());
+      if (n == 0) return;  // gVisor: a canonical line is still unread; retried on a timer
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) pending_.clear();  // nobody will read it
+        return;
+      }
+      pending_.erase(0, static_cast<size_t>(n));
+    }
+  }
+
+  bool has_pending() const { return !pending_.empty(); }
+  bool wants_input() const { return pending_.size() < kMaxPendingInput; }
+
+ private:
+  void Type(const std::string& bytes) {
+    termios t;
+    bool isig = tcgetattr(master_, &t) == 0 && (t.c_lflag & ISIG);
+    for (char c : bytes) {
+      int sig = 0;
+      if (isig && c != static_cast<char>(_POSIX_VDISABLE)) {
+        if (c == static_cast<char>(t.c_cc[VINTR])) sig = SIGINT;
+        else if (c == static_cast<char>(t.c_cc[VQUIT])) sig = SIGQUIT;
+        else if (c == static_cast<char>(t.c_cc[VSUSP])) sig = SIGTSTP;
+      }
+      if (sig == 0) {
+        pending_.push_back(c);
+        continue;
+      }
+      if (!(t.c_lflag & NOFLSH)) pending_.clear();
+      if (t.c_lflag & ECHO) {
+        char echo[2] = {'^', static_cast<char>(c ^ 0x40)};
+        if (t.c_lflag & ECHOCTL) WriteAll(STDOUT_FILENO, echo, 2);
+        else WriteAll(STDOUT_FILENO, &c, 1);
+      }
+      SignalForeground(sig);
+    }
+  }
+
+  void Resize(uint16_t rows, uint16_t cols) {
+    winsize ws = {};
+    ws.ws_row = rows;
+    ws.ws_col = cols;
+    if (ioctl(master_, TIOCSWINSZ, &ws) == 0) SignalForeground(SIGWINCH);
+  }
+
+  void SignalForeground(int sig) {
+    pid_t group = tcgetpgrp(master_);
+    if (group <= 0) group = child_;  // the program leads its own session and group
+    kill(-group, sig);
+  }
+
+  int master_;
+  pid_t child_;
+  std::string pending_;  // typed bytes the program has not read yet
+  bool eof_sent_ = false;
+};
+
+// Ends this process the way `status` says the program ended.
+[[noreturn]] void ExitLike(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    raise(sig);
+    _exit(128 + sig);  // a signal that does not terminate
+  }
+  _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 126);
+}
+
+// Signals the relay passes on to the program rather than acting on: everything a sender can
+// mean for the program, but not the ones the relay needs (SIGCHLD), cannot catch (SIGKILL,
+// SIGSTOP) or that only a fault of its own would raise.
+sigset_t ForwardedSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig = 1; sig <= SIGRTMAX; ++sig) {
+    switch (sig) {
+      case SIGKILL: case SIGSTOP: case SIGCHLD: case SIGSEGV: case SIGBUS: case SIGILL:
+      case SIGFPE: case SIGTRAP: case SIGSYS:
+        continue;
+      default:
+        sigaddset(&set, sig);  // fails harmlessly for the C library's reserved signals
+    }
+  }
+  return set;
+}
+
+[[noreturn]] void RunChild(const char* slave_name, char** argv, const sigset_t& old_mask,
+                           pid_t relay) {
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  signal(SIGPIPE, SIG_DFL);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != relay) _exit(126);
+  if (setsid() < 0) Die("setsid");
+  // Opening the slave as a session leader makes it the controlling terminal; TIOCSCTTY is
+  // for kernels that want it asked explicitly (gVisor answers EINVAL when it is already).
+  int slave = open(slave_name, O_RDWR);
+  if (slave < 0) Die("open the terminal");
+  (void)ioctl(slave, TIOCSCTTY, 0);
+  for (int fd = 0; fd < 3; ++fd) {
+    if (dup2(slave, fd) < 0) Die("dup2");
+  }
+  if (slave > 2) close(slave);
+  execvp(argv[0], argv);
+  int err = errno;
+  dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\r\n", argv[0], strerror(err));
+  _exit(err == ENOENT ? 127 : 126);
+}
+
+// init: reap whatever is reparented to us, forever. Signals without a handler do not reach
+// a pid namespace's init, so only SIGKILL (the supervisor deleting the sandbox) ends it.
+[[noreturn]] void RunInit() {
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &chld, nullptr);
+  for (;;) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    int sig = 0;
+    sigwait(&chld, &sig);
+  }
+}
+
+int RunTty(int argc, char** argv) {
+  if (argc < 4) {
+    dprintf(STDERR_FILENO, "usage: paseo-sandbox-shim tty ROWS COLS PROGRAM [ARGS...]\n");
+    return 126;
+  }
+  winsize ws = {};
+  ws.ws_row = ParseSize(argv[1], 24);
+  ws.ws_col = ParseSize(argv[2], 80);
+
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) Die("open /dev/ptmx");
+  if (grantpt(master) != 0 || unlockpt(master) != 0) Die("unlock the terminal");
+  char slave_name[128];
+  if (ptsname_r(master, slave_name, sizeof(slave_name)) != 0) Die("ptsname");
+  if (ioctl(master, TIOCSWINSZ, &ws) != 0) Die("set the window size");
+
+  sigset_t handled = ForwardedSignals(), old_mask;
+  sigaddset(&handled, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &handled, &old_mask);
+  int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) Die("signalfd");
+
+  // Closed by the child's exec: until then the terminal has no session and no foreground
+  // group, and a Ctrl-C typed early would signal nobody.
+  int started[2];
+  if (pipe2(started, O_CLOEXEC) != 0) Die("pipe");
+  pid_t self = getpid();
+  pid_t child = fork();
+  if (child < 0) Die("fork");
+  if (child == 0) {
+    close(started[0]);
+    RunChild(slave_name, argv + 3, old_mask, self);
+  }
+  close(started[1]);
+  char ignored;
+  while (read(started[0], &ignored, 1) < 0 && errno == EINTR) {
+  }
+  close(started[0]);
+
+  signal(SIGPIPE, SIG_IGN);
+  fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
+  Relay relay(master, child);
+  FrameReader frames;
+  bool input_open = true;
+  int status = 0;
+  char buf[65536];
+  for (;;) {
+    pollfd fds[3] = {
+        {master, static_cast<short>(POLLIN | (relay.has_pending() ? POLLOUT : 0)), 0},
+        {input_open && relay.wants_input() ? STDIN_FILENO : -1, POLLIN, 0},
+        {sfd, POLLIN, 0},
+    };
+    // gVisor does not wake a master writer when the program reads its terminal: while typed
+    // input waits, retry every few milliseconds instead of trusting POLLOUT alone.
+    if (poll(fds, 3, relay.has_pending() ? 10 : -1) < 0) {
+      if (errno == EINTR) continue;
+      Die("poll");
+    }
+    if (fds[0].revents & POLLIN) {
+      ssize_t n = read(master, buf, sizeof(buf));
+      if (n > 0) WriteAll(STDOUT_FILENO, buf, static_cast<size_t>(n));
+    }
+    if (relay.has_pending()) relay.FlushInput();
+    if (fds[1].revents) {
+      ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+      if (n > 0) {
+        frames.Feed(std::string_view(buf, static_cast<size_t>(n)));
+        while (auto frame = frames.Next()) relay.Apply(*frame);
+      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+        input_open = false;  // nobody can send more: as if the client closed its input
+        relay.EndOfInput();
+      }
+      relay.FlushInput();
+    }
+    if (fds[2].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (read(sfd, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo != SIGCHLD) kill(child, static_cast<int>(info.ssi_signo));
+      }
+      if (waitpid(child, &status, WNOHANG) == child) break;
+    }
+  }
+  // What the program wrote before it ended is still in the terminal: pass it on.
+  for (;;) {
+    ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;
+    WriteAll(STDOUT_FILENO, buf, static_cast<size_t>(n));
+  }
+  ExitLike(status);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && strcmp(argv[1], "init") == 0) RunInit();
+  if (argc >= 2 && strcmp(argv[1], "tty") == 0) return RunTty(argc - 1, argv + 1);
+  dprintf(STDERR_FILENO, "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...]\n");
+  return 126;
+}
