@@ -57,9 +57,11 @@ struct ProcessSpec {
   cwd @2 :Text;
   # Working directory inside the sandbox; empty means the first workspace's destination, or "/".
   tty @3 :Bool;
-  # Run on a pseudo-terminal: one output stream (`pty`), stdin goes to the terminal, and
-  # resize() sets its size. Otherwise stdin, stdout and stderr are separate pipes.
-  # NOT SUPPORTED YET: refused with "unimplemented" (docs/decisions.md).
+  # Run on a pseudo-terminal: one output stream (`pty`, the terminal's output with its line
+  # discipline applied, stderr included), writeInput types at the terminal (Ctrl-C signals
+  # its foreground process group unless the program made it raw), resize() sets its size,
+  # and closeInput() types the terminal's EOF character. Otherwise stdin, stdout and stderr
+  # are separate pipes.
   rows @4 :UInt16 = 24;
   cols @5 :UInt16 = 80;
   # Initial terminal size (tty only).
@@ -140,7 +142,8 @@ interface Supervisor {
 
 interface Sandbox {
   startProcess @0 (spec :ProcessSpec) -> (process :Process, info :ProcessInfo);
-  # Starts a process inside the sandbox with pipes for stdin, stdout and stderr.
+  # Starts a process inside the sandbox: with pipes for stdin, stdout and stderr, or on a
+  # terminal (spec.tty).
 
   getProcess @1 (id :Text) -> (process :Process);
   # Looks up a process of this sandbox by id. not-found if absent.
@@ -178,7 +181,8 @@ interface Process {
   # Dropping the returned Subscription stops delivery.
 
   resize @6 (rows :UInt16, cols :UInt16) -> ();
-  # Sets a tty process's terminal size (the process gets SIGWINCH).
+  # Sets a tty process's terminal size (its foreground process group gets SIGWINCH), in order
+  # with the input written before it. failed-precondition for a pipe process.
 }
 
 interface OutputSink {
