@@ -128,6 +128,29 @@ Subscribed Subscribe(api::Process::Client process, api::Stream stream, uint64_t 
   return Subscribed{raw, kj::mv(sub), kj::mv(paf.promise), kj::mv(sink_ref)};
 }
 
+// Runs the event loop until `sink` has received `needle` (or fails after 30 s).
+void AwaitOutput(CheckingSink* sink, const std::string& needle) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (sink->bytes_.find(needle) == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
+        << "no \"" << needle << "\" in terminal output: " << sink->bytes_;
+    Io().provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(Io().waitScope);
+  }
+}
+
+void Type(api::Process::Client& p, const std::string& text) {
+  auto req = p.writeInputRequest();
+  req.setData(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(text.data()), text.size()));
+  req.send().wait(Io().waitScope);
+}
+
+void Resize(api::Process::Client& p, uint16_t rows, uint16_t cols) {
+  auto req = p.resizeRequest();
+  req.setRows(rows);
+  req.setCols(cols);
+  req.send().wait(Io().waitScope);
+}
+
 class ProcessIoTest : public ::testing::Test {
  protected:
   Service& svc = Service::Get();
@@ -545,6 +568,55 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
   unlink((svc.base() + "/ws-io/err.pattern").c_str());
 }
 
+// A tty process survives a broker crash like a pipe process: the new broker learns from the
+// privhelper that it is a terminal, keeps framing its input, and its pty log continues.
+TEST_F(ProcessIoTest, ATerminalOutlivesABrokerCrash) {
+  pid_t broker = BrokerPid(svc.privhelper_pid());
+  ASSERT_GT(broker, 0);
+  std::string sandbox_id, process_id;
+  {
+    client::Connection conn(Io(), svc.socket());
+    auto [sandbox, id] = NewSandbox(conn);
+    sandbox_id = id;
+    auto p = Start(sandbox,
+                   {"sh", "-c", "echo ready; while :; do read l && echo \"got:$l\" && stty size; done"},
+                   /*tty=*/true, 24, 80, &process_id);
+    auto out = Subscribe(p, api::Stream::PTY, 0, nullptr);
+    AwaitOutput(out.sink, "ready");
+    Type(p, "one\r");
+    AwaitOutput(out.sink, "got:one\r\n24 80");
+    kill(broker, SIGKILL);
+  }
+  bool done = false;
+  for (int attempt = 0; attempt < 100 && !done; ++attempt) {
+    auto error = kj::runCatchingExceptions([&] {
+      client::Connection conn(Io(), svc.socket());
+      auto get = conn.supervisor().getSandboxRequest();
+      get.setId(sandbox_id);
+      auto preq = get.send().getSandbox().getProcessRequest();
+      preq.setId(process_id);
+      auto p = preq.send().getProcess();
+      auto info = p.infoRequest().send().wait(Io().waitScope);
+      EXPECT_TRUE(info.getInfo().getTty());
+      Resize(p, 40, 100);
+      Type(p, "two\r");
+      auto out = Subscribe(p, api::Stream::PTY, 0, nullptr);
+      AwaitOutput(out.sink, "got:two\r\n40 100");
+      EXPECT_TRUE(absl::StartsWith(out.sink->bytes_, "ready\r\none\r\ngot:one\r\n24 80"))
+          << out.sink->bytes_;
+      done = true;
+    });
+    if (!done) usleep(200000);
+  }
+  ASSERT_TRUE(done) << "never reconnected to a restarted broker";
+  EXPECT_NE(BrokerPid(svc.privhelper_pid()), broker);
+  client::Connection conn(Io(), svc.socket());
+  auto get = conn.supervisor().getSandboxRequest();
+  get.setId(sandbox_id);
+  auto sandbox = get.send().getSandbox();
+  Delete(sandbox);
+}
+
 // Force-deleting a sandbox whose processes still run, from a connection that holds no Process
 // capability, tears down output pumps while their pipes are still open (the privhelper keeps a
 // copy until `runsc exec` exits). The broker must live on and keep serving. (A review found the
@@ -599,29 +671,6 @@ TEST_F(ProcessIoTest, OutputNobodyReadsKeepsTheBrokerWithinItsBuffers) {
 
 }  // namespace
 // ---------------------------------------------------------------- terminals
-
-// Runs the event loop until `sink` has received `needle` (or fails after 30 s).
-void AwaitOutput(CheckingSink* sink, const std::string& needle) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (sink->bytes_.find(needle) == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline)
-        << "no \"" << needle << "\" in terminal output: " << sink->bytes_;
-    Io().provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(Io().waitScope);
-  }
-}
-
-void Type(api::Process::Client& p, const std::string& text) {
-  auto req = p.writeInputRequest();
-  req.setData(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(text.data()), text.size()));
-  req.send().wait(Io().waitScope);
-}
-
-void Resize(api::Process::Client& p, uint16_t rows, uint16_t cols) {
-  auto req = p.resizeRequest();
-  req.setRows(rows);
-  req.setCols(cols);
-  req.send().wait(Io().waitScope);
-}
 
 TEST_F(ProcessIoTest, ATtyProcessSeesItsSizeAndEveryResize) {
   client::Connection conn(Io(), svc.socket());
