@@ -161,15 +161,12 @@ class ProcessImpl final : public api::Process::Server {
     Check();
     auto data = context.getParams().getData();
     if (p_->input_closed) Fail(absl::FailedPreconditionError("input is closed"));
-    // Flow control keeps a well-behaved client within a few writes; one that ignores it
-    // (pipelining writes to a process that never reads) is refused past this bound.
-    if (p_->stdin_queued + data.size() > ProcessRecord::kMaxQueuedInput)
-      Fail(absl::UnavailableError("too much input queued; wait for earlier writes"));
+    if (data.size() == 0) return kj::READY_NOW;
     std::string_view bytes(reinterpret_cast<const char*>(data.begin()), data.size());
     std::vector<std::string> chunks;
     if (p_->tty) chunks = tty::EncodeData(bytes);  // the relay reads frames (tty_frames.h)
     else chunks.emplace_back(bytes);
-    return Enqueue(kj::mv(chunks), data.size());
+    return Enqueue(kj::mv(chunks));
   }
 
   kj::Promise<void> closeInput(CloseInputContext context) override {
@@ -178,7 +175,7 @@ class ProcessImpl final : public api::Process::Server {
       // The terminal stays open (resize still works); the relay types the EOF character.
       if (p_->input_closed || p_->stdin_stream == nullptr) return kj::READY_NOW;
       p_->input_closed = true;
-      return Enqueue({tty::EncodeEof()}, 0);
+      return Enqueue({tty::EncodeEof()});
     }
     if (p_->stdin_stream == nullptr) return kj::READY_NOW;  // closed already, or ended
     auto p = kj::addRef(*p_);
@@ -211,7 +208,7 @@ class ProcessImpl final : public api::Process::Server {
     auto params = context.getParams();
     if (params.getRows() == 0 || params.getCols() == 0)
       Fail(absl::InvalidArgumentError("a terminal needs at least one row and one column"));
-    return Enqueue({tty::EncodeWinsize(params.getRows(), params.getCols())}, 0);
+    return Enqueue({tty::EncodeWinsize(params.getRows(), params.getCols())});
   }
 
   kj::Promise<void> wait(WaitContext context) override {
@@ -240,20 +237,29 @@ class ProcessImpl final : public api::Process::Server {
   void Check() { broker_.VisibleSandbox(peer_, sandbox_id_); }
 
   // Queues writes to stdin behind earlier ones; each chunk is one write, so a tty frame (at
-  // most PIPE_BUF) reaches the pipe whole or not at all. `accounted` input bytes count
-  // against kMaxQueuedInput until written.
-  kj::Promise<void> Enqueue(std::vector<std::string> chunks, size_t accounted) {
-    kj::AsyncOutputStream* stream = nullptr;
-    KJ_IF_MAYBE(s, p_->stdin_stream) { stream = s->get(); }
-    if (stream == nullptr)
+  // most PIPE_BUF) reaches the pipe whole or not at all. The call's bytes count against
+  // kMaxQueuedInput until written.
+  kj::Promise<void> Enqueue(std::vector<std::string> chunks) {
+    kj::Own<ProcessRecord::StdinPipe> pipe;
+    KJ_IF_MAYBE(s, p_->stdin_stream) { pipe = kj::addRef(**s); }
+    if (pipe.get() == nullptr)
       Fail(absl::FailedPreconditionError(p_->ended() ? "the process has ended" : "input is closed"));
+    // Flow control keeps a well-behaved client within a few writes; one that ignores it
+    // (pipelining writes, or resizes, to a process that never reads) is refused past this
+    // bound. Every queued call costs something, whatever it carries.
+    size_t accounted = ProcessRecord::kQueuedCallBytes;
+    for (const auto& c : chunks) accounted += c.size();
+    if (p_->stdin_queued + accounted > ProcessRecord::kMaxQueuedInput)
+      Fail(absl::UnavailableError("too much input queued; wait for earlier writes"));
     p_->stdin_queued += accounted;
-    ProcessRecord* record = p_.get();
     auto done = p_->stdin_chain
-                    .then([stream, chunks = kj::mv(chunks)]() mutable {
-                      return WriteChunks(*stream, kj::heap(kj::mv(chunks)), 0);
+                    .then([pipe = kj::mv(pipe), chunks = kj::mv(chunks)]() mutable {
+                      kj::AsyncOutputStream& stream = *pipe->stream;
+                      return WriteChunks(stream, kj::heap(kj::mv(chunks)), 0).attach(kj::mv(pipe));
                     })
-                    .attach(kj::defer([record, accounted] { record->stdin_queued -= accounted; }));
+                    .attach(kj::defer([record = kj::addRef(*p_), accounted]() mutable {
+                      record->stdin_queued -= accounted;
+                    }));
     auto forked = done.fork();
     p_->stdin_chain = forked.addBranch().catch_([](kj::Exception&&) {});
     return forked.addBranch().catch_([](kj::Exception&&) {
@@ -402,8 +408,8 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto it = sandboxes.find(id_);
     if (it == sandboxes.end()) Fail(absl::NotFoundError("sandbox was deleted"));
     SandboxRecord& sb = *it->second;
-    p->stdin_stream =
-        broker_.low().wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    p->stdin_stream = kj::refcounted<ProcessRecord::StdinPipe>(
+        broker_.low().wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP));
     broker_.StartPumps(id_, *p, kj::mv(out), kj::mv(err));
     sb.process_order.push_back(p->id);
     sb.processes.emplace(p->id, kj::addRef(*p));
@@ -751,7 +757,8 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
       kj::AutoCloseFd err = own(res.getStderr());
       if (out.get() < 0 || err.get() < 0) Fail(absl::InternalError("no stdio to reattach"));
       if (in.get() >= 0) {
-        p->stdin_stream = low_.wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+        p->stdin_stream = kj::refcounted<ProcessRecord::StdinPipe>(
+            low_.wrapOutputFd(in.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP));
       }
       StartPumps(sb.id, *p, kj::mv(out), kj::mv(err));
       sb.process_order.push_back(p->id);

@@ -33,10 +33,17 @@ struct ProcessRecord : public kj::Refcounted {
   std::vector<std::string> argv;
   kj::Own<OutputLog> stdout_log;
   kj::Own<OutputLog> stderr_log;
-  kj::Maybe<kj::Own<kj::AsyncOutputStream>> stdin_stream;
+  // Shared with the writes queued on it, so a write still in flight when the process ends (or
+  // its input is closed) never outlives the stream it writes to.
+  struct StdinPipe : public kj::Refcounted {
+    explicit StdinPipe(kj::Own<kj::AsyncOutputStream> s) : stream(kj::mv(s)) {}
+    kj::Own<kj::AsyncOutputStream> stream;
+  };
+  kj::Maybe<kj::Own<StdinPipe>> stdin_stream;
   kj::Promise<void> stdin_chain = kj::READY_NOW;  // serializes writes
   size_t stdin_queued = 0;                         // bytes accepted but not yet written
   static constexpr size_t kMaxQueuedInput = 16 << 20;
+  static constexpr size_t kQueuedCallBytes = 1024;  // what each queued write is charged extra
   ExitInfo exit;
   kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> exit_waiters;
   kj::Promise<void> pumps = nullptr;

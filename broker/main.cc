@@ -26,6 +26,7 @@ namespace {
 // Public socket limits: a client message may not make the broker allocate more than 8 MiB
 // (capnp allocates a message's declared size up front), and no fds are accepted.
 constexpr uint64_t kClientTraversalWords = 1 << 20;
+constexpr size_t kClientFlowLimitBytes = 32 << 20;
 constexpr size_t kMaxConnections = 4096;
 constexpr size_t kMaxConnectionsPerUid = 1024;
 
@@ -57,7 +58,11 @@ struct ClientConnection {
                   options.nestingLimit = 32;
                   return options;
                 }()),
-        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {
+    // Calls a client has in flight (pending waits, queued input) hold broker memory: past
+    // this many bytes of them, stop reading the connection until some complete.
+    rpc.setFlowLimit(kClientFlowLimitBytes);
+  }
   kj::Own<kj::AsyncIoStream> stream;
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;

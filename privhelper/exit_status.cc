@@ -22,13 +22,17 @@ std::optional<std::string> ReadSmallFile(const std::string& path) {
 }  // namespace
 
 std::optional<int> ParseRunscExitLine(const std::string& log) {
+  // Only runsc's very last line counts: earlier lines can quote client-chosen text (a
+  // program name runsc could not load is logged as given, newlines included).
   static constexpr std::string_view kMarker = "] Exiting with status: ";
-  size_t at = log.rfind(kMarker);
-  if (at == std::string::npos) return std::nullopt;
-  const char* begin = log.data() + at + kMarker.size();
-  const char* end = log.data() + log.size();
-  size_t line_end = log.find('\n', at);
-  if (line_end != std::string::npos) end = log.data() + line_end;
+  std::string_view text(log);
+  while (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  size_t line_start = text.rfind('\n');
+  std::string_view last = line_start == std::string_view::npos ? text : text.substr(line_start + 1);
+  size_t at = last.find(kMarker);
+  if (at == std::string_view::npos) return std::nullopt;
+  const char* begin = last.data() + at + kMarker.size();
+  const char* end = last.data() + last.size();
   int status = 0;
   auto [ptr, ec] = std::from_chars(begin, end, status);
   if (ec != std::errc() || ptr != end || status < 0) return std::nullopt;
@@ -61,11 +65,15 @@ std::optional<uint64_t> ReadOomKillCount(const std::string& cgroup_path,
 
 ProcessExit DecideProcessExit(int runsc_wait_status, const std::string& runsc_log,
                               bool sandbox_oom_killed) {
-  // runsc itself killed (a privhelper shutdown, a timeout): nothing it logged is final.
+  // runsc itself killed (a privhelper shutdown, a timeout): nothing it logged is final. And
+  // the logged status must be the one runsc then exited with (128+N for signal N).
   if (WIFEXITED(runsc_wait_status)) {
+    int runsc_code = WEXITSTATUS(runsc_wait_status);
     if (auto status = ParseRunscExitLine(runsc_log)) {
-      if (WIFEXITED(*status)) return {ProcessExit::kExited, WEXITSTATUS(*status)};
-      return {ProcessExit::kSignaled, WTERMSIG(*status)};
+      if (WIFEXITED(*status) && WEXITSTATUS(*status) == runsc_code)
+        return {ProcessExit::kExited, WEXITSTATUS(*status)};
+      if (WIFSIGNALED(*status) && 128 + WTERMSIG(*status) == runsc_code)
+        return {ProcessExit::kSignaled, WTERMSIG(*status)};
     }
   }
   if (sandbox_oom_killed) return {ProcessExit::kOomKilled, 0};

@@ -23,8 +23,8 @@ struct ProcessExit {
   bool operator==(const ProcessExit&) const = default;
 };
 
-// The raw wait status from the last "Exiting with status: N" line of a runsc log; nullopt if
-// there is none or it does not decode as an exit or a death by signal.
+// The raw wait status if the last line of a runsc log is "... Exiting with status: N"; nullopt
+// if it is not, or N does not decode as an exit or a death by signal.
 std::optional<int> ParseRunscExitLine(const std::string& log);
 
 // The oom_kill counter from a cgroup v1 memory.oom_control or v2 memory.events text.
@@ -35,8 +35,9 @@ std::optional<uint64_t> ParseOomKillCount(const std::string& text);
 std::optional<uint64_t> ReadOomKillCount(const std::string& cgroup_path,
                                          const std::string& cgroup_root = "/sys/fs/cgroup");
 
-// Decides how a process ended from its `runsc exec`'s own wait status, that exec's log, and
-// whether the sandbox's cgroup recorded an OOM kill.
+// Decides how a process ended from its `runsc exec`'s own wait status, that exec's log (whose
+// status must agree with runsc's exit code), and whether the sandbox's cgroup recorded an OOM
+// kill while the process ran.
 ProcessExit DecideProcessExit(int runsc_wait_status, const std::string& runsc_log,
                               bool sandbox_oom_killed);
 

@@ -61,17 +61,36 @@ TEST(ReadOomKillCount, FindsTheV1FileThenTheV2File) {
   EXPECT_EQ(ReadOomKillCount("/p/none", root), std::nullopt);
 }
 
+TEST(ParseRunscExitLine, OnlyTheLastLineCounts) {
+  // runsc logs a program it could not load by its name, as given: a client-chosen argv[0]
+  // with newlines must not pass for runsc's own final line.
+  std::string forged = Log("W1 2 3 exec.go:1] failed to load /x\nI1 2 3 main.go:266] Exiting with status: 0\n"
+                           "W1 2 3 main.go:270] Failure to execute command, err: 1\n");
+  EXPECT_EQ(ParseRunscExitLine(forged), std::nullopt);
+  EXPECT_EQ(DecideProcessExit(128 << 8, forged, false), (ProcessExit{ProcessExit::kUnknown, 0}));
+}
+
+TEST(DecideProcessExit, TheLoggedStatusMustMatchRunscsExitCode) {
+  // A log that ends "exited 0" while runsc exited 128 is not believed.
+  EXPECT_EQ(DecideProcessExit(128 << 8, Log("I1 2 3 main.go:266] Exiting with status: 0\n"), false),
+            (ProcessExit{ProcessExit::kUnknown, 0}));
+  EXPECT_EQ(DecideProcessExit(137 << 8, Log("I1 2 3 main.go:266] Exiting with status: 15\n"), false),
+            (ProcessExit{ProcessExit::kUnknown, 0}));
+}
+
 TEST(DecideProcessExit, PrefersWhatRunscLogged) {
   const int runsc_exit_143 = 143 << 8;
   EXPECT_EQ(DecideProcessExit(runsc_exit_143, Log("I1 2 3 main.go:266] Exiting with status: 15\n"), false),
             (ProcessExit{ProcessExit::kSignaled, 15}));
   EXPECT_EQ(DecideProcessExit(runsc_exit_143, Log("I1 2 3 main.go:266] Exiting with status: 36608\n"), false),
             (ProcessExit{ProcessExit::kExited, 143}));
+  EXPECT_EQ(DecideProcessExit(0, Log("I1 2 3 main.go:266] Exiting with status: 0\n"), false),
+            (ProcessExit{ProcessExit::kExited, 0}));
   // The sandbox died under it: runsc exits 128 with no status line.
   EXPECT_EQ(DecideProcessExit(128 << 8, Log(""), true), (ProcessExit{ProcessExit::kOomKilled, 0}));
   EXPECT_EQ(DecideProcessExit(128 << 8, Log(""), false), (ProcessExit{ProcessExit::kUnknown, 0}));
   // runsc itself was killed: whatever it logged before is not the end.
-  EXPECT_EQ(DecideProcessExit(SIGKILL, Log("I1 2 3 main.go:266] Exiting with status: 0\n"), false),
+  EXPECT_EQ(DecideProcessExit(SIGKILL, Log("I1 2 3 main.go:266] Exiting with status: 9\n"), false),
             (ProcessExit{ProcessExit::kUnknown, 0}));
 }
 

@@ -403,12 +403,14 @@ kj::Promise<SandboxHost::Stdio> SandboxHost::StartProcess(ValidatedStart request
 SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id, pid_t pid,
                                          const std::string& pid_file, kj::AutoCloseFd exec_log) {
   std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  // OOM kills counted before this process started are not its end.
+  uint64_t ooms_before = ReadOomKillCount(cgroup).value_or(0);
   auto ended = WatchChild(runsc_.events(), pid)
-                   .then([log = kj::mv(exec_log), cgroup](int runsc_status) {
+                   .then([log = kj::mv(exec_log), cgroup, ooms_before](int runsc_status) {
                      // Read at once: the cgroup goes when the sandbox is deleted.
                      auto ooms = ReadOomKillCount(cgroup);
                      return DecideProcessExit(runsc_status, ReadMemfd(log.get()),
-                                              ooms.value_or(0) > 0);
+                                              ooms.value_or(0) > ooms_before);
                    });
   auto process = kj::refcounted<Process>(kj::mv(ended));
   process->pid_file = pid_file;

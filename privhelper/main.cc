@@ -96,6 +96,34 @@ absl::StatusOr<int> OpenPinnedRunsc(const config::RunscPin::Reader& pin) {
   return fd;
 }
 
+// Copies the verified shim (from its open fd) to <runDir>/paseo-sandbox-shim, root:root
+// 0555, and returns that path. runsc's gofer opens mount sources by path as root: the copy is
+// a file only root can change, whatever happens later at the installed path.
+absl::StatusOr<std::string> InstallShimCopy(int shim_fd, const std::string& run_dir) {
+  std::string path = run_dir + "/paseo-sandbox-shim";
+  std::string tmp = path + ".new";
+  unlink(tmp.c_str());
+  kj::AutoCloseFd out(open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0555));
+  if (out.get() < 0) return ErrnoStatus("create", tmp);
+  char buf[65536];
+  off_t off = 0;
+  for (;;) {
+    ssize_t n = pread(shim_fd, buf, sizeof(buf), off);
+    if (n < 0) return ErrnoStatus("read", "the sandbox shim");
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = write(out.get(), buf + done, static_cast<size_t>(n - done));
+      if (w < 0) return ErrnoStatus("write", tmp);
+      done += w;
+    }
+    off += n;
+  }
+  if (fchown(out.get(), 0, 0) != 0 || fchmod(out.get(), 0555) != 0 || fsync(out.get()) != 0)
+    return ErrnoStatus("finish", tmp);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus("rename", tmp);
+  return path;
+}
+
 absl::Status MakeDir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
   if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", path);
   struct stat st;
@@ -325,15 +353,19 @@ int Main(int argc, char** argv) {
     self[n > 0 ? n : 0] = '\0';
     self_path = self;
   }
-  // The shim is bind-mounted into sandboxes: it must be root's and nobody else's to change.
-  std::string shim = (*config)->SandboxShimBinary(self_path);
-  auto shim_fd = OpenRootOwnedExecutable(shim);
-  if (!shim_fd.ok()) {
-    Log(absl::StrCat("cannot use the sandbox shim: ", shim_fd.status().message()));
+  // The shim is bind-mounted into sandboxes: it must be root's and nobody else's to change,
+  // and what is mounted is a private copy of the file checked here.
+  std::string shim_installed = (*config)->SandboxShimBinary(self_path);
+  auto shim_fd = OpenRootOwnedExecutable(shim_installed);
+  absl::StatusOr<std::string> shim_copy =
+      shim_fd.ok() ? InstallShimCopy(*shim_fd, run_dir) : shim_fd.status();
+  if (shim_fd.ok()) close(*shim_fd);
+  if (!shim_copy.ok()) {
+    Log(absl::StrCat("cannot use the sandbox shim: ", shim_copy.status().message()));
     unlink(socket_path.c_str());
     return 1;
   }
-  close(*shim_fd);
+  std::string shim = *shim_copy;
 
   SpawnRequest broker;
   broker.path = (*config)->BrokerBinary(self_path);

@@ -47,6 +47,9 @@ namespace {
 using paseo::tty::FrameReader;
 using paseo::tty::FrameType;
 
+// Typed input the program has not taken yet, before the relay stops reading stdin (and the
+// broker's flow control pushes back on the client). As on Linux, where a master write blocks
+// once the line discipline's buffer is full, a Ctrl-C typed behind such a backlog waits too.
 constexpr size_t kMaxPendingInput = 64 * 1024;
 
 [[noreturn]] void Die(const char* what) {
@@ -132,7 +135,9 @@ class Relay {
       if (isig && c != static_cast<char>(_POSIX_VDISABLE)) {
         if (c == static_cast<char>(t.c_cc[VINTR])) sig = SIGINT;
         else if (c == static_cast<char>(t.c_cc[VQUIT])) sig = SIGQUIT;
-        else if (c == static_cast<char>(t.c_cc[VSUSP])) sig = SIGTSTP;
+        // A stop signal for an orphaned process group is discarded by the kernel (nobody
+        // could continue it); the program's own group, which leads its session, is one.
+        else if (c == static_cast<char>(t.c_cc[VSUSP]) && Foreground() != child_) sig = SIGTSTP;
       }
       if (sig == 0) {
         pending_.push_back(c);
@@ -155,11 +160,12 @@ class Relay {
     if (ioctl(master_, TIOCSWINSZ, &ws) == 0) SignalForeground(SIGWINCH);
   }
 
-  void SignalForeground(int sig) {
+  pid_t Foreground() const {
     pid_t group = tcgetpgrp(master_);
-    if (group <= 0) group = child_;  // the program leads its own session and group
-    kill(-group, sig);
+    return group > 0 ? group : child_;  // the program leads its own session and group
   }
+
+  void SignalForeground(int sig) { kill(-Foreground(), sig); }
 
   int master_;
   pid_t child_;
@@ -282,11 +288,13 @@ int RunTty(int argc, char** argv) {
   Relay relay(master, child);
   FrameReader frames;
   bool input_open = true;
+  bool hung_up = false;  // every slave fd is closed while the program runs: stop polling
   int status = 0;
   char buf[65536];
   for (;;) {
     pollfd fds[3] = {
-        {master, static_cast<short>(POLLIN | (relay.has_pending() ? POLLOUT : 0)), 0},
+        {hung_up ? -1 : master, static_cast<short>(POLLIN | (relay.has_pending() ? POLLOUT : 0)),
+         0},
         {input_open && relay.wants_input() ? STDIN_FILENO : -1, POLLIN, 0},
         {sfd, POLLIN, 0},
     };
@@ -296,9 +304,10 @@ int RunTty(int argc, char** argv) {
       if (errno == EINTR) continue;
       Die("poll");
     }
-    if (fds[0].revents & POLLIN) {
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       ssize_t n = read(master, buf, sizeof(buf));
       if (n > 0) WriteAll(STDOUT_FILENO, buf, static_cast<size_t>(n));
+      else if (n == 0 || (errno != EAGAIN && errno != EINTR)) hung_up = true;
     }
     if (relay.has_pending()) relay.FlushInput();
     if (fds[1].revents) {

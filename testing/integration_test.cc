@@ -78,9 +78,15 @@ TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {
 }
 
 TEST_F(IntegrationTest, TheShimSharedByEverySandboxCannotBeChanged) {
-  const std::string host_shim = svc.base() + "/bin/paseo-sandbox-shim";
+  // What sandboxes mount is the privhelper's private copy of the installed file.
+  const std::string host_shim = svc.base() + "/run/paseo-sandbox-shim";
   std::string before = ReadFile(host_shim);
   ASSERT_FALSE(before.empty());
+  EXPECT_TRUE(before == ReadFile(svc.base() + "/bin/paseo-sandbox-shim"));
+  struct stat st = {};
+  ASSERT_EQ(stat(host_shim.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0555u);
   // As the sandbox's user, and as root inside the sandbox via its own files: every way of
   // changing the binary or its name fails, and the init it runs cannot be replaced.
   auto r = RunInAlpha({"sh", "-c",
