@@ -3,6 +3,10 @@
 // namespaces (testing/harness.h).
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <linux/fs.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -75,6 +79,68 @@ TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {
   EXPECT_TRUE(absl::StartsWith(r.out, "/dev/pts/")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "\r\n24 80\r\nx\r\n")) << r.out;
   EXPECT_EQ(r.err, "");
+}
+
+// The CLI on a real terminal: `run -t` makes it raw, gives the sandbox's terminal its size,
+// turns SIGWINCH into a resize, types its keys there, and restores it at the end.
+TEST_F(IntegrationTest, RunDashTOnARealTerminalFollowsItsSizeAndKeys) {
+  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  std::string slave_name = ptsname(master);
+  winsize ws = {};
+  ws.ws_row = 30;
+  ws.ws_col = 90;
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &ws), 0);
+  Identity who = Alpha();
+  std::string cli = svc.base() + "/bin/paseo-sandbox", sock = svc.socket();
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setsid();
+    int slave = open(slave_name.c_str(), O_RDWR);  // our controlling terminal from now on
+    if (slave < 0 || ioctl(slave, TIOCSCTTY, 0) != 0) _exit(120);
+    for (int fd = 0; fd < 3; ++fd) dup2(slave, fd);
+    if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
+        setresgid(who.gid, who.gid, who.gid) != 0 || setresuid(who.uid, who.uid, who.uid) != 0)
+      _exit(121);
+    const char* argv[] = {cli.c_str(), "--socket", sock.c_str(), "run", "-t", "--", "sh", "-c",
+                          "stty size; read x; echo got-$x; stty size", nullptr};
+    char* envp[] = {nullptr};
+    execve(argv[0], const_cast<char**>(argv), envp);
+    _exit(127);
+  }
+  std::string seen;
+  auto read_until = [&](const std::string& needle) {
+    for (int i = 0; i < 600 && seen.find(needle) == std::string::npos; ++i) {
+      pollfd p = {master, POLLIN, 0};
+      if (poll(&p, 1, 50) == 1) {
+        char buf[4096];
+        ssize_t n = read(master, buf, sizeof(buf));
+        if (n > 0) seen.append(buf, static_cast<size_t>(n));
+      }
+    }
+    return seen.find(needle) != std::string::npos;
+  };
+  EXPECT_TRUE(read_until("30 90")) << seen;
+  termios during = {};
+  ASSERT_EQ(tcgetattr(master, &during), 0);
+  EXPECT_FALSE(during.c_lflag & (ICANON | ECHO)) << "the CLI did not make its terminal raw";
+  ws.ws_row = 40;
+  ws.ws_col = 120;
+  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &ws), 0);  // the kernel sends the CLI SIGWINCH
+  usleep(1000000);  // let the resize reach the sandbox before the line that reads it
+  ASSERT_EQ(write(master, "go\r", 3), 3);
+  EXPECT_TRUE(read_until("got-go")) << seen;
+  EXPECT_TRUE(read_until("40 120")) << seen;
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << " " << seen;
+  termios after = {};
+  ASSERT_EQ(tcgetattr(master, &after), 0);
+  EXPECT_TRUE(after.c_lflag & ICANON) << "the CLI left its terminal raw";
+  close(master);
 }
 
 TEST_F(IntegrationTest, TheShimSharedByEverySandboxCannotBeChanged) {
