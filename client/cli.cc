@@ -41,13 +41,15 @@ Commands:
                              sandbox, read-only unless :rw is given; may be repeated
       --credential NAME      mount a credential directory the deployment registered, where the
                              launch profile places it (read-only unless the profile says)
-      -t, --tty              run on a pseudo-terminal (implies -i; the local terminal goes raw)
+      -t, --tty              run on a pseudo-terminal (implies -i; the local terminal goes raw;
+                             with --keep, Ctrl-P Ctrl-Q detaches and leaves it running)
       -i, --interactive      forward stdin to the command (closed at end-of-file)
       --env KEY=VALUE        environment entry (repeatable)
       --cwd DIR              working directory inside the sandbox
       --keep                 keep the sandbox after the command ends (prints its id on stderr)
   exec [-t] [-i] [--env K=V] [--cwd DIR] ID -- ARGV...
-                             run ARGV in an existing sandbox (see run --keep); exit status as run
+                             run ARGV in an existing sandbox (see run --keep); exit status as run;
+                             with -t, Ctrl-P Ctrl-Q detaches and leaves it running
   attach [--from OFFSET] SANDBOX PROCESS
                              follow a process's output (from OFFSET, else from now) and send it
                              your input; for a tty, Ctrl-P Ctrl-Q detaches
@@ -155,9 +157,10 @@ bool ParseProcessOption(const std::vector<std::string>& args, size_t& i, Process
 }
 
 // Starts argv in the sandbox and attaches to it until it ends; returns its exit code (130 if
-// we were interrupted twice). RPC errors propagate as exceptions.
-int RunProcess(kj::AsyncIoContext& io, api::Sandbox::Client& sandbox,
-               const std::vector<std::string>& argv, const ProcessOptions& p) {
+// we were interrupted twice). With `detachable` (the sandbox outlives us), Ctrl-P Ctrl-Q on a
+// tty detaches and leaves the process running. RPC errors propagate as exceptions.
+int RunProcess(kj::AsyncIoContext& io, api::Sandbox::Client& sandbox, const std::string& sandbox_id,
+               const std::vector<std::string>& argv, const ProcessOptions& p, bool detachable) {
   auto& ws = io.waitScope;
   auto start = sandbox.startProcessRequest();
   auto pspec = start.initSpec();
@@ -177,8 +180,14 @@ int RunProcess(kj::AsyncIoContext& io, api::Sandbox::Client& sandbox,
   AttachOptions attach;
   attach.tty = p.tty;
   attach.forward_stdin = p.interactive;
+  attach.detach_keys = p.tty && p.interactive && detachable;
   int code = Attach(io, started.getProcess(), attach);
-  return code == kDetached ? 0 : code;
+  if (code == kDetached) {
+    std::fprintf(stderr, "paseo-sandbox: process %s keeps running; reattach with: paseo-sandbox attach %s %s\n",
+                 started.getInfo().getId().cStr(), sandbox_id.c_str(), started.getInfo().getId().cStr());
+    return 0;
+  }
+  return code;
 }
 
 int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> args) {
@@ -259,7 +268,7 @@ int Run(kj::AsyncIoContext& io, const Options& opts, std::vector<std::string> ar
 
   int code = kServiceError;
   kj::Maybe<kj::Exception> error =
-      kj::runCatchingExceptions([&] { code = RunProcess(io, sandbox, argv, process); });
+      kj::runCatchingExceptions([&] { code = RunProcess(io, sandbox, sandbox_id, argv, process, keep); });
   if (keep) {
     std::fprintf(stderr, "paseo-sandbox: kept sandbox %s\n", sandbox_id.c_str());
   } else {
@@ -300,7 +309,7 @@ int Exec(kj::AsyncIoContext& io, const Options& opts, const std::vector<std::str
   auto get = conn.supervisor().getSandboxRequest();
   get.setId(id);
   auto sandbox = get.send().getSandbox();
-  return RunProcess(io, sandbox, argv, process);
+  return RunProcess(io, sandbox, id, argv, process, /*detachable=*/true);
 }
 
 // Looks up SANDBOX PROCESS for the per-process commands.

@@ -81,39 +81,14 @@ TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {
   EXPECT_EQ(r.err, "");
 }
 
-// The CLI on a real terminal: `run -t` makes it raw, gives the sandbox's terminal its size,
-// turns SIGWINCH into a resize, types its keys there, and restores it at the end.
-TEST_F(IntegrationTest, RunDashTOnARealTerminalFollowsItsSizeAndKeys) {
-  int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-  ASSERT_GE(master, 0);
-  ASSERT_EQ(grantpt(master), 0);
-  ASSERT_EQ(unlockpt(master), 0);
-  std::string slave_name = ptsname(master);
-  winsize ws = {};
-  ws.ws_row = 30;
-  ws.ws_col = 90;
-  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &ws), 0);
-  Identity who = Alpha();
-  std::string cli = svc.base() + "/bin/paseo-sandbox", sock = svc.socket();
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setsid();
-    int slave = open(slave_name.c_str(), O_RDWR);  // our controlling terminal from now on
-    if (slave < 0 || ioctl(slave, TIOCSCTTY, 0) != 0) _exit(120);
-    for (int fd = 0; fd < 3; ++fd) dup2(slave, fd);
-    if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
-        setresgid(who.gid, who.gid, who.gid) != 0 || setresuid(who.uid, who.uid, who.uid) != 0)
-      _exit(121);
-    const char* argv[] = {cli.c_str(), "--socket", sock.c_str(), "run", "-t", "--", "sh", "-c",
-                          "stty size; read x; echo got-$x; stty size", nullptr};
-    char* envp[] = {nullptr};
-    execve(argv[0], const_cast<char**>(argv), envp);
-    _exit(127);
-  }
+// The CLI as a user runs it: on a terminal (a pty we hold the master of), as `who`.
+struct CliOnPty {
+  pid_t pid = -1;
+  int master = -1;
   std::string seen;
-  auto read_until = [&](const std::string& needle) {
-    for (int i = 0; i < 600 && seen.find(needle) == std::string::npos; ++i) {
+  // Reads the terminal until `needle` shows (at most 30 s).
+  bool ReadUntil(const std::string& needle, size_t from = 0) {
+    for (int i = 0; i < 600 && seen.find(needle, from) == std::string::npos; ++i) {
       pollfd p = {master, POLLIN, 0};
       if (poll(&p, 1, 50) == 1) {
         char buf[4096];
@@ -121,26 +96,99 @@ TEST_F(IntegrationTest, RunDashTOnARealTerminalFollowsItsSizeAndKeys) {
         if (n > 0) seen.append(buf, static_cast<size_t>(n));
       }
     }
-    return seen.find(needle) != std::string::npos;
-  };
-  EXPECT_TRUE(read_until("30 90")) << seen;
+    return seen.find(needle, from) != std::string::npos;
+  }
+  int Wait() {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+  }
+};
+
+CliOnPty StartCliOnPty(const Service& svc, const Identity& who, uint16_t rows, uint16_t cols,
+                       const std::vector<std::string>& args) {
+  CliOnPty c;
+  c.master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (c.master < 0 || grantpt(c.master) != 0 || unlockpt(c.master) != 0) return c;
+  std::string slave_name = ptsname(c.master);
+  winsize ws = {};
+  ws.ws_row = rows;
+  ws.ws_col = cols;
+  ioctl(c.master, TIOCSWINSZ, &ws);
+  std::vector<std::string> argv = {svc.base() + "/bin/paseo-sandbox", "--socket", svc.socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  c.pid = fork();
+  if (c.pid == 0) {
+    setsid();
+    int slave = open(slave_name.c_str(), O_RDWR);  // our controlling terminal from now on
+    if (slave < 0 || ioctl(slave, TIOCSCTTY, 0) != 0) _exit(120);
+    for (int fd = 0; fd < 3; ++fd) dup2(slave, fd);
+    if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
+        setresgid(who.gid, who.gid, who.gid) != 0 || setresuid(who.uid, who.uid, who.uid) != 0)
+      _exit(121);
+    char* envp[] = {nullptr};
+    execve(cargv[0], cargv.data(), envp);
+    _exit(127);
+  }
+  return c;
+}
+
+// `run -t` on a real terminal makes it raw, gives the sandbox's terminal its size, turns
+// SIGWINCH into a resize, types its keys there, and restores it at the end.
+TEST_F(IntegrationTest, RunDashTOnARealTerminalFollowsItsSizeAndKeys) {
+  CliOnPty cli = StartCliOnPty(svc, Alpha(), 30, 90,
+                               {"run", "-t", "--", "sh", "-c",
+                                "stty size; read x; echo got-$x; stty size"});
+  ASSERT_GE(cli.pid, 0);
+  EXPECT_TRUE(cli.ReadUntil("30 90")) << cli.seen;
   termios during = {};
-  ASSERT_EQ(tcgetattr(master, &during), 0);
+  ASSERT_EQ(tcgetattr(cli.master, &during), 0);
   EXPECT_FALSE(during.c_lflag & (ICANON | ECHO)) << "the CLI did not make its terminal raw";
+  winsize ws = {};
   ws.ws_row = 40;
   ws.ws_col = 120;
-  ASSERT_EQ(ioctl(master, TIOCSWINSZ, &ws), 0);  // the kernel sends the CLI SIGWINCH
+  ASSERT_EQ(ioctl(cli.master, TIOCSWINSZ, &ws), 0);  // the kernel sends the CLI SIGWINCH
   usleep(1000000);  // let the resize reach the sandbox before the line that reads it
-  ASSERT_EQ(write(master, "go\r", 3), 3);
-  EXPECT_TRUE(read_until("got-go")) << seen;
-  EXPECT_TRUE(read_until("40 120")) << seen;
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << " " << seen;
+  ASSERT_EQ(write(cli.master, "go\r", 3), 3);
+  EXPECT_TRUE(cli.ReadUntil("got-go")) << cli.seen;
+  EXPECT_TRUE(cli.ReadUntil("40 120")) << cli.seen;
+  EXPECT_EQ(cli.Wait(), 0) << cli.seen;
   termios after = {};
-  ASSERT_EQ(tcgetattr(master, &after), 0);
+  ASSERT_EQ(tcgetattr(cli.master, &after), 0);
   EXPECT_TRUE(after.c_lflag & ICANON) << "the CLI left its terminal raw";
-  close(master);
+  close(cli.master);
+}
+
+// Ctrl-P Ctrl-Q leaves a kept sandbox's terminal process running; `attach` finds it again.
+TEST_F(IntegrationTest, DetachingFromATerminalLeavesItsProcessRunning) {
+  CliOnPty cli = StartCliOnPty(svc, Alpha(), 24, 80,
+                               {"run", "-t", "--keep", "--", "sh", "-c",
+                                "echo ready; read x; echo got-$x"});
+  ASSERT_GE(cli.pid, 0);
+  ASSERT_TRUE(cli.ReadUntil("ready")) << cli.seen;
+  ASSERT_EQ(write(cli.master, "\x10\x11", 2), 2);
+  ASSERT_TRUE(cli.ReadUntil("reattach with")) << cli.seen;
+  cli.ReadUntil("\n", cli.seen.find("reattach with"));  // the rest of that line
+  EXPECT_EQ(cli.Wait(), 0) << cli.seen;
+  close(cli.master);
+  size_t at = cli.seen.find("paseo-sandbox attach ");
+  ASSERT_NE(at, std::string::npos) << cli.seen;
+  std::vector<std::string> ids = absl::StrSplit(
+      cli.seen.substr(at + 21, cli.seen.find_first_of("\r\n", at) - at - 21), ' ');
+  ASSERT_EQ(ids.size(), 2u) << cli.seen;
+  auto ps = svc.Cli(Alpha(), {"ps"});
+  EXPECT_TRUE(absl::StrContains(ps.out, ids[1] + " running")) << ps.out;
+  // Reattached (with pipes as our stdin and stdout), the process still takes input.
+  CliOnPty again = StartCliOnPty(svc, Alpha(), 24, 80, {"attach", ids[0], ids[1]});
+  usleep(500000);
+  ASSERT_EQ(write(again.master, "back\r", 5), 5);
+  EXPECT_TRUE(again.ReadUntil("got-back")) << again.seen;
+  EXPECT_EQ(again.Wait(), 0) << again.seen;
+  close(again.master);
+  EXPECT_EQ(svc.Cli(Alpha(), {"rm", ids[0]}).exit_code, 0);
 }
 
 TEST_F(IntegrationTest, TheShimSharedByEverySandboxCannotBeChanged) {
