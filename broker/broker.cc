@@ -710,7 +710,9 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     record->deployment_id = known.getDeploymentId().cStr();
     record->profile = known.getProfile().cStr();
     record->created_ms = known.getCreatedAtUnixMs();
-    record->state = known.getUnattached() ? "running-unattached" : "running";
+    record->state = known.getOomKilled()    ? "oom-killed"
+                    : known.getUnattached() ? "running-unattached"
+                                            : "running";
     capnp::MallocMessageBuilder saved;
     if (ReadRecord(log_dir_ + "/" + record->id, "record", saved).ok()) {
       // What only the broker knew survives its crash.

@@ -417,9 +417,13 @@ SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process
   Process* raw = process.get();
   // Owned by the process record, so the raw pointer cannot outlive it.
   process->watcher = process->exit.addBranch()
-                         .then([raw](ProcessExit) {
+                         .then([this, raw, id = sb.id, gen = sb.generation](ProcessExit end) {
                            raw->exited = true;
                            raw->kept_stdin = nullptr;  // nobody can write to it any more
+                           if (end.kind == ProcessExit::kOomKilled) {
+                             // Remembered for a restarted broker's inventory.
+                             if (Sandbox* s = Find(id, gen)) s->oom_killed = true;
+                           }
                          })
                          .eagerlyEvaluate(nullptr);
   sb.processes.emplace(process_id, kj::mv(process));
@@ -626,6 +630,7 @@ void SandboxHost::Inventory(helper::Helper::InventoryResults::Builder out) const
     o.setProfile(sb->profile);
     o.setCreatedAtUnixMs(sb->created_ms);
     o.setUnattached(sb->unattached);
+    o.setOomKilled(sb->oom_killed);
     for (const auto& [pid, p] : sb->processes) {
       auto po = kept[k++];
       po.setSandboxId(sb->id);

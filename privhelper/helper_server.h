@@ -84,6 +84,7 @@ class SandboxHost {
     bool running = false;
     bool deleting = false;
     bool unattached = false;  // adopted from a previous privhelper
+    bool oom_killed = false;  // a process of it ended oom-killed: the sandbox is dead
     std::map<std::string, kj::Own<Process>> processes;
   };
   class ReapErrors : public kj::TaskSet::ErrorHandler {

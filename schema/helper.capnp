@@ -59,6 +59,8 @@ struct AdoptedSandbox {
   createdAtUnixMs @3 :Int64;
   unattached @4 :Bool;
   # True if a previous privhelper started it (restart policy "keep"): its processes are gone.
+  oomKilled @5 :Bool;
+  # The host's OOM killer stopped it (a process of it ended oom-killed); only delete is useful.
 }
 
 struct KeptProcess {

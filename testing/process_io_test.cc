@@ -151,6 +151,18 @@ void Resize(api::Process::Client& p, uint16_t rows, uint16_t cols) {
   req.send().wait(Io().waitScope);
 }
 
+pid_t BrokerPid(pid_t privhelper) {
+  for (const auto& line : absl::StrSplit(ReadFile("/proc/" + std::to_string(privhelper) +
+                                                  "/task/" + std::to_string(privhelper) +
+                                                  "/children"),
+                                         ' ', absl::SkipEmpty())) {
+    pid_t pid = std::stoi(std::string(line));
+    if (absl::StrContains(ReadFile("/proc/" + std::to_string(pid) + "/cmdline"), "broker"))
+      return pid;
+  }
+  return -1;
+}
+
 class ProcessIoTest : public ::testing::Test {
  protected:
   Service& svc = Service::Get();
@@ -411,7 +423,27 @@ TEST_F(ProcessIoTest, AnOomKilledSandboxReportsItsProcessesAsOomKilled) {
   EXPECT_EQ(Wait(bystander).which(), api::ExitStatus::OOM_KILLED);
   auto info = sandbox.inspectRequest().send().wait(Io().waitScope);
   EXPECT_EQ(std::string(info.getInfo().getState().cStr()), "oom-killed");
-  Delete(sandbox);
+  // A restarted broker learns it from the privhelper.
+  pid_t broker = BrokerPid(svc.privhelper_pid());
+  ASSERT_GT(broker, 0);
+  kill(broker, SIGKILL);
+  std::string state;
+  for (int attempt = 0; attempt < 100 && state.empty(); ++attempt) {
+    kj::runCatchingExceptions([&] {
+      client::Connection again(Io(), svc.socket());
+      auto get = again.supervisor().getSandboxRequest();
+      get.setId(id);
+      auto inspected = get.send().getSandbox().inspectRequest().send().wait(Io().waitScope);
+      state = inspected.getInfo().getState().cStr();
+    });
+    if (state.empty()) usleep(200000);
+  }
+  EXPECT_EQ(state, "oom-killed");
+  client::Connection again(Io(), svc.socket());
+  auto get = again.supervisor().getSandboxRequest();
+  get.setId(id);
+  auto restored = get.send().getSandbox();
+  Delete(restored);
 }
 
 TEST_F(ProcessIoTest, AClientKilledMidRunLosesNothing) {
@@ -473,17 +505,6 @@ uint64_t RssKiB(pid_t pid) {
   return 0;
 }
 
-pid_t BrokerPid(pid_t privhelper) {
-  for (const auto& line : absl::StrSplit(ReadFile("/proc/" + std::to_string(privhelper) +
-                                                  "/task/" + std::to_string(privhelper) +
-                                                  "/children"),
-                                         ' ', absl::SkipEmpty())) {
-    pid_t pid = std::stoi(std::string(line));
-    if (absl::StrContains(ReadFile("/proc/" + std::to_string(pid) + "/cmdline"), "broker"))
-      return pid;
-  }
-  return -1;
-}
 
 // The broker is SIGKILLed in the middle of a 100 MiB stream. The privhelper restarts it, the
 // new broker takes the process over from the kept pipe and continues its output log, and a
