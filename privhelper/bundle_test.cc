@@ -260,6 +260,7 @@ BundleSpec TypicalBundle() {
   };
   spec.tmpfs_bytes = 128ull << 20;
   spec.memory_limit_bytes = 0;
+  spec.shim = "/run/paseo-sandbox/paseo-sandbox-shim";
   return spec;
 }
 
@@ -322,10 +323,25 @@ TEST(RenderOciConfigTest, UserIdsAreRenderedExactly) {
   }
 }
 
-TEST(SandboxInitArgvTest, IsAnAbsoluteIdleCommand) {
-  std::vector<std::string> argv = SandboxInitArgv();
-  ASSERT_FALSE(argv.empty());
-  EXPECT_EQ(argv[0][0], '/');
+TEST(SandboxInitArgvTest, IsTheShimsInit) {
+  EXPECT_EQ(SandboxInitArgv(), (std::vector<std::string>{"/.paseo/shim", "init"}));
+}
+
+TEST(RenderOciConfigTest, TheShimIsMountedReadOnlyFromTheHostCopy) {
+  auto doc = Parse(RenderOciConfig(TypicalBundle()));
+  ASSERT_TRUE(doc->ok);
+  auto mounts = MountsByDestination(doc->root);
+  ASSERT_EQ(mounts.count(kShimPath), 1u);
+  JsonValue::Reader m = mounts.at(kShimPath);
+  EXPECT_EQ(Str(Field(m, "type")), "bind");
+  EXPECT_EQ(Str(Field(m, "source")), "/run/paseo-sandbox/paseo-sandbox-shim");
+  EXPECT_EQ(Strings(Field(m, "options")),
+            (std::vector<std::string>{"bind", "ro", "nosuid", "nodev"}));
+}
+
+TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelay) {
+  EXPECT_EQ(TtyArgv(24, 80, {"sh", "-c", "x"}),
+            (std::vector<std::string>{"/.paseo/shim", "tty", "24", "80", "sh", "-c", "x"}));
 }
 
 TEST(RenderOciConfigTest, RootIsTheReadOnlyRootfs) {
@@ -387,8 +403,8 @@ TEST(RenderOciConfigTest, StagedMountsAreNonRecursiveBindsOfTheStagingPaths) {
     EXPECT_FALSE(Contains(options, "rbind"));
   }
 
-  // The staged mounts are the only binds, and they follow every base mount (so a staged mount
-  // beneath /tmp is not hidden by the tmpfs).
+  // The staged mounts and the shim are the only binds, and they follow every base mount (so a
+  // staged mount beneath /tmp is not hidden by the tmpfs).
   auto all = Array(Field(doc->root, "mounts"));
   size_t binds = 0;
   size_t last_base = 0, first_bind = all.size();
@@ -403,16 +419,17 @@ TEST(RenderOciConfigTest, StagedMountsAreNonRecursiveBindsOfTheStagingPaths) {
       last_base = i;
     }
   }
-  EXPECT_EQ(binds, spec.mounts.size());
+  EXPECT_EQ(binds, spec.mounts.size() + 1);
   EXPECT_LT(last_base, first_bind);
 }
 
-TEST(RenderOciConfigTest, NoStagedMountsMeansNoBinds) {
+TEST(RenderOciConfigTest, NoStagedMountsMeansNoBindsBesidesTheShim) {
   BundleSpec spec = TypicalBundle();
   spec.mounts.clear();
   auto doc = Parse(RenderOciConfig(spec));
   ASSERT_TRUE(doc->ok);
   for (auto m : Array(Field(doc->root, "mounts"))) {
+    if (Str(Field(m, "destination")) == kShimPath) continue;
     EXPECT_NE(Str(Field(m, "type")), "bind") << Str(Field(m, "destination"));
   }
 }
@@ -575,6 +592,15 @@ TEST(RenderProcessJsonTest, ControlBytesUseStandardEscapes) {
 }
 
 bool IsPath(const std::string& e) { return e.rfind("PATH=", 0) == 0; }
+
+TEST(ProcessEnvTest, ATerminalGetsTermUnlessGivenOne) {
+  auto env = ProcessEnv({"A=1"}, /*tty=*/true);
+  EXPECT_NE(std::find(env.begin(), env.end(), "TERM=xterm"), env.end());
+  env = ProcessEnv({"TERM=dumb"}, /*tty=*/true);
+  EXPECT_EQ(std::find(env.begin(), env.end(), "TERM=xterm"), env.end());
+  env = ProcessEnv({}, /*tty=*/false);
+  EXPECT_EQ(std::find(env.begin(), env.end(), "TERM=xterm"), env.end());
+}
 
 TEST(ProcessEnvTest, AddsDefaultPathOnlyWhenMissing) {
   std::vector<std::string> empty = ProcessEnv({});

@@ -135,6 +135,11 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
        absl::StatusCode::kInvalidArgument, "/dev"},
       {"destination over /sys", [](auto r) { r.getWorkspaces()[0].setDestination("/sys/fs"); },
        absl::StatusCode::kInvalidArgument, "/sys"},
+      {"destination over the shim", [](auto r) { r.getWorkspaces()[0].setDestination("/.paseo"); },
+       absl::StatusCode::kInvalidArgument, "/.paseo"},
+      {"destination beneath the shim",
+       [](auto r) { r.getWorkspaces()[0].setDestination("/.paseo/shim"); },
+       absl::StatusCode::kInvalidArgument, "/.paseo"},
       {"overlapping destinations",
        [](auto r) {
          auto ws = r.initWorkspaces(2);
@@ -182,6 +187,18 @@ TEST_F(RequestValidationTest, AcceptsAWellFormedStart) {
   EXPECT_EQ(v->cwd, "/workspace/sub");
 }
 
+TEST_F(RequestValidationTest, AcceptsATerminalWithItsSize) {
+  auto v = Start([](auto r) {
+    r.setTty(true);
+    r.setRows(50);
+    r.setCols(132);
+  });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->tty);
+  EXPECT_EQ(v->rows, 50);
+  EXPECT_EQ(v->cols, 132);
+}
+
 TEST_F(RequestValidationTest, RefusesBadStarts) {
   const std::vector<std::pair<const char*, std::function<void(helper::StartProcessRequest::Builder)>>>
       cases = {
@@ -198,6 +215,8 @@ TEST_F(RequestValidationTest, RefusesBadStarts) {
           {"cwd with ..", [](auto r) { r.setCwd("/workspace/../etc"); }},
           {"bad process id", [](auto r) { r.setProcessId("../x"); }},
           {"bad sandbox id", [](auto r) { r.setSandboxId("SB"); }},
+          {"terminal with no rows", [](auto r) { r.setTty(true); r.setRows(0); r.setCols(80); }},
+          {"terminal with no columns", [](auto r) { r.setTty(true); r.setRows(24); r.setCols(0); }},
           {"argv over 1 MiB",
            [](auto r) {
              auto argv = r.initArgv(3);

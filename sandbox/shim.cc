@@ -293,13 +293,12 @@ int RunTty(int argc, char** argv) {
   char buf[65536];
   for (;;) {
     pollfd fds[3] = {
-        {hung_up ? -1 : master, static_cast<short>(POLLIN | (relay.has_pending() ? POLLOUT : 0)),
-         0},
+        {hung_up ? -1 : master, POLLIN, 0},
         {input_open && relay.wants_input() ? STDIN_FILENO : -1, POLLIN, 0},
         {sfd, POLLIN, 0},
     };
     // gVisor does not wake a master writer when the program reads its terminal: while typed
-    // input waits, retry every few milliseconds instead of trusting POLLOUT alone.
+    // input waits, retry every few milliseconds instead of polling for POLLOUT.
     if (poll(fds, 3, relay.has_pending() ? 10 : -1) < 0) {
       if (errno == EINTR) continue;
       Die("poll");

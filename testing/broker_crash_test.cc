@@ -18,30 +18,14 @@ namespace {
 
 Identity Alpha(const Service& svc) { return {4242, 4242, {4242, svc.socket_gid()}}; }
 
-std::vector<pid_t> Children(pid_t parent) {
-  std::vector<pid_t> kids;
-  std::istringstream in(ReadFile("/proc/" + std::to_string(parent) + "/task/" +
-                                 std::to_string(parent) + "/children"));
-  for (pid_t pid; in >> pid;) kids.push_back(pid);
-  return kids;
-}
-
-pid_t Broker(const Service& svc) {
-  for (pid_t pid : Children(svc.privhelper_pid())) {
-    if (absl::StrContains(ReadFile("/proc/" + std::to_string(pid) + "/cmdline"), "broker"))
-      return pid;
-  }
-  return -1;
-}
-
 // Waits until the privhelper runs `runsc <step>`, then SIGKILLs the broker. True if caught.
 bool KillBrokerDuring(const Service& svc, const std::string& step) {
   std::string needle = std::string("\0", 1) + step + std::string("\0", 1);
   for (int i = 0; i < 5000; ++i) {
-    for (pid_t pid : Children(svc.privhelper_pid())) {
+    for (pid_t pid : ChildrenOf(svc.privhelper_pid())) {
       std::string cmd = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
       if (absl::StartsWith(cmd, "runsc") && absl::StrContains(cmd, needle)) {
-        kill(Broker(svc), SIGKILL);
+        kill(svc.broker_pid(), SIGKILL);
         return true;
       }
     }
@@ -52,7 +36,7 @@ bool KillBrokerDuring(const Service& svc, const std::string& step) {
 
 void WaitForBroker(const Service& svc, pid_t old) {
   for (int i = 0; i < 200; ++i) {
-    pid_t now = Broker(svc);
+    pid_t now = svc.broker_pid();
     if (now > 0 && now != old) {
       // Serving once a client gets an answer.
       if (svc.Cli(Alpha(svc), {"info"}).exit_code == 0) return;
@@ -89,7 +73,7 @@ class BrokerCrashTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BrokerCrashTest, DuringCreateTheSandboxEndsUpWorkingOrGone) {
   Service& svc = Service::Get();
-  pid_t old = Broker(svc);
+  pid_t old = svc.broker_pid();
   std::thread client([&] { svc.Cli(Alpha(svc), {"run", "--", "true"}); });
   bool caught = KillBrokerDuring(svc, GetParam());
   client.join();
@@ -107,7 +91,7 @@ TEST_P(BrokerCrashDeleteTest, DuringDeleteTheSandboxEndsUpGone) {
   auto kept = svc.Cli(Alpha(svc), {"run", "--keep", "--", "true"});
   ASSERT_EQ(kept.exit_code, 0) << kept.err;
   std::string id = kept.err.substr(kept.err.find("sb-"), 27);
-  pid_t old = Broker(svc);
+  pid_t old = svc.broker_pid();
   std::thread client([&] { svc.Cli(Alpha(svc), {"rm", id}); });
   bool caught = KillBrokerDuring(svc, GetParam());
   client.join();

@@ -27,18 +27,6 @@ CliResult WriteIntoWorkspace(const Service& svc) {
                               "sh", "-c", "echo x > /workspace/made && cat /workspace/made"});
 }
 
-// The broker child of a privhelper, or -1.
-pid_t BrokerOf(pid_t privhelper) {
-  std::string kids = ReadFile("/proc/" + std::to_string(privhelper) + "/task/" +
-                              std::to_string(privhelper) + "/children");
-  std::istringstream in(kids);
-  for (pid_t pid; in >> pid;) {
-    std::string cmd = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
-    if (absl::StrContains(cmd, "paseo-sandbox-broker")) return pid;
-  }
-  return -1;
-}
-
 uint64_t CapMask(const std::string& status, const std::string& field) {
   auto pos = status.find(field + ":\t");
   if (pos == std::string::npos) return ~0ull;
@@ -51,13 +39,13 @@ TEST(CapabilityTest, TheFullListSufficesAndIsAllThePrivhelperHolds) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "x\n");
   // With the full list, a broker that dies is restarted.
-  pid_t broker = BrokerOf(svc.privhelper_pid());
+  pid_t broker = svc.broker_pid();
   ASSERT_GT(broker, 0);
   kill(broker, SIGKILL);
   pid_t next = -1;
   for (int i = 0; i < 100 && (next == -1 || next == broker); ++i) {
     usleep(100000);
-    next = BrokerOf(svc.privhelper_pid());
+    next = svc.broker_pid();
   }
   EXPECT_GT(next, 0);
   EXPECT_NE(next, broker);
@@ -80,11 +68,11 @@ TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
     Service svc(options);
     if (c.cap == CAP_SETPCAP) {
       // Its operation is restarting a broker that died: kill the broker, expect no successor.
-      pid_t broker = BrokerOf(svc.privhelper_pid());
+      pid_t broker = svc.broker_pid();
       ASSERT_GT(broker, 0);
       kill(broker, SIGKILL);
       sleep(4);  // the first restart comes after 1 s
-      EXPECT_EQ(BrokerOf(svc.privhelper_pid()), -1) << "broker restarted without cap_setpcap";
+      EXPECT_EQ(svc.broker_pid(), -1) << "broker restarted without cap_setpcap";
       EXPECT_TRUE(absl::StrContains(svc.Log(), "cannot restart broker")) << svc.Log();
       std::printf("without %-16s (%s): %s\n", c.name, c.needed_for, "broker not restarted");
       svc.Stop();

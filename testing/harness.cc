@@ -1,19 +1,15 @@
 // See harness.h.
 #include "testing/harness.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <net/if.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,78 +24,6 @@
 #include "gtest/gtest.h"
 
 namespace paseo::testing {
-namespace {
-
-[[noreturn]] void Die(const std::string& why) {
-  std::fprintf(stderr, "integration harness: %s\n", why.c_str());
-  std::exit(2);
-}
-
-std::string Runfile(const std::string& rel) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr || ws == nullptr) Die("run me with bazel test");
-  return std::string(srcdir) + "/" + ws + "/" + rel;
-}
-
-void Check(bool ok, const std::string& what) {
-  if (!ok) Die(what + ": " + std::strerror(errno));
-}
-
-void CopyExecutable(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  std::ofstream out(to, std::ios::binary);
-  out << in.rdbuf();
-  out.close();
-  Check(in.good() || in.eof(), "copy " + from);
-  Check(chmod(to.c_str(), 0755) == 0, "chmod " + to);
-}
-
-// Runs a command and returns its stdout (dies if it fails).
-std::string Capture(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  Check(p != nullptr, "popen " + cmd);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  if (pclose(p) != 0) Die("command failed: " + cmd);
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
-
-void LoopbackUp() {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ifreq ifr = {};
-  std::strcpy(ifr.ifr_name, "lo");
-  ioctl(s, SIOCGIFFLAGS, &ifr);
-  ifr.ifr_flags |= IFF_UP;
-  ioctl(s, SIOCSIFFLAGS, &ifr);
-  close(s);
-}
-
-bool CanConnect(const std::string& path) {
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
-}  // namespace
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 Service& Service::Get() {
   static Service* service = new Service(ServiceOptions{});
@@ -290,13 +214,8 @@ int Service::Stop() {
 
 void Service::RemoveCgroupParent() const {
   // Our parent cgroups are empty once every sandbox is gone (rmdir refuses otherwise).
-  if (DIR* d = opendir("/sys/fs/cgroup")) {
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] == '.') continue;
-      rmdir(("/sys/fs/cgroup/" + std::string(e->d_name) + "/" + CgroupParent()).c_str());
-    }
-    closedir(d);
-  }
+  for (const auto& hierarchy : ListDir("/sys/fs/cgroup"))
+    rmdir(("/sys/fs/cgroup/" + hierarchy + "/" + CgroupParent()).c_str());
 }
 
 void Service::Crash() {
@@ -312,24 +231,21 @@ void Service::Restart() { Launch(); }
 
 std::string Service::Log() const { return ReadFile(base_ + "/privhelper.log"); }
 
+pid_t Service::broker_pid() const {
+  for (pid_t pid : ChildrenOf(privhelper_pid_)) {
+    if (ReadFile("/proc/" + std::to_string(pid) + "/cmdline").find("broker") != std::string::npos)
+      return pid;
+  }
+  return -1;
+}
+
 std::vector<std::string> Service::Leaks() const {
   std::vector<std::string> leaks;
-  auto list_dir = [](const std::string& dir) {
-    std::vector<std::string> names;
-    if (DIR* d = opendir(dir.c_str())) {
-      while (dirent* e = readdir(d)) {
-        std::string n = e->d_name;
-        if (n != "." && n != "..") names.push_back(n);
-      }
-      closedir(d);
-    }
-    return names;
-  };
-  for (const auto& n : list_dir(bundles())) leaks.push_back("bundle " + n);
-  for (const auto& n : list_dir(runsc_root())) leaks.push_back("runsc state " + n);
-  for (const auto& hierarchy : list_dir("/sys/fs/cgroup")) {
+  for (const auto& n : ListDir(bundles())) leaks.push_back("bundle " + n);
+  for (const auto& n : ListDir(runsc_root())) leaks.push_back("runsc state " + n);
+  for (const auto& hierarchy : ListDir("/sys/fs/cgroup")) {
     std::string parent = "/sys/fs/cgroup/" + hierarchy + "/" + CgroupParent();
-    for (const auto& n : list_dir(parent)) {
+    for (const auto& n : ListDir(parent)) {
       if (n.rfind("sb-", 0) == 0) leaks.push_back("cgroup " + parent + "/" + n);
     }
   }
@@ -347,7 +263,7 @@ std::vector<std::string> Service::Leaks() const {
     if (privhelper_pid_ > 0 && point == base_ + "/run/control-netns") continue;
     if (point.rfind(base_ + "/", 0) == 0) leaks.push_back("mount " + point);
   }
-  for (const auto& n : list_dir("/proc")) {
+  for (const auto& n : ListDir("/proc")) {
     if (n.find_first_not_of("0123456789") != std::string::npos) continue;
     std::string cmdline = ReadFile("/proc/" + n + "/cmdline");
     if (cmdline.find(runsc_root()) != std::string::npos) leaks.push_back("process " + n);

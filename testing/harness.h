@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "testing/util.h"
+
 namespace paseo::testing {
 
 struct CliResult {
@@ -56,6 +58,7 @@ class Service {
   std::string runsc_root() const { return base_ + "/run/runsc"; }
   std::string bundles() const { return base_ + "/state/bundles"; }
   pid_t privhelper_pid() const { return privhelper_pid_; }
+  pid_t broker_pid() const;  // the privhelper's broker child, or -1
   // This service's own cgroup parent (so concurrent services never see each other's).
   std::string CgroupParent() const { return "paseo-it-" + base_.substr(base_.rfind('.') + 1); }
   gid_t socket_gid() const { return socket_gid_; }
@@ -94,8 +97,5 @@ class Service {
 // process is single-threaded, for the namespaces), runs the tests, stops the service, and
 // fails if anything leaked.
 int RunTestsWithSharedService(int argc, char** argv);
-
-// Reads a whole file ("" if unreadable).
-std::string ReadFile(const std::string& path);
 
 }  // namespace paseo::testing

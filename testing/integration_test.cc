@@ -347,21 +347,9 @@ TEST_F(IntegrationTest, SubdirectoryWorkspaceShowsOnlyThatSubdirectory) {
 }
 
 TEST_F(IntegrationTest, BrokerRunsAsTheUnprivilegedUserWithNoCapabilities) {
-  std::string broker_pid;
-  DIR* d = opendir("/proc");
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat = ReadFile("/proc/" + n + "/stat");
-    auto close_paren = stat.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    std::vector<std::string> f = absl::StrSplit(stat.substr(close_paren + 2), ' ');
-    if (f.size() > 1 && f[1] == std::to_string(svc.privhelper_pid()) &&
-        absl::StrContains(ReadFile("/proc/" + n + "/cmdline"), "paseo-sandbox-broker"))
-      broker_pid = n;
-  }
-  closedir(d);
-  ASSERT_FALSE(broker_pid.empty()) << "no broker child of the privhelper";
+  pid_t broker = svc.broker_pid();
+  ASSERT_GT(broker, 0) << "no broker child of the privhelper";
+  std::string broker_pid = std::to_string(broker);
   std::string status = ReadFile("/proc/" + broker_pid + "/status");
   std::string uid = std::to_string(svc.broker_uid());
   EXPECT_TRUE(absl::StrContains(status, "Uid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid))
@@ -478,22 +466,6 @@ std::vector<std::string> FdTable(pid_t pid) {
   }
   closedir(d);
   return out;
-}
-
-std::vector<pid_t> ChildrenOf(pid_t parent) {
-  std::vector<pid_t> kids;
-  DIR* d = opendir("/proc");
-  while (dirent* e = readdir(d)) {
-    std::string n = e->d_name;
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat = ReadFile("/proc/" + n + "/stat");
-    auto close_paren = stat.rfind(')');
-    if (close_paren == std::string::npos) continue;
-    std::vector<std::string> f = absl::StrSplit(stat.substr(close_paren + 2), ' ');
-    if (f.size() > 1 && f[1] == std::to_string(parent)) kids.push_back(std::stoi(n));
-  }
-  closedir(d);
-  return kids;
 }
 
 // fd hygiene: a running `runsc exec` holds its three stdio pipes, its status log, and nothing

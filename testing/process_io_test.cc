@@ -151,16 +151,17 @@ void Resize(api::Process::Client& p, uint16_t rows, uint16_t cols) {
   req.send().wait(Io().waitScope);
 }
 
-pid_t BrokerPid(pid_t privhelper) {
-  for (const auto& line : absl::StrSplit(ReadFile("/proc/" + std::to_string(privhelper) +
-                                                  "/task/" + std::to_string(privhelper) +
-                                                  "/children"),
-                                         ' ', absl::SkipEmpty())) {
-    pid_t pid = std::stoi(std::string(line));
-    if (absl::StrContains(ReadFile("/proc/" + std::to_string(pid) + "/cmdline"), "broker"))
-      return pid;
-  }
-  return -1;
+api::Sandbox::Client SandboxById(client::Connection& conn, const std::string& id) {
+  auto get = conn.supervisor().getSandboxRequest();
+  get.setId(id);
+  return get.send().getSandbox();
+}
+
+api::Process::Client ProcessById(client::Connection& conn, const std::string& sandbox_id,
+                                 const std::string& process_id) {
+  auto req = SandboxById(conn, sandbox_id).getProcessRequest();
+  req.setId(process_id);
+  return req.send().getProcess();
 }
 
 class ProcessIoTest : public ::testing::Test {
@@ -216,9 +217,7 @@ class ProcessIoTest : public ::testing::Test {
     client::Connection conn(Io(), svc.socket());
     auto list = conn.supervisor().listSandboxesRequest().send().wait(Io().waitScope);
     for (auto info : list.getSandboxes()) {
-      auto get = conn.supervisor().getSandboxRequest();
-      get.setId(info.getId());
-      auto sandbox = get.send().getSandbox();
+      auto sandbox = SandboxById(conn, info.getId());
       Delete(sandbox);
       ADD_FAILURE() << "test left sandbox " << info.getId().cStr();
     }
@@ -277,11 +276,7 @@ TEST_F(ProcessIoTest, HundredMiBSurviveTenReconnectsExactlyOnceInOrder) {
     // A new connection each round, as a restarted Paseo daemon would make, resuming at the
     // offset after the last byte it saw.
     client::Connection conn(Io(), svc.socket());
-    auto get = conn.supervisor().getSandboxRequest();
-    get.setId(sandbox_id);
-    auto preq = get.send().getSandbox().getProcessRequest();
-    preq.setId(process_id);
-    auto process = preq.send().getProcess();
+    auto process = ProcessById(conn, sandbox_id, process_id);
     bool last = round == 10;
     uint64_t cut = last ? ~0ull >> 1 : 1 + rng() % (out_total / 8);
     auto out = Subscribe(process, api::Stream::STDOUT, out_next, OutByte, cut);
@@ -308,9 +303,7 @@ TEST_F(ProcessIoTest, HundredMiBSurviveTenReconnectsExactlyOnceInOrder) {
   EXPECT_EQ(out_next, out_total);
   EXPECT_EQ(err_next, err_total);
   client::Connection conn(Io(), svc.socket());
-  auto get = conn.supervisor().getSandboxRequest();
-  get.setId(sandbox_id);
-  auto sandbox = get.send().getSandbox();
+  auto sandbox = SandboxById(conn, sandbox_id);
   Delete(sandbox);
   unlink((svc.base() + "/ws-io/out.pattern").c_str());
   unlink((svc.base() + "/ws-io/err.pattern").c_str());
@@ -424,25 +417,22 @@ TEST_F(ProcessIoTest, AnOomKilledSandboxReportsItsProcessesAsOomKilled) {
   auto info = sandbox.inspectRequest().send().wait(Io().waitScope);
   EXPECT_EQ(std::string(info.getInfo().getState().cStr()), "oom-killed");
   // A restarted broker learns it from the privhelper.
-  pid_t broker = BrokerPid(svc.privhelper_pid());
+  pid_t broker = svc.broker_pid();
   ASSERT_GT(broker, 0);
   kill(broker, SIGKILL);
   std::string state;
   for (int attempt = 0; attempt < 100 && state.empty(); ++attempt) {
     kj::runCatchingExceptions([&] {
       client::Connection again(Io(), svc.socket());
-      auto get = again.supervisor().getSandboxRequest();
-      get.setId(id);
-      auto inspected = get.send().getSandbox().inspectRequest().send().wait(Io().waitScope);
+      auto inspected =
+          SandboxById(again, id).inspectRequest().send().wait(Io().waitScope);
       state = inspected.getInfo().getState().cStr();
     });
     if (state.empty()) usleep(200000);
   }
   EXPECT_EQ(state, "oom-killed");
   client::Connection again(Io(), svc.socket());
-  auto get = again.supervisor().getSandboxRequest();
-  get.setId(id);
-  auto restored = get.send().getSandbox();
+  auto restored = SandboxById(again, id);
   Delete(restored);
 }
 
@@ -480,9 +470,7 @@ TEST_F(ProcessIoTest, AClientKilledMidRunLosesNothing) {
   client::Connection conn(Io(), svc.socket());
   auto list = conn.supervisor().listSandboxesRequest().send().wait(Io().waitScope);
   ASSERT_EQ(list.getSandboxes().size(), 1u);
-  auto get = conn.supervisor().getSandboxRequest();
-  get.setId(list.getSandboxes()[0].getId());
-  auto sandbox = get.send().getSandbox();
+  auto sandbox = SandboxById(conn, list.getSandboxes()[0].getId());
   auto procs = sandbox.listProcessesRequest().send().wait(Io().waitScope);
   ASSERT_EQ(procs.getProcesses().size(), 1u);
   auto preq = sandbox.getProcessRequest();
@@ -515,7 +503,7 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
   const uint64_t out_total = 100ull * kPattern, err_total = 10ull * kPattern;
   std::string sandbox_id, process_id;
   uint64_t out_next = 0, err_next = 0;
-  pid_t broker = BrokerPid(svc.privhelper_pid());
+  pid_t broker = svc.broker_pid();
   ASSERT_GT(broker, 0);
   {
     client::Connection conn(Io(), svc.socket());
@@ -544,11 +532,7 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
   for (int attempt = 0; attempt < 100 && !done; ++attempt) {
     auto error = kj::runCatchingExceptions([&] {
       client::Connection conn(Io(), svc.socket());
-      auto get = conn.supervisor().getSandboxRequest();
-      get.setId(sandbox_id);
-      auto preq = get.send().getSandbox().getProcessRequest();
-      preq.setId(process_id);
-      auto process = preq.send().getProcess();
+      auto process = ProcessById(conn, sandbox_id, process_id);
       auto out = Subscribe(process, api::Stream::STDOUT, out_next, OutByte);
       auto err = Subscribe(process, api::Stream::STDERR, err_next, ErrByte);
       out.done.wait(Io().waitScope);
@@ -564,13 +548,11 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
     if (!done) usleep(200000);
   }
   ASSERT_TRUE(done) << "never reconnected to a restarted broker";
-  EXPECT_NE(BrokerPid(svc.privhelper_pid()), broker);
+  EXPECT_NE(svc.broker_pid(), broker);
   {
     // What only the broker knew (owner, labels) came back from its crash-safe record.
     client::Connection conn(Io(), svc.socket());
-    auto get = conn.supervisor().getSandboxRequest();
-    get.setId(sandbox_id);
-    auto inspected = get.send().getSandbox().inspectRequest().send().wait(Io().waitScope);
+    auto inspected = SandboxById(conn, sandbox_id).inspectRequest().send().wait(Io().waitScope);
     auto info = inspected.getInfo();
     EXPECT_EQ(info.getOwnerUid(), 0u);
     EXPECT_EQ(info.getState(), "running");
@@ -581,9 +563,7 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
   EXPECT_EQ(out_next, out_total);
   EXPECT_EQ(err_next, err_total);
   client::Connection conn(Io(), svc.socket());
-  auto get = conn.supervisor().getSandboxRequest();
-  get.setId(sandbox_id);
-  auto sandbox = get.send().getSandbox();
+  auto sandbox = SandboxById(conn, sandbox_id);
   Delete(sandbox);
   unlink((svc.base() + "/ws-io/out.pattern").c_str());
   unlink((svc.base() + "/ws-io/err.pattern").c_str());
@@ -592,7 +572,7 @@ TEST_F(ProcessIoTest, ABrokerKilledMidStreamLosesNothing) {
 // A tty process survives a broker crash like a pipe process: the new broker learns from the
 // privhelper that it is a terminal, keeps framing its input, and its pty log continues.
 TEST_F(ProcessIoTest, ATerminalOutlivesABrokerCrash) {
-  pid_t broker = BrokerPid(svc.privhelper_pid());
+  pid_t broker = svc.broker_pid();
   ASSERT_GT(broker, 0);
   std::string sandbox_id, process_id;
   {
@@ -612,11 +592,7 @@ TEST_F(ProcessIoTest, ATerminalOutlivesABrokerCrash) {
   for (int attempt = 0; attempt < 100 && !done; ++attempt) {
     auto error = kj::runCatchingExceptions([&] {
       client::Connection conn(Io(), svc.socket());
-      auto get = conn.supervisor().getSandboxRequest();
-      get.setId(sandbox_id);
-      auto preq = get.send().getSandbox().getProcessRequest();
-      preq.setId(process_id);
-      auto p = preq.send().getProcess();
+      auto p = ProcessById(conn, sandbox_id, process_id);
       auto info = p.infoRequest().send().wait(Io().waitScope);
       EXPECT_TRUE(info.getInfo().getTty());
       Resize(p, 40, 100);
@@ -630,11 +606,9 @@ TEST_F(ProcessIoTest, ATerminalOutlivesABrokerCrash) {
     if (!done) usleep(200000);
   }
   ASSERT_TRUE(done) << "never reconnected to a restarted broker";
-  EXPECT_NE(BrokerPid(svc.privhelper_pid()), broker);
+  EXPECT_NE(svc.broker_pid(), broker);
   client::Connection conn(Io(), svc.socket());
-  auto get = conn.supervisor().getSandboxRequest();
-  get.setId(sandbox_id);
-  auto sandbox = get.send().getSandbox();
+  auto sandbox = SandboxById(conn, sandbox_id);
   Delete(sandbox);
 }
 
@@ -644,7 +618,7 @@ TEST_F(ProcessIoTest, ATerminalOutlivesABrokerCrash) {
 // pump's fd closed before its epoll observer here; broker/broker.cc DrainSource fixes the order.
 // This test did not reproduce a crash from that order on this machine.)
 TEST_F(ProcessIoTest, ForceDeletingRunningProcessesLeavesTheBrokerHealthy) {
-  pid_t broker = BrokerPid(svc.privhelper_pid());
+  pid_t broker = svc.broker_pid();
   std::string sandbox_id;
   {
     client::Connection conn(Io(), svc.socket());
@@ -654,20 +628,18 @@ TEST_F(ProcessIoTest, ForceDeletingRunningProcessesLeavesTheBrokerHealthy) {
   }
   {
     client::Connection conn(Io(), svc.socket());
-    auto get = conn.supervisor().getSandboxRequest();
-    get.setId(sandbox_id);
-    auto sandbox = get.send().getSandbox();
+    auto sandbox = SandboxById(conn, sandbox_id);
     Delete(sandbox);
   }
   sleep(2);  // the runsc execs exit and their pipes hang up meanwhile
-  EXPECT_EQ(BrokerPid(svc.privhelper_pid()), broker) << "the broker died";
+  EXPECT_EQ(svc.broker_pid(), broker) << "the broker died";
   client::Connection conn(Io(), svc.socket());
   auto info = conn.supervisor().infoRequest().send().wait(Io().waitScope);
   EXPECT_GT(info.getDeployments().size(), 0u);
 }
 
 TEST_F(ProcessIoTest, OutputNobodyReadsKeepsTheBrokerWithinItsBuffers) {
-  pid_t broker = BrokerPid(svc.privhelper_pid());
+  pid_t broker = svc.broker_pid();
   ASSERT_GT(broker, 0);
   client::Connection conn(Io(), svc.socket());
   auto [sandbox, id] = NewSandbox(conn, "default");  // 8 MiB per stream

@@ -6,10 +6,8 @@
 // Needs root. Works in its own mount+network namespace on a tmpfs: a real privhelper (which
 // starts the real broker) with a config written here, and a raw runsc root beside it driven
 // with the privhelper's flags. Everything it creates is removed before it exits.
-#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <net/if.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
@@ -20,7 +18,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -44,12 +41,23 @@
 #include <kj/debug.h>
 
 #include "client/client.h"
+#include "testing/util.h"
 #include "schema/api.capnp.h"
 
 namespace paseo::bench {
 namespace {
 
 using api::OutputSink;
+using testing::Capture;
+using testing::CanConnect;
+using testing::Check;
+using testing::CopyExecutable;
+using testing::Die;
+using testing::ListDir;
+using testing::LoopbackUp;
+using testing::ReadFile;
+using testing::Runfile;
+using testing::WriteText;
 
 constexpr uid_t kAgentUid = 4242;
 constexpr gid_t kAgentGid = 4242;
@@ -65,32 +73,9 @@ double Now() {
       .count();
 }
 
-[[noreturn]] void Die(const std::string& why) {
-  std::fprintf(stderr, "bench: %s\n", why.c_str());
-  std::exit(2);
-}
-
-void Check(bool ok, const std::string& what) {
-  if (!ok) Die(what + ": " + std::strerror(errno));
-}
-
 void Progress(const std::string& line) {
   std::fprintf(stderr, "bench: %s\n", line.c_str());
   std::fflush(stderr);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  out.close();
-  if (!out) Die("cannot write " + path);
 }
 
 std::string Quote(const std::string& s) {
@@ -106,59 +91,6 @@ std::string QuoteList(const std::vector<std::string>& items) {
   std::string out = "[";
   for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + Quote(items[i]);
   return out + "]";
-}
-
-std::string Capture(const std::string& cmd) {
-  FILE* p = popen(cmd.c_str(), "r");
-  Check(p != nullptr, "popen " + cmd);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  if (pclose(p) != 0) Die("command failed: " + cmd);
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
-}
-
-void CopyExecutable(const std::string& from, const std::string& to) {
-  std::ifstream in(from, std::ios::binary);
-  if (!in) Die("missing " + from + " (build with testing/bench/run)");
-  std::ofstream out(to, std::ios::binary);
-  out << in.rdbuf();
-  out.close();
-  Check(chmod(to.c_str(), 0755) == 0, "chmod " + to);
-}
-
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-  }
-  return names;
-}
-
-bool CanConnect(const std::string& path) {
-  sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  close(fd);
-  return ok;
-}
-
-void LoopbackUp() {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  ifreq ifr = {};
-  std::strcpy(ifr.ifr_name, "lo");
-  ioctl(s, SIOCGIFFLAGS, &ifr);
-  ifr.ifr_flags |= IFF_UP;
-  ioctl(s, SIOCSIFFLAGS, &ifr);
-  close(s);
 }
 
 // Memory of one process, in KiB: VmRSS and (from smaps_rollup) Pss.
@@ -410,14 +342,6 @@ struct Options {
   std::set<std::string> only;
   bool Wants(const std::string& s) const { return only.empty() || only.count(s) > 0; }
 };
-
-std::string Runfile(const std::string& rel) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr || ws == nullptr)
-    Die("TEST_SRCDIR/TEST_WORKSPACE unset: start me through testing/bench/run");
-  return std::string(srcdir) + "/" + ws + "/" + rel;
-}
 
 // Spawns /usr/bin/runsc (or anything) with exactly fds 0-2 and nothing else open.
 pid_t SpawnFds(const std::vector<std::string>& argv, int in, int out, int err) {

@@ -1,0 +1,114 @@
+// See util.h.
+#include "testing/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace paseo::testing {
+
+void Die(const std::string& why) {
+  std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, why.c_str());
+  std::exit(2);
+}
+
+void Check(bool ok, const std::string& what) {
+  if (!ok) Die(what + ": " + std::strerror(errno));
+}
+
+std::string Runfile(const std::string& rel) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr || ws == nullptr)
+    Die("TEST_SRCDIR/TEST_WORKSPACE unset: run me with bazel test (or testing/bench/run)");
+  return std::string(srcdir) + "/" + ws + "/" + rel;
+}
+
+void CopyExecutable(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) Die("missing " + from);
+  std::ofstream out(to, std::ios::binary);
+  out << in.rdbuf();
+  out.close();
+  Check(static_cast<bool>(out), "copy " + from);
+  Check(chmod(to.c_str(), 0755) == 0, "chmod " + to);
+}
+
+std::string Capture(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  Check(p != nullptr, "popen " + cmd);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  if (pclose(p) != 0) Die("command failed: " + cmd);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) Die("cannot write " + path);
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+void LoopbackUp() {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ifreq ifr = {};
+  std::strcpy(ifr.ifr_name, "lo");
+  ioctl(s, SIOCGIFFLAGS, &ifr);
+  ifr.ifr_flags |= IFF_UP;
+  ioctl(s, SIOCSIFFLAGS, &ifr);
+  close(s);
+}
+
+bool CanConnect(const std::string& unix_socket_path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, unix_socket_path.c_str(), sizeof(addr.sun_path) - 1);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> kids;
+  std::istringstream in(ReadFile("/proc/" + std::to_string(parent) + "/task/" +
+                                 std::to_string(parent) + "/children"));
+  for (pid_t pid; in >> pid;) kids.push_back(pid);
+  return kids;
+}
+
+}  // namespace paseo::testing
