@@ -1,6 +1,7 @@
-// The one place where synchronous absl::Status errors become client-facing RPC exceptions.
-// Every exception description a client can see starts with a stable reason token
-// ("invalid-argument: ...", see schema/api.capnp); this maps codes to those tokens and back.
+// The one place where synchronous absl::Status errors become client-facing RPC exceptions, and
+// back. Every exception description a client can see starts with a stable reason token
+// ("invalid-argument: ...", see schema/api.capnp). Only RPC servers call Throw*; everything
+// below them returns absl::Status / absl::StatusOr.
 #pragma once
 
 #include <string>
@@ -13,16 +14,24 @@
 namespace paseo {
 
 // "invalid-argument", "permission-denied", "not-found", "already-exists",
-// "failed-precondition", "unavailable" or "internal".
+// "failed-precondition", "unimplemented", "unavailable" or "internal".
 absl::string_view ReasonToken(absl::StatusCode code);
 
 // A kj::Exception (FAILED) whose description is "<reason>: <message>".
 kj::Exception StatusToException(const absl::Status& status);
 
+// Throws StatusToException(status). `status` must not be OK.
+[[noreturn]] void ThrowStatus(const absl::Status& status);
+
+// Throws StatusToException(status) if it is not OK.
+void ThrowIfError(const absl::Status& status);
+
 // Strips kj's "remote exception: " prefixes so a forwarded error keeps its reason token first.
 std::string ClientFacingDescription(const kj::Exception& e);
 
-// [[noreturn]] helper: throws StatusToException(status) if it is not OK.
-void ThrowIfError(const absl::Status& status);
+// The status an exception from a peer (the privhelper, the broker) stands for: its reason
+// token is matched against the known list above; anything else (a capnp internal error, a
+// disconnect) becomes an internal error that keeps the description as its message.
+absl::Status StatusFromException(const kj::Exception& e);
 
 }  // namespace paseo

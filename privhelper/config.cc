@@ -262,17 +262,6 @@ absl::Status CheckConfigOwnership(const std::string& dir) {
   return absl::OkStatus();
 }
 
-bool IsNormalizedAbsolutePath(absl::string_view path) {
-  if (path.empty() || path[0] != '/' || path.size() > 4095) return false;
-  if (path == "/") return true;
-  if (path.back() == '/') return false;
-  for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
-    if (part.empty() || part == "." || part == "..") return false;
-    if (part.find('\0') != absl::string_view::npos) return false;
-  }
-  return true;
-}
-
 const config::Deployment::Reader* Config::FindDeployment(absl::string_view id) const {
   for (const auto& d : deployments_) {
     if (absl::string_view(d.getId().cStr()) == id) return &d;

@@ -13,6 +13,7 @@
 #include <capnp/message.h>
 
 #include "absl/status/statusor.h"
+#include "common/request_checks.h"  // IsNormalizedAbsolutePath
 #include "schema/config.capnp.h"
 
 namespace paseo {
@@ -48,9 +49,5 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
 // The config directory, its subdirectories and every file in them must be owned by root and
 // not writable by group or others: they decide what the privhelper may mount.
 absl::Status CheckConfigOwnership(const std::string& dir);
-
-// True for an absolute path with no empty, "." or ".." components and no trailing slash
-// (except "/" itself). Registered roots and sandbox destinations must be normalized this way.
-bool IsNormalizedAbsolutePath(absl::string_view path);
 
 }  // namespace paseo

@@ -15,13 +15,9 @@
 #include <optional>
 #include <string>
 
-namespace paseo {
+#include "common/process_exit.h"
 
-struct ProcessExit {
-  enum Kind { kExited, kSignaled, kOomKilled, kUnknown } kind = kUnknown;
-  int value = 0;  // exit code or signal number
-  bool operator==(const ProcessExit&) const = default;
-};
+namespace paseo {
 
 // The raw wait status if the last line of a runsc log is "... Exiting with status: N"; nullopt
 // if it is not, or N does not decode as an exit or a death by signal.

@@ -69,22 +69,6 @@ class FdCap final : public helper::Fd::Server {
   kj::AutoCloseFd fd_;
 };
 
-void SetExitStatus(api::ExitStatus::Builder out, const ProcessExit& exit) {
-  switch (exit.kind) {
-    case ProcessExit::kExited:
-      out.setExitCode(exit.value);
-      break;
-    case ProcessExit::kSignaled:
-      out.setSignal(exit.value);
-      break;
-    case ProcessExit::kOomKilled:
-      out.setOomKilled();
-      break;
-    case ProcessExit::kUnknown:
-      out.setUnknown();
-      break;
-  }
-}
 
 }  // namespace
 
@@ -733,7 +717,7 @@ kj::Promise<void> HelperServer::waitProcess(WaitProcessContext context) {
     Fail(absl::InvalidArgumentError("not a valid id"));
   return host_.Wait(params.getSandboxId().cStr(), params.getProcessId().cStr())
       .then([context](ProcessExit exit) mutable {
-        SetExitStatus(context.getResults().initStatus(), exit);
+        ToCapnp(exit, context.getResults().initStatus());
       });
 }
 

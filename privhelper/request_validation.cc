@@ -16,10 +16,6 @@ absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
 }
 
-bool HasNul(capnp::Text::Reader t) {
-  return std::find(t.begin(), t.end(), '\0') != t.end();
-}
-
 bool IsUnder(absl::string_view path, absl::string_view dir) {
   return path == dir || absl::StartsWith(path, absl::StrCat(dir, "/"));
 }

@@ -47,9 +47,6 @@ struct ValidatedStart {
 };
 
 inline constexpr size_t kMaxMounts = 16;
-inline constexpr size_t kMaxArgs = 4096;
-inline constexpr size_t kMaxEnv = 4096;
-inline constexpr size_t kMaxArgvBytes = 1 << 20;
 
 // Sandbox ids, deployment, profile (must be one the deployment allows), mount count, each
 // destination (normalized absolute, not /, not under /proc, /sys or /dev, no duplicates or

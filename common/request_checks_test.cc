@@ -1,0 +1,154 @@
+// The checks both daemons apply to request fields: tables of refused inputs, and the accepted
+// forms they must not refuse.
+#include "common/request_checks.h"
+
+#include <gtest/gtest.h>
+
+#include <capnp/message.h>
+
+#include "schema/api.capnp.h"
+
+namespace paseo {
+namespace {
+
+struct Spec {
+  std::vector<std::string> argv = {"/bin/true"};
+  std::vector<std::string> env;
+  std::string cwd;
+  bool tty = false;
+  uint16_t rows = 24, cols = 80;
+};
+
+absl::StatusOr<ProcessCommand> Check(const Spec& s) {
+  capnp::MallocMessageBuilder m;
+  auto b = m.initRoot<api::ProcessSpec>();
+  auto argv = b.initArgv(static_cast<unsigned>(s.argv.size()));
+  for (unsigned i = 0; i < s.argv.size(); ++i)
+    argv.set(i, capnp::Text::Reader(s.argv[i].data(), s.argv[i].size()));
+  auto env = b.initEnv(static_cast<unsigned>(s.env.size()));
+  for (unsigned i = 0; i < s.env.size(); ++i)
+    env.set(i, capnp::Text::Reader(s.env[i].data(), s.env[i].size()));
+  b.setCwd(capnp::Text::Reader(s.cwd.data(), s.cwd.size()));
+  auto r = b.asReader();
+  return CheckProcessCommand(r.getArgv(), r.getEnv(), r.getCwd(), s.tty, s.rows, s.cols);
+}
+
+TEST(CheckProcessCommandTest, AcceptsAnOrdinaryCommand) {
+  Spec s;
+  s.argv = {"sh", "-c", "echo hi"};
+  s.env = {"PATH=/bin", "EMPTY="};
+  s.cwd = "/workspace/sub";
+  auto c = Check(s);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->argv.size(), 3u);
+  EXPECT_EQ(c->env[1], "EMPTY=");
+  EXPECT_EQ(c->cwd, "/workspace/sub");
+  EXPECT_FALSE(c->tty);
+}
+
+TEST(CheckProcessCommandTest, RefusesBadCommands) {
+  std::vector<std::pair<std::string, Spec>> cases;
+  Spec s;
+  s.argv = {};
+  cases.push_back({"empty argv", s});
+  s = Spec();
+  s.argv = {""};
+  cases.push_back({"empty argv[0]", s});
+  s = Spec();
+  s.argv = {std::string("a\0b", 3)};
+  cases.push_back({"NUL in argv", s});
+  s = Spec();
+  s.argv = std::vector<std::string>(kMaxArgs + 1, "x");
+  cases.push_back({"too many args", s});
+  s = Spec();
+  s.argv = {"x", std::string(kMaxArgvBytes, 'a')};
+  cases.push_back({"argv too large", s});
+  s = Spec();
+  s.env = {"NOEQUALS"};
+  cases.push_back({"env without =", s});
+  s = Spec();
+  s.env = {"=value"};
+  cases.push_back({"env with empty key", s});
+  s = Spec();
+  s.env = {std::string("A=b\0c", 5)};
+  cases.push_back({"NUL in env", s});
+  s = Spec();
+  s.env = std::vector<std::string>(kMaxEnv + 1, "A=b");
+  cases.push_back({"too many env entries", s});
+  for (std::string cwd : {"relative", "/a/../b", "/a/", "//a", "/a/./b"}) {
+    s = Spec();
+    s.cwd = cwd;
+    cases.push_back({"cwd " + cwd, s});
+  }
+  s = Spec();
+  s.tty = true;
+  s.rows = 0;
+  cases.push_back({"tty with 0 rows", s});
+  s = Spec();
+  s.tty = true;
+  s.cols = 0;
+  cases.push_back({"tty with 0 cols", s});
+  for (const auto& [name, spec] : cases) {
+    auto c = Check(spec);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << name;
+  }
+}
+
+TEST(CheckProcessCommandTest, APipeProcessIgnoresItsTerminalSize) {
+  Spec s;
+  s.rows = 0;
+  auto c = Check(s);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->rows, 0);
+}
+
+TEST(RequestChecksTest, Signals) {
+  EXPECT_TRUE(CheckSignal(1).ok());
+  EXPECT_TRUE(CheckSignal(64).ok());
+  for (int bad : {0, -1, 65, 1 << 30}) EXPECT_FALSE(CheckSignal(bad).ok()) << bad;
+}
+
+TEST(RequestChecksTest, ProfilesDefaultToTheFirstAndMustBeAllowed) {
+  std::vector<std::string> allowed = {"default", "big"};
+  EXPECT_EQ(*ChooseProfile(allowed, "", "w"), "default");
+  EXPECT_EQ(*ChooseProfile(allowed, "big", "w"), "big");
+  EXPECT_EQ(ChooseProfile(allowed, "other", "w").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ChooseProfile(allowed, std::string("big\0x", 5), "w").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(ChooseProfile({}, "", "w").ok());
+}
+
+TEST(RequestChecksTest, NamesMustBeUtf8WithoutNul) {
+  auto check = [](const std::string& s) {
+    return CheckName("f", capnp::Text::Reader(s.data(), s.size())).ok();
+  };
+  EXPECT_TRUE(check("work-1"));
+  EXPECT_TRUE(check("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(check(std::string("w\0tail", 6)));
+  EXPECT_FALSE(check("\xff"));
+  EXPECT_FALSE(check("\xc3"));              // truncated
+  EXPECT_FALSE(check("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(check("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(check("\xf4\x90\x80\x80"));  // past U+10FFFF
+}
+
+TEST(RequestChecksTest, Labels) {
+  std::string k = "k", v = "v", big(kMaxLabelBytes + 1, 'x'), nul("a\0b", 3);
+  auto text = [](const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); };
+  EXPECT_TRUE(CheckLabels({{text(k), text(v)}}).ok());
+  EXPECT_FALSE(CheckLabels({{text(big), text(v)}}).ok());
+  EXPECT_FALSE(CheckLabels({{text(k), text(big)}}).ok());
+  EXPECT_FALSE(CheckLabels({{text(nul), text(v)}}).ok());
+  std::vector<LabelView> many(kMaxLabels + 1, LabelView{text(k), text(v)});
+  EXPECT_FALSE(CheckLabels(many).ok());
+}
+
+TEST(RequestChecksTest, NormalizedAbsolutePaths) {
+  for (std::string p : {"/", "/a", "/a/b", "/a.b/..c"}) EXPECT_TRUE(IsNormalizedAbsolutePath(p)) << p;
+  for (std::string p : std::vector<std::string>{"", "a", "/a/", "//", "/a//b", "/./a", "/a/..", std::string("/a\0b", 4)})
+    EXPECT_FALSE(IsNormalizedAbsolutePath(p)) << p;
+}
+
+}  // namespace
+}  // namespace paseo
