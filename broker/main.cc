@@ -18,6 +18,7 @@
 #include <kj/debug.h>
 
 #include "broker/authorization.h"
+#include "broker/api_servers.h"
 #include "broker/broker.h"
 
 namespace paseo {
@@ -104,7 +105,7 @@ class Listener {
     ++open_;
     ++mine;
     uid_t uid = peer.uid;
-    auto conn = kj::heap<ClientConnection>(kj::mv(stream), broker_.NewSupervisor(peer));
+    auto conn = kj::heap<ClientConnection>(kj::mv(stream), NewSupervisor(broker_, peer));
     auto done = conn->network.onDisconnect().attach(kj::mv(conn));
     tasks_.add(done.then([this, uid] {
       --open_;
@@ -167,7 +168,8 @@ int Main(int argc, char** argv) {
   capnp::MallocMessageBuilder policy_message;
   policy_message.setRoot(policy_response.getPolicy());
 
-  Broker broker(*io.provider, low, io.unixEventPort, helper, policy_message, log_dir);
+  Broker broker(low, io.unixEventPort, helper,
+                policy_message.getRoot<helper::BrokerPolicy>().asReader(), log_dir);
   // Rebuild the registry from the privhelper's inventory: after a broker crash, every sandbox
   // and process is taken over (its output continues in its log at the same offsets); after a
   // full restart with policy keep, adopted sandboxes appear as running-unattached.

@@ -10,6 +10,7 @@
 #include <kj/exception.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace paseo {
 
@@ -25,6 +26,13 @@ kj::Exception StatusToException(const absl::Status& status);
 
 // Throws StatusToException(status) if it is not OK.
 void ThrowIfError(const absl::Status& status);
+
+// The value of `result`, or throws its error as above.
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> result) {
+  ThrowIfError(result.status());
+  return std::move(result).value();
+}
 
 // Strips kj's "remote exception: " prefixes so a forwarded error keeps its reason token first.
 std::string ClientFacingDescription(const kj::Exception& e);

@@ -1,0 +1,395 @@
+// The broker's operations through its real API servers, against an in-process fake privhelper
+// (fake_helper.h): no root, no runsc. Covers the create/delete flows and their races, refusals
+// that must not reach the privhelper, process I/O, input bounds, and restore after a crash.
+#include "broker/broker.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <kj/async-io.h>
+
+#include "broker/api_servers.h"
+#include "broker/fake_helper.h"
+
+namespace paseo {
+namespace {
+
+std::string TempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string templ = std::string(base ? base : "/tmp") + "/broker-XXXXXX";
+  char* made = mkdtemp(templ.data());
+  EXPECT_NE(made, nullptr);
+  return templ;
+}
+
+void WriteAll(int fd, const std::string& bytes) {
+  ASSERT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+}
+
+// An OutputSink that keeps what it is given.
+class Collector final : public api::OutputSink::Server {
+ public:
+  std::string bytes;
+  uint64_t lost = 0;
+  bool ended = false;
+  ProcessExit status;
+
+ protected:
+  kj::Promise<void> write(WriteContext context) override {
+    auto data = context.getParams().getData();
+    EXPECT_EQ(context.getParams().getOffset(), lost + bytes.size()) << "offsets are contiguous";
+    bytes.append(reinterpret_cast<const char*>(data.begin()), data.size());
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> gap(GapContext context) override {
+    lost += context.getParams().getLostBytes();
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> end(EndContext context) override {
+    ended = true;
+    status = FromCapnp(context.getParams().getStatus());
+    return kj::READY_NOW;
+  }
+};
+
+std::string Description(kj::Maybe<kj::Exception>& e) {
+  KJ_IF_MAYBE(ex, e) { return ex->getDescription().cStr(); }
+  return "(no error)";
+}
+
+class BrokerTest : public ::testing::Test {
+ protected:
+  ~BrokerTest() noexcept override {}
+  BrokerTest() : io_(kj::setupAsyncIo()), dir_(TempDir()) { Start(); }
+
+  // A broker (again, after a simulated crash) over the same state dir with a new fake helper.
+  void Start() {
+    auto fake = kj::heap<FakeHelper>();
+    helper_ = fake.get();
+    helper_client_ = kj::mv(fake);
+    broker_ = kj::heap<Broker>(*io_.lowLevelProvider, io_.unixEventPort, helper_client_,
+                               helper_->policy(), dir_);
+  }
+
+  kj::WaitScope& ws() { return io_.waitScope; }
+  api::Supervisor::Client Connect(Peer peer) { return NewSupervisor(*broker_, std::move(peer)); }
+
+  struct Created {
+    api::Sandbox::Client sandbox;
+    std::string id;
+  };
+  Created Create(api::Supervisor::Client& sup, const std::string& deployment = "work") {
+    auto req = sup.createSandboxRequest();
+    req.initSpec().setDeploymentId(deployment);
+    auto label = req.getSpec().initLabels(1)[0];
+    label.setKey("purpose");
+    label.setValue("test");
+    auto res = req.send().wait(ws());
+    return {res.getSandbox(), res.getInfo().getId().cStr()};
+  }
+  struct Started {
+    api::Process::Client process;
+    std::string id;
+  };
+  Started Start(api::Sandbox::Client& sandbox, std::vector<std::string> argv = {"cat"}) {
+    auto req = sandbox.startProcessRequest();
+    auto list = req.initSpec().initArgv(static_cast<unsigned>(argv.size()));
+    for (unsigned i = 0; i < argv.size(); ++i) list.set(i, argv[i]);
+    auto res = req.send().wait(ws());
+    return {res.getProcess(), res.getInfo().getId().cStr()};
+  }
+  // Runs the event loop until `done` or 5 s pass.
+  void Until(const std::function<bool()>& done) {
+    for (int i = 0; i < 500 && !done(); ++i) io_.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(ws());
+    ASSERT_TRUE(done()) << "timed out";
+  }
+
+  kj::AsyncIoContext io_;
+  std::string dir_;
+  FakeHelper* helper_ = nullptr;
+  helper::Helper::Client helper_client_ = nullptr;
+  kj::Own<Broker> broker_;
+  Peer owner_{1000, {1000}};
+  Peer other_{2000, {2000}};
+  Peer nobody_{3000, {3000}};
+};
+
+TEST_F(BrokerTest, CreateListInspectDelete) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  ASSERT_EQ(helper_->calls.size(), 1u);
+  EXPECT_EQ(helper_->calls[0], "create " + sb.id + " work default");
+  auto list_response = sup.listSandboxesRequest().send().wait(ws());
+  auto listed = list_response.getSandboxes();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].getId().cStr(), sb.id);
+  EXPECT_STREQ(listed[0].getState().cStr(), "running");
+  EXPECT_EQ(listed[0].getOwnerUid(), 1000u);
+  EXPECT_STREQ(listed[0].getLabels()[0].getValue().cStr(), "test");
+  auto other = Connect(other_);
+  EXPECT_EQ(other.listSandboxesRequest().send().wait(ws()).getSandboxes().size(), 0u);
+  auto req = other.getSandboxRequest();
+  req.setId(sb.id);
+  auto hidden = req.send().ignoreResult().then([] { return std::string("(no error)"); },
+                                                [](kj::Exception&& e) {
+                                                  return std::string(e.getDescription().cStr());
+                                                });
+  EXPECT_EQ(hidden.wait(ws()).rfind("not-found: ", 0), 0u);
+  sb.sandbox.deleteRequest().send().wait(ws());
+  EXPECT_EQ(helper_->calls.back(), "delete " + sb.id);
+  EXPECT_EQ(sup.listSandboxesRequest().send().wait(ws()).getSandboxes().size(), 0u);
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
+}
+
+TEST_F(BrokerTest, RefusedCreatesNeverReachThePrivhelper) {
+  struct Case {
+    std::string name;
+    Peer peer;
+    std::function<void(api::SandboxSpec::Builder)> spec;
+    std::string reason;
+  };
+  std::vector<Case> cases = {
+      {"no deployment at all", nobody_, [](auto s) { s.setDeploymentId("work"); },
+       "permission-denied"},
+      {"someone else's deployment", owner_, [](auto s) { s.setDeploymentId("other"); },
+       "permission-denied"},
+      {"unknown deployment", owner_, [](auto s) { s.setDeploymentId("nope"); },
+       "permission-denied"},
+      {"NUL in the deployment id", owner_,
+       [](auto s) { s.setDeploymentId(capnp::Text::Reader("work\0x", 6)); }, "invalid-argument"},
+      {"not UTF-8", owner_, [](auto s) { s.setDeploymentId("w\xff"); }, "invalid-argument"},
+      {"profile not allowed", owner_,
+       [](auto s) {
+         s.setDeploymentId("work");
+         s.setProfile("root");
+       },
+       "permission-denied"},
+      {"label too long", owner_,
+       [](auto s) {
+         s.setDeploymentId("work");
+         s.initLabels(1)[0].setKey(std::string(300, 'k'));
+       },
+       "invalid-argument"},
+      {"too many labels", owner_,
+       [](auto s) {
+         s.setDeploymentId("work");
+         s.initLabels(33);
+       },
+       "invalid-argument"},
+  };
+  for (auto& c : cases) {
+    auto sup = Connect(c.peer);
+    auto req = sup.createSandboxRequest();
+    c.spec(req.initSpec());
+    auto error = kj::runCatchingExceptions([&] { req.send().wait(ws()); });
+    EXPECT_EQ(Description(error).rfind(c.reason + ": ", 0), 0u) << c.name << ": " << Description(error);
+  }
+  EXPECT_TRUE(helper_->calls.empty());
+  EXPECT_EQ(broker_->registry().size(), 0u);
+}
+
+TEST_F(BrokerTest, APrivhelperRefusalIsForwardedWithItsReasonAndLeavesNothing) {
+  auto sup = Connect(owner_);
+  helper_->create_error = "invalid-argument: workspaces[0]: outside the deployment's roots";
+  auto req = sup.createSandboxRequest();
+  req.initSpec().setDeploymentId("work");
+  auto error = kj::runCatchingExceptions([&] { req.send().wait(ws()); });
+  EXPECT_EQ(Description(error), "invalid-argument: workspaces[0]: outside the deployment's roots");
+  // Text without a known reason token is not passed off as one.
+  helper_->create_error = "PromiseFulfiller was destroyed: x";
+  auto again = sup.createSandboxRequest();
+  again.initSpec().setDeploymentId("work");
+  error = kj::runCatchingExceptions([&] { again.send().wait(ws()); });
+  EXPECT_EQ(Description(error), "internal: PromiseFulfiller was destroyed: x");
+  EXPECT_EQ(broker_->registry().size(), 0u);
+}
+
+// Regression: a create whose client went away mid-call left the sandbox `creating` for good.
+TEST_F(BrokerTest, ACreateCompletesEvenIfItsCallerLeaves) {
+  helper_->hold = true;
+  {
+    auto sup = Connect(owner_);
+    auto req = sup.createSandboxRequest();
+    req.initSpec().setDeploymentId("work");
+    auto call = req.send();
+    Until([&] { return helper_->calls.size() == 1; });
+    EXPECT_EQ(broker_->registry().List(owner_).size(), 0u);
+  }  // the call is cancelled
+  helper_->Release();
+  Until([&] { return broker_->registry().List(owner_).size() == 1; });
+  EXPECT_EQ(broker_->registry().List(owner_)[0]->state, SandboxState::kRunning);
+}
+
+TEST_F(BrokerTest, ConcurrentDeletesOneWinsAndAFailedDeleteLeavesItUsable) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  helper_->delete_error = "internal: runsc failed";
+  auto error = kj::runCatchingExceptions([&] { sb.sandbox.deleteRequest().send().wait(ws()); });
+  EXPECT_EQ(Description(error), "internal: runsc failed");
+  EXPECT_EQ(broker_->registry().Find(sb.id)->state, SandboxState::kRunning);
+
+  helper_->delete_error.clear();
+  helper_->hold = true;
+  auto first = sb.sandbox.deleteRequest().send();
+  Until([&] { return broker_->registry().Find(sb.id)->state == SandboxState::kDeleting; });
+  error = kj::runCatchingExceptions([&] { sb.sandbox.deleteRequest().send().wait(ws()); });
+  EXPECT_EQ(Description(error), "failed-precondition: already being deleted");
+  auto start = sb.sandbox.startProcessRequest();
+  start.initSpec().initArgv(1).set(0, "true");
+  error = kj::runCatchingExceptions([&] { start.send().wait(ws()); });
+  EXPECT_EQ(Description(error).rfind("failed-precondition: ", 0), 0u) << Description(error);
+  helper_->Release();
+  first.wait(ws());
+  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+}
+
+TEST_F(BrokerTest, ProcessOutputInputAndExit) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started p = Start(sb.sandbox);
+  auto& fake = helper_->process(p.id);
+  WriteAll(fake.stdout_w.get(), "hello ");
+  auto collector = kj::heap<Collector>();
+  Collector& out = *collector;
+  auto sub = p.process.subscribeRequest();
+  sub.setStream(api::Stream::STDOUT);
+  sub.setFromOffset(0);
+  sub.setSink(kj::mv(collector));
+  auto subscription = sub.send().wait(ws()).getSubscription();
+  Until([&] { return out.bytes == "hello "; });
+  WriteAll(fake.stdout_w.get(), "world");
+  Until([&] { return out.bytes == "hello world"; });
+
+  auto w = p.process.writeInputRequest();
+  w.setData(kj::StringPtr("typed").asBytes());
+  w.send().wait(ws());
+  char buf[16];
+  ASSERT_EQ(read(fake.stdin_r.get(), buf, sizeof(buf)), 5);
+  EXPECT_EQ(std::string(buf, 5), "typed");
+  p.process.closeInputRequest().send().wait(ws());
+  EXPECT_EQ(helper_->calls.back(), "closeInput " + p.id);
+  EXPECT_EQ(read(fake.stdin_r.get(), buf, sizeof(buf)), 0) << "end-of-file after close";
+  // A refused stream write is reported by that call or, as capnp streams do, by the next call
+  // on the same capability.
+  auto again = p.process.writeInputRequest();
+  again.setData(kj::StringPtr("late").asBytes());
+  auto error = kj::runCatchingExceptions([&] {
+    again.send().wait(ws());
+    p.process.infoRequest().send().wait(ws());
+  });
+  EXPECT_EQ(Description(error), "failed-precondition: input is closed");
+  auto found = sb.sandbox.getProcessRequest();
+  found.setId(p.id);
+  p.process = found.send().wait(ws()).getProcess();
+
+  helper_->Exit(p.id, 3);
+  auto waited = p.process.waitRequest().send().wait(ws());
+  EXPECT_EQ(FromCapnp(waited.getStatus()), ProcessExit::Exited(3));
+  Until([&] { return out.ended; });
+  EXPECT_EQ(out.status, ProcessExit::Exited(3));
+  EXPECT_EQ(out.bytes, "hello world");
+}
+
+TEST_F(BrokerTest, SignalsAndResizesAreCheckedBeforeThePrivhelper) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started p = Start(sb.sandbox);
+  size_t calls = helper_->calls.size();
+  for (int bad : {0, 65, -9}) {
+    auto req = p.process.signalRequest();
+    req.setSignal(bad);
+    auto error = kj::runCatchingExceptions([&] { req.send().wait(ws()); });
+    EXPECT_EQ(Description(error).rfind("invalid-argument: ", 0), 0u) << bad;
+  }
+  EXPECT_EQ(helper_->calls.size(), calls);
+  auto req = p.process.signalRequest();
+  req.setSignal(15);
+  req.send().wait(ws());
+  EXPECT_EQ(helper_->calls.back(), "signal " + p.id + " 15");
+  auto resize = p.process.resizeRequest();
+  resize.setRows(10);
+  resize.setCols(10);
+  auto error = kj::runCatchingExceptions([&] { resize.send().wait(ws()); });
+  EXPECT_EQ(Description(error), "failed-precondition: not a tty process");
+  auto empty = sb.sandbox.startProcessRequest();
+  empty.initSpec();
+  error = kj::runCatchingExceptions([&] { empty.send().wait(ws()); });
+  EXPECT_EQ(Description(error), "invalid-argument: argv: must not be empty");
+}
+
+// A capnp client is held to one stream write at a time by flow control; a client speaking the
+// protocol by hand is not, so the broker bounds what it queues itself.
+TEST_F(BrokerTest, InputQueuedForAProcessThatNeverReadsIsBounded) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started p = Start(sb.sandbox);
+  ProcessRecord* record = *broker_->registry().VisibleProcess(owner_, sb.id, p.id);
+  std::string mib(1 << 20, 'x');
+  auto bytes = kj::ArrayPtr<const capnp::byte>(reinterpret_cast<const capnp::byte*>(mib.data()),
+                                               mib.size());
+  std::vector<kj::Promise<void>> writes;
+  absl::Status refused;
+  for (int i = 0; i < 24 && refused.ok(); ++i) {
+    auto w = broker_->WriteInput(*record, bytes);
+    if (w.ok()) writes.push_back(kj::mv(*w));
+    else refused = w.status();
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_EQ(writes.size(), 15u) << "16 MiB less the per-call cost";
+  EXPECT_LE(record->input->queued(), InputQueue::kMaxQueuedBytes);
+  // The process ends without reading: the queued writes fail, and nothing stays queued.
+  helper_->Exit(p.id, 0);
+  for (auto& w : writes) {
+    auto error = kj::runCatchingExceptions([&] { w.wait(ws()); });
+    EXPECT_NE(error, nullptr);
+  }
+  EXPECT_EQ(record->input->queued(), 0u);
+  Until([&] { return record->ended(); });
+  auto late = broker_->WriteInput(*record, bytes);
+  EXPECT_EQ(late.status().message(), "the process has ended");
+}
+
+TEST_F(BrokerTest, ARestartedBrokerRestoresOwnersLabelsArgvAndContinuesLogs) {
+  std::string sandbox_id, process_id;
+  {
+    auto sup = Connect(owner_);
+    Created sb = Create(sup);
+    Started p = Start(sb.sandbox, {"sh", "-c", "echo before"});
+    sandbox_id = sb.id;
+    process_id = p.id;
+    WriteAll(helper_->process(p.id).stdout_w.get(), "before|");
+    Until([&] {
+      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
+    });
+  }
+  ASSERT_EQ(mkdir((dir_ + "/sb-stale").c_str(), 0700), 0);
+  broker_ = nullptr;  // the broker dies; its state dir stays
+  Start();
+  helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
+  auto& kept = helper_->AddKeptProcess(sandbox_id, process_id);
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+
+  auto sup = Connect(owner_);
+  auto list_response = sup.listSandboxesRequest().send().wait(ws());
+  auto listed = list_response.getSandboxes();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].getOwnerUid(), 1000u);
+  EXPECT_STREQ(listed[0].getLabels()[0].getKey().cStr(), "purpose");
+  ProcessRecord* p = *broker_->registry().VisibleProcess(owner_, sandbox_id, process_id);
+  EXPECT_EQ(p->argv, (std::vector<std::string>{"sh", "-c", "echo before"}));
+  WriteAll(kept.stdout_w.get(), "after");
+  helper_->Exit(process_id, 0);
+  Until([&] { return p->ended() && p->stdout_log->closed(); });
+  EXPECT_EQ(p->stdout_log->Read(0, 100), "before|after") << "offsets continue across the crash";
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/sb-stale").c_str(), &st), 0) << "logs of gone sandboxes are removed";
+}
+
+}  // namespace
+}  // namespace paseo

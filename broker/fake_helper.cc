@@ -1,0 +1,197 @@
+// See fake_helper.h.
+#include "broker/fake_helper.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <kj/debug.h>
+
+namespace paseo {
+namespace {
+
+class FdCap final : public helper::Fd::Server {
+ public:
+  explicit FdCap(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
+  kj::Maybe<int> getFd() override { return fd_.get(); }
+
+ private:
+  kj::AutoCloseFd fd_;
+};
+
+std::pair<kj::AutoCloseFd, kj::AutoCloseFd> Pipe() {
+  int fds[2];
+  KJ_SYSCALL(pipe2(fds, O_CLOEXEC));
+  return {kj::AutoCloseFd(fds[0]), kj::AutoCloseFd(fds[1])};
+}
+
+kj::Exception Error(const std::string& text) {
+  return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                       kj::heapString(text.data(), text.size()));
+}
+
+}  // namespace
+
+FakeHelper::FakeHelper() {
+  auto deployments = policy_.initRoot<helper::BrokerPolicy>().initDeployments(2);
+  auto work = deployments[0];
+  work.setId("work");
+  work.initAllowedUids(1).set(0, 1000);
+  auto profiles = work.initProfiles(2);
+  profiles.set(0, "default");
+  profiles.set(1, "big");
+  work.setOutputBufferBytes(1 << 20);
+  auto sizes = work.initProfileBufferBytes(2);
+  sizes.set(0, 1 << 20);
+  sizes.set(1, 4 << 20);
+  auto other = deployments[1];
+  other.setId("other");
+  other.initAllowedUids(1).set(0, 2000);
+  other.initProfiles(1).set(0, "default");
+  other.setOutputBufferBytes(1 << 20);
+  other.initProfileBufferBytes(1).set(0, 1 << 20);
+}
+
+void FakeHelper::Release() {
+  hold = false;
+  auto held = kj::mv(held_);
+  held_.clear();
+  for (auto& f : held) f->fulfill();
+}
+
+kj::Promise<void> FakeHelper::Held(const std::string& error) {
+  kj::Promise<void> wait = kj::READY_NOW;
+  if (hold) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    held_.push_back(kj::mv(paf.fulfiller));
+    wait = kj::mv(paf.promise);
+  }
+  return wait.then([error]() -> kj::Promise<void> {
+    if (!error.empty()) return Error(error);
+    return kj::READY_NOW;
+  });
+}
+
+void FakeHelper::End(const std::string& id, ProcessExit how) {
+  exits_[id] = how;
+  auto range = waiters_.equal_range(id);
+  for (auto it = range.first; it != range.second; ++it) it->second->fulfill();
+  waiters_.erase(range.first, range.second);
+  processes_.erase(id);  // the process's side of its pipes closes: the broker sees EOF
+}
+
+void FakeHelper::Exit(const std::string& id, int exit_code) { End(id, ProcessExit::Exited(exit_code)); }
+void FakeHelper::Kill(const std::string& id, int signal) { End(id, ProcessExit::Signaled(signal)); }
+void FakeHelper::OomKill(const std::string& id) { End(id, ProcessExit::OomKilled()); }
+
+FakeHelper::FakeProcess& FakeHelper::AddKeptProcess(const std::string& sandbox_id,
+                                                    const std::string& process_id) {
+  auto [in_r, in_w] = Pipe();
+  auto [out_r, out_w] = Pipe();
+  auto [err_r, err_w] = Pipe();
+  auto& kept = kept_[process_id];
+  kept.push_back(kj::mv(in_w));
+  kept.push_back(kj::mv(out_r));
+  kept.push_back(kj::mv(err_r));
+  inventory_processes.emplace_back(sandbox_id, process_id);
+  FakeProcess& p = processes_[process_id];
+  p.sandbox_id = sandbox_id;
+  p.stdin_r = kj::mv(in_r);
+  p.stdout_w = kj::mv(out_w);
+  p.stderr_w = kj::mv(err_w);
+  return p;
+}
+
+kj::Promise<void> FakeHelper::policy(PolicyContext context) {
+  context.getResults().setPolicy(policy());
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::createSandbox(CreateSandboxContext context) {
+  auto r = context.getParams().getRequest();
+  calls.push_back(std::string("create ") + r.getSandboxId().cStr() + " " +
+                  r.getDeploymentId().cStr() + " " + r.getProfile().cStr());
+  return Held(create_error);
+}
+
+kj::Promise<void> FakeHelper::deleteSandbox(DeleteSandboxContext context) {
+  calls.push_back(std::string("delete ") + context.getParams().getSandboxId().cStr());
+  return Held(delete_error);
+}
+
+kj::Promise<void> FakeHelper::startProcess(StartProcessContext context) {
+  auto r = context.getParams().getRequest();
+  std::string id = r.getProcessId().cStr();
+  calls.push_back(std::string("start ") + r.getSandboxId().cStr() + " " + id);
+  auto& kept = kept_[id];
+  FakeProcess& p = AddKeptProcess(r.getSandboxId().cStr(), id);
+  inventory_processes.pop_back();  // a started process is not in the inventory unless asked
+  auto results = context.getResults();
+  results.setStdin(kj::heap<FdCap>(kj::mv(kept[0])));
+  results.setStdout(kj::heap<FdCap>(kj::mv(kept[1])));
+  results.setStderr(kj::heap<FdCap>(kj::mv(kept[2])));
+  kept_.erase(id);
+  (void)p;
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::waitProcess(WaitProcessContext context) {
+  std::string id = context.getParams().getProcessId().cStr();
+  calls.push_back("wait " + id);
+  kj::Promise<void> ended = kj::READY_NOW;
+  if (exits_.count(id) == 0) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    waiters_.emplace(id, kj::mv(paf.fulfiller));
+    ended = kj::mv(paf.promise);
+  }
+  return ended.then([this, id, context]() mutable {
+    ToCapnp(exits_.at(id), context.getResults().initStatus());
+  });
+}
+
+kj::Promise<void> FakeHelper::signalProcess(SignalProcessContext context) {
+  auto params = context.getParams();
+  calls.push_back(std::string("signal ") + params.getProcessId().cStr() + " " +
+                  std::to_string(params.getSignal()));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::inventory(InventoryContext context) {
+  auto results = context.getResults();
+  auto sandboxes = results.initSandboxes(static_cast<unsigned>(inventory_sandboxes.size()));
+  for (unsigned i = 0; i < sandboxes.size(); ++i) {
+    const Known& k = inventory_sandboxes[i];
+    sandboxes[i].setSandboxId(k.sandbox_id);
+    sandboxes[i].setDeploymentId(k.deployment_id);
+    sandboxes[i].setProfile(k.profile);
+    sandboxes[i].setUnattached(k.unattached);
+    sandboxes[i].setOomKilled(k.oom_killed);
+  }
+  auto processes = results.initProcesses(static_cast<unsigned>(inventory_processes.size()));
+  for (unsigned i = 0; i < processes.size(); ++i) {
+    processes[i].setSandboxId(inventory_processes[i].first);
+    processes[i].setProcessId(inventory_processes[i].second);
+  }
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::reattach(ReattachContext context) {
+  std::string id = context.getParams().getProcessId().cStr();
+  calls.push_back("reattach " + id);
+  auto it = kept_.find(id);
+  if (it == kept_.end()) return Error("not-found: no process " + id);
+  auto results = context.getResults();
+  results.setStdin(kj::heap<FdCap>(kj::mv(it->second[0])));
+  results.setStdout(kj::heap<FdCap>(kj::mv(it->second[1])));
+  results.setStderr(kj::heap<FdCap>(kj::mv(it->second[2])));
+  kept_.erase(it);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::closeInput(CloseInputContext context) {
+  std::string id = context.getParams().getProcessId().cStr();
+  calls.push_back("closeInput " + id);
+  if (has_process(id)) processes_.at(id).input_closed = true;
+  return kj::READY_NOW;
+}
+
+}  // namespace paseo

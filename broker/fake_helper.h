@@ -1,0 +1,87 @@
+// An in-process stand-in for the privhelper's Helper server, so the broker's operations can be
+// tested without root or runsc: it records every call, can hold or fail creates and deletes,
+// and hands the test the far ends of each started process's stdio pipes.
+//
+//   auto fake = kj::heap<FakeHelper>();
+//   FakeHelper& helper = *fake;
+//   Broker broker(low, events, kj::mv(fake), helper.policy(), dir);
+//   ... start a process ...; write(helper.process(id).stdout_w, "hi", 2); helper.Exit(id, 3);
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <capnp/message.h>
+#include <kj/async.h>
+#include <kj/io.h>
+
+#include "common/process_exit.h"
+#include "schema/helper.capnp.h"
+
+namespace paseo {
+
+class FakeHelper final : public helper::Helper::Server {
+ public:
+  // Deployment "work" (uid 1000; profiles "default" with 1 MiB kept output and "big" with
+  // 4 MiB) and deployment "other" (uid 2000, profile "default").
+  FakeHelper();
+
+  helper::BrokerPolicy::Reader policy() { return policy_.getRoot<helper::BrokerPolicy>(); }
+
+  // Every call, as "method sandbox-id [process-id] [signal]".
+  std::vector<std::string> calls;
+
+  // Set to make the next creates / deletes fail with this description ("<reason>: text").
+  std::string create_error, delete_error;
+  // While true, creates / deletes wait until Release() is called.
+  bool hold = false;
+  void Release();
+
+  struct FakeProcess {
+    std::string sandbox_id;
+    kj::AutoCloseFd stdin_r, stdout_w, stderr_w;  // the process's side of its stdio
+    bool input_closed = false;
+  };
+  FakeProcess& process(const std::string& id) { return processes_.at(id); }
+  bool has_process(const std::string& id) const { return processes_.count(id) > 0; }
+  // Ends the process: every waitProcess for it resolves with this status.
+  void Exit(const std::string& id, int exit_code);
+  void Kill(const std::string& id, int signal);
+  void OomKill(const std::string& id);
+
+  // What inventory() reports, and the stdio reattach() hands out (taken from `processes`).
+  struct Known {
+    std::string sandbox_id, deployment_id, profile;
+    bool unattached = false, oom_killed = false;
+  };
+  std::vector<Known> inventory_sandboxes;
+  std::vector<std::pair<std::string, std::string>> inventory_processes;  // sandbox, process
+  // Pipes for a process to be reattached: the broker's ends are handed out by reattach().
+  FakeProcess& AddKeptProcess(const std::string& sandbox_id, const std::string& process_id);
+
+ protected:
+  kj::Promise<void> policy(PolicyContext context) override;
+  kj::Promise<void> createSandbox(CreateSandboxContext context) override;
+  kj::Promise<void> startProcess(StartProcessContext context) override;
+  kj::Promise<void> waitProcess(WaitProcessContext context) override;
+  kj::Promise<void> signalProcess(SignalProcessContext context) override;
+  kj::Promise<void> deleteSandbox(DeleteSandboxContext context) override;
+  kj::Promise<void> inventory(InventoryContext context) override;
+  kj::Promise<void> reattach(ReattachContext context) override;
+  kj::Promise<void> closeInput(CloseInputContext context) override;
+
+ private:
+  kj::Promise<void> Held(const std::string& error);
+  void End(const std::string& id, ProcessExit how);
+
+  capnp::MallocMessageBuilder policy_;
+  std::map<std::string, FakeProcess> processes_;
+  // The broker's ends of kept processes, until reattach() takes them.
+  std::map<std::string, std::vector<kj::AutoCloseFd>> kept_;
+  std::map<std::string, ProcessExit> exits_;
+  std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>> waiters_;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> held_;
+};
+
+}  // namespace paseo

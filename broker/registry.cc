@@ -1,0 +1,191 @@
+// See registry.h.
+#include "broker/registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/status.h"
+
+namespace paseo {
+
+const char* StateName(SandboxState state) {
+  switch (state) {
+    case SandboxState::kCreating:
+      return "creating";
+    case SandboxState::kRunning:
+      return "running";
+    case SandboxState::kUnattached:
+      return "running-unattached";
+    case SandboxState::kOomKilled:
+      return "oom-killed";
+    case SandboxState::kDeleting:
+      return "deleting";
+  }
+  return "unknown";
+}
+
+std::optional<helper::DeploymentPolicy::Reader> Registry::Deployment(const std::string& id) const {
+  for (auto d : policy_.getDeployments()) {
+    if (id == d.getId().cStr()) return d;
+  }
+  return std::nullopt;
+}
+
+bool Registry::MayUseDeployment(const Peer& peer, const std::string& deployment_id) const {
+  auto d = Deployment(deployment_id);
+  return d.has_value() && MayUse(peer, *d);
+}
+
+std::vector<std::string> Registry::DeploymentsFor(const Peer& peer) const {
+  std::vector<std::string> names;
+  for (auto d : policy_.getDeployments()) {
+    if (MayUse(peer, d)) names.emplace_back(d.getId().cStr());
+  }
+  return names;
+}
+
+absl::Status Registry::RequireSomeDeployment(const Peer& peer) const {
+  if (DeploymentsFor(peer).empty())
+    return absl::PermissionDeniedError(
+        absl::StrCat("uid ", peer.uid, " is not allowed to use any deployment"));
+  return absl::OkStatus();
+}
+
+uint64_t Registry::BufferBytes(const std::string& deployment_id, const std::string& profile) const {
+  auto policy = Deployment(deployment_id);
+  if (!policy) return SandboxRecord().buffer_bytes;
+  auto profiles = policy->getProfiles();
+  auto sizes = policy->getProfileBufferBytes();
+  for (unsigned i = 0; i < profiles.size() && i < sizes.size(); ++i) {
+    if (profile == profiles[i].cStr()) return sizes[i];
+  }
+  return policy->getOutputBufferBytes();
+}
+
+absl::StatusOr<SandboxRecord*> Registry::BeginCreate(const Peer& peer,
+                                                     const CreateRequest& request,
+                                                     int64_t now_ms) {
+  RETURN_IF_ERROR(RequireSomeDeployment(peer));
+  auto policy = Deployment(request.deployment_id);
+  if (!policy || !MayUse(peer, *policy))
+    return absl::PermissionDeniedError(absl::StrCat(
+        "uid ", peer.uid, " may not use deployment \"", request.deployment_id, "\""));
+  RETURN_IF_ERROR(CheckLabels(request.labels));
+  std::vector<std::string> allowed;
+  for (auto p : policy->getProfiles()) allowed.emplace_back(p.cStr());
+  ASSIGN_OR_RETURN(std::string profile,
+                   ChooseProfile(allowed, request.profile, request.deployment_id));
+  auto sandbox = std::make_unique<SandboxRecord>();
+  sandbox->id = NewId("sb-");
+  sandbox->deployment_id = request.deployment_id;
+  sandbox->profile = profile;
+  sandbox->owner_uid = peer.uid;
+  sandbox->created_ms = now_ms;
+  sandbox->buffer_bytes = BufferBytes(request.deployment_id, profile);
+  for (const auto& l : request.labels) sandbox->labels.emplace_back(l.key.cStr(), l.value.cStr());
+  sandbox->state = SandboxState::kCreating;
+  SandboxRecord* raw = sandbox.get();
+  sandboxes_.emplace(raw->id, std::move(sandbox));
+  return raw;
+}
+
+SandboxRecord* Registry::FinishCreate(const std::string& id) {
+  SandboxRecord* sb = Find(id);
+  if (sb != nullptr && sb->state == SandboxState::kCreating) sb->state = SandboxState::kRunning;
+  return sb;
+}
+
+void Registry::AbortCreate(const std::string& id) {
+  SandboxRecord* sb = Find(id);
+  if (sb != nullptr && sb->state == SandboxState::kCreating) sandboxes_.erase(id);
+}
+
+absl::StatusOr<SandboxRecord*> Registry::Visible(const Peer& peer, const std::string& id) {
+  SandboxRecord* sb = Find(id);
+  if (sb == nullptr || !MayUseDeployment(peer, sb->deployment_id))
+    return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+  return sb;
+}
+
+std::vector<const SandboxRecord*> Registry::List(const Peer& peer) const {
+  std::vector<const SandboxRecord*> visible;
+  for (const auto& [id, sb] : sandboxes_) {
+    if (sb->state != SandboxState::kCreating && MayUseDeployment(peer, sb->deployment_id))
+      visible.push_back(sb.get());
+  }
+  return visible;
+}
+
+absl::StatusOr<SandboxState> Registry::BeginDelete(const Peer& peer, const std::string& id,
+                                                   bool force) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, id));
+  if (sb->state == SandboxState::kDeleting)
+    return absl::FailedPreconditionError("already being deleted");
+  if (sb->state == SandboxState::kCreating)
+    return absl::FailedPreconditionError("sandbox is still being created");
+  if (!force) {
+    for (const auto& [pid, p] : sb->processes) {
+      if (!p->ended())
+        return absl::FailedPreconditionError(
+            absl::StrCat("process ", pid, " still runs; use force to delete anyway"));
+    }
+  }
+  SandboxState before = sb->state;
+  sb->state = SandboxState::kDeleting;
+  return before;
+}
+
+void Registry::FinishDelete(const std::string& id) {
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return;
+  for (auto& [pid, p] : it->second->processes) p->SetExit(ProcessExit::Unknown());
+  sandboxes_.erase(it);
+}
+
+void Registry::AbortDelete(const std::string& id, SandboxState before) {
+  SandboxRecord* sb = Find(id);
+  if (sb != nullptr && sb->state == SandboxState::kDeleting) sb->state = before;
+}
+
+absl::StatusOr<SandboxRecord*> Registry::ForNewProcess(const Peer& peer, const std::string& id) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, id));
+  if (sb->state == SandboxState::kCreating || sb->state == SandboxState::kDeleting)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox ", id, " is ", StateName(sb->state)));
+  return sb;
+}
+
+absl::Status Registry::AddProcess(kj::Own<ProcessRecord> process) {
+  SandboxRecord* sb = Find(process->sandbox_id);
+  if (sb == nullptr) return absl::NotFoundError("sandbox was deleted");
+  std::string id = process->id;
+  sb->process_order.push_back(id);
+  sb->processes.emplace(id, kj::mv(process));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ProcessRecord*> Registry::VisibleProcess(const Peer& peer,
+                                                        const std::string& sandbox_id,
+                                                        const std::string& process_id) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, sandbox_id));
+  auto it = sb->processes.find(process_id);
+  if (it == sb->processes.end()) return absl::NotFoundError("no such process");
+  return it->second.get();
+}
+
+void Registry::MarkOomKilled(const std::string& id) {
+  SandboxRecord* sb = Find(id);
+  if (sb != nullptr && sb->state != SandboxState::kDeleting) sb->state = SandboxState::kOomKilled;
+}
+
+SandboxRecord& Registry::Restore(std::unique_ptr<SandboxRecord> sandbox) {
+  std::string id = sandbox->id;
+  auto [it, inserted] = sandboxes_.insert_or_assign(id, std::move(sandbox));
+  return *it->second;
+}
+
+SandboxRecord* Registry::Find(const std::string& id) {
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? nullptr : it->second.get();
+}
+
+}  // namespace paseo

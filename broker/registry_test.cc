@@ -1,0 +1,174 @@
+// The registry's decisions without any I/O: who sees which sandbox, which state allows which
+// operation, and the create/delete races the RPC layer relies on it to settle.
+#include "broker/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <capnp/message.h>
+
+namespace paseo {
+namespace {
+
+class RegistryTest : public ::testing::Test {
+ protected:
+  ~RegistryTest() noexcept override {}
+  RegistryTest() {
+    auto deployments = message_.initRoot<helper::BrokerPolicy>().initDeployments(2);
+    deployments[0].setId("work");
+    deployments[0].initAllowedUids(1).set(0, 1000);
+    auto profiles = deployments[0].initProfiles(2);
+    profiles.set(0, "default");
+    profiles.set(1, "big");
+    deployments[0].setOutputBufferBytes(1 << 20);
+    auto sizes = deployments[0].initProfileBufferBytes(2);
+    sizes.set(0, 1 << 20);
+    sizes.set(1, 4 << 20);
+    deployments[1].setId("team");
+    deployments[1].initAllowedGids(1).set(0, 500);
+    deployments[1].initProfiles(1).set(0, "default");
+    registry_.emplace(message_.getRoot<helper::BrokerPolicy>().asReader());
+  }
+
+  Registry& registry() { return *registry_; }
+  SandboxRecord* Create(const Peer& peer, const std::string& deployment = "work") {
+    auto sb = registry().BeginCreate(peer, {deployment, "", {}}, 42);
+    EXPECT_TRUE(sb.ok()) << sb.status();
+    return sb.ok() ? registry().FinishCreate((*sb)->id) : nullptr;
+  }
+  static kj::Own<ProcessRecord> Process(const SandboxRecord& sb, const std::string& id) {
+    auto p = kj::refcounted<ProcessRecord>();
+    p->id = id;
+    p->sandbox_id = sb.id;
+    return p;
+  }
+
+  capnp::MallocMessageBuilder message_;
+  std::optional<Registry> registry_;
+  Peer owner_{1000, {1000}};
+  Peer colleague_{1001, {1001, 500}};
+  Peer stranger_{1002, {1002}};
+};
+
+TEST_F(RegistryTest, ANewSandboxIsCreatingThenRunningWithItsProfileAndBuffer) {
+  auto begun = registry().BeginCreate(owner_, {"work", "big", {}}, 42);
+  ASSERT_TRUE(begun.ok()) << begun.status();
+  SandboxRecord* sb = *begun;
+  EXPECT_EQ(sb->state, SandboxState::kCreating);
+  EXPECT_EQ(sb->profile, "big");
+  EXPECT_EQ(sb->buffer_bytes, 4u << 20);
+  EXPECT_EQ(sb->owner_uid, 1000u);
+  EXPECT_EQ(sb->created_ms, 42);
+  EXPECT_TRUE(registry().List(owner_).empty()) << "a sandbox being created is not listed";
+  EXPECT_EQ(registry().FinishCreate(sb->id), sb);
+  EXPECT_EQ(sb->state, SandboxState::kRunning);
+  EXPECT_STREQ(StateName(sb->state), "running");
+  ASSERT_EQ(registry().List(owner_).size(), 1u);
+  EXPECT_EQ(Create(owner_)->profile, "default") << "an empty profile is the deployment's first";
+}
+
+TEST_F(RegistryTest, CreateRefusalsChangeNothing) {
+  EXPECT_EQ(registry().BeginCreate(stranger_, {"work", "", {}}, 0).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry().BeginCreate(owner_, {"team", "", {}}, 0).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry().BeginCreate(owner_, {"nope", "", {}}, 0).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry().BeginCreate(owner_, {"work", "other", {}}, 0).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  std::string big(kMaxLabelBytes + 1, 'x'), k = "k";
+  CreateRequest labelled{"work", "", {{capnp::Text::Reader(k), capnp::Text::Reader(big)}}};
+  EXPECT_EQ(registry().BeginCreate(owner_, labelled, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry().size(), 0u);
+}
+
+TEST_F(RegistryTest, AnAbortedCreateLeavesNothing) {
+  auto sb = registry().BeginCreate(owner_, {"work", "", {}}, 0);
+  ASSERT_TRUE(sb.ok());
+  std::string id = (*sb)->id;
+  registry().AbortCreate(id);
+  EXPECT_EQ(registry().Find(id), nullptr);
+  EXPECT_EQ(registry().FinishCreate(id), nullptr);
+}
+
+TEST_F(RegistryTest, VisibilityFollowsTheDeploymentNotTheCreator) {
+  SandboxRecord* mine = Create(owner_);
+  SandboxRecord* team = Create(colleague_, "team");
+  EXPECT_TRUE(registry().Visible(owner_, mine->id).ok());
+  // Absent and not-yours give the same answer, so ids cannot be probed.
+  auto hidden = registry().Visible(stranger_, mine->id);
+  auto absent = registry().Visible(stranger_, "sb-doesnotexist");
+  EXPECT_EQ(hidden.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(absent.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry().Visible(owner_, team->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(registry().Visible(colleague_, team->id).ok()) << "by supplementary group";
+  EXPECT_EQ(registry().List(colleague_).size(), 1u);
+  EXPECT_TRUE(registry().List(stranger_).empty());
+  EXPECT_FALSE(registry().RequireSomeDeployment(stranger_).ok());
+  EXPECT_TRUE(registry().RequireSomeDeployment(colleague_).ok());
+}
+
+TEST_F(RegistryTest, DeleteRacesAreSettledByState) {
+  SandboxRecord* sb = Create(owner_);
+  std::string id = sb->id;
+  auto first = registry().BeginDelete(owner_, id, false);
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(*first, SandboxState::kRunning);
+  EXPECT_EQ(registry().BeginDelete(owner_, id, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry().ForNewProcess(owner_, id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  registry().MarkOomKilled(id);
+  EXPECT_EQ(sb->state, SandboxState::kDeleting) << "an OOM report does not undo a delete";
+  registry().AbortDelete(id, *first);
+  EXPECT_EQ(sb->state, SandboxState::kRunning);
+  ASSERT_TRUE(registry().BeginDelete(owner_, id, false).ok());
+  registry().FinishDelete(id);
+  EXPECT_EQ(registry().Visible(owner_, id).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RegistryTest, ASandboxBeingCreatedCannotBeDeletedOrUsed) {
+  auto sb = registry().BeginCreate(owner_, {"work", "", {}}, 0);
+  ASSERT_TRUE(sb.ok());
+  EXPECT_EQ(registry().BeginDelete(owner_, (*sb)->id, true).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry().ForNewProcess(owner_, (*sb)->id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RegistryTest, DeleteWithoutForceWaitsForRunningProcesses) {
+  SandboxRecord* sb = Create(owner_);
+  ASSERT_TRUE(registry().AddProcess(Process(*sb, "p-1")).ok());
+  auto refused = registry().BeginDelete(owner_, sb->id, false);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("p-1"), std::string::npos);
+  kj::Own<ProcessRecord> kept = kj::addRef(*sb->processes.at("p-1"));
+  ASSERT_TRUE(registry().BeginDelete(owner_, sb->id, true).ok());
+  registry().FinishDelete(sb->id);
+  EXPECT_EQ(kept->exit.kind, ProcessExit::kUnknown) << "a deleted sandbox's processes end";
+}
+
+TEST_F(RegistryTest, ProcessesAreFoundOnlyThroughAVisibleSandbox) {
+  SandboxRecord* sb = Create(owner_);
+  ASSERT_TRUE(registry().AddProcess(Process(*sb, "p-1")).ok());
+  EXPECT_TRUE(registry().VisibleProcess(owner_, sb->id, "p-1").ok());
+  EXPECT_EQ(registry().VisibleProcess(owner_, sb->id, "p-2").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry().VisibleProcess(stranger_, sb->id, "p-1").status().code(),
+            absl::StatusCode::kNotFound);
+  auto orphan = kj::refcounted<ProcessRecord>();
+  orphan->id = "p-3";
+  orphan->sandbox_id = "sb-gone";
+  EXPECT_EQ(registry().AddProcess(kj::mv(orphan)).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RegistryTest, OomKilledIsShownByName) {
+  SandboxRecord* sb = Create(owner_);
+  registry().MarkOomKilled(sb->id);
+  EXPECT_STREQ(StateName(sb->state), "oom-killed");
+  EXPECT_STREQ(StateName(SandboxState::kUnattached), "running-unattached");
+  EXPECT_TRUE(registry().ForNewProcess(owner_, sb->id).ok()) << "the privhelper decides that";
+}
+
+}  // namespace
+}  // namespace paseo
