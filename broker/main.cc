@@ -16,6 +16,7 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/debug.h>
+#include <kj/main.h>
 
 #include "broker/authorization.h"
 #include "broker/api_servers.h"
@@ -125,25 +126,60 @@ class Listener {
   std::map<uid_t, size_t> per_uid_;
 };
 
-int Main(int argc, char** argv) {
+// The command line: only the privhelper starts the broker, always with exactly these.
+struct Options {
   int helper_fd = -1;
   int listen_fd = -1;
   std::string log_dir;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--helper-fd=3") == 0) helper_fd = 3;
-    else if (std::strcmp(argv[i], "--listen-fd=4") == 0) listen_fd = 4;
-    else if (std::strncmp(argv[i], "--log-dir=/", 11) == 0) log_dir = argv[i] + 10;
-    else {
-      std::fprintf(stderr, "usage: paseo-sandbox-broker --helper-fd=3 --listen-fd=4 --log-dir=DIR\n"
-                           "(started by paseo-sandbox-privhelper, not by hand)\n");
-      return 2;
-    }
+};
+
+kj::MainFunc ParseOptions(kj::ProcessContext& context, Options& options) {
+  auto fd = [](int expected, int* out) {
+    return [expected, out](kj::StringPtr value) -> kj::MainBuilder::Validity {
+      if (value != kj::str(expected)) return kj::str("must be ", expected);
+      *out = expected;
+      return true;
+    };
+  };
+  return kj::MainBuilder(context, kBrokerVersion,
+                         "The unprivileged half of paseo-sandbox: serves the public API on the "
+                         "listening socket (fd 4), asking the privhelper (fd 3) for everything "
+                         "privileged. Started by paseo-sandbox-privhelper, not by hand.")
+      .addOptionWithArg({"helper-fd"}, fd(3, &options.helper_fd), "<3>",
+                        "the privhelper's socketpair end")
+      .addOptionWithArg({"listen-fd"}, fd(4, &options.listen_fd), "<4>",
+                        "the listening client socket")
+      .addOptionWithArg(
+          {"log-dir"},
+          [&options](kj::StringPtr value) -> kj::MainBuilder::Validity {
+            if (!value.startsWith("/")) return "must be an absolute path";
+            options.log_dir = value.cStr();
+            return true;
+          },
+          "<dir>", "the broker's own state directory (output logs and records)")
+      .callAfterParsing([&options]() -> kj::MainBuilder::Validity {
+        if (options.log_dir.empty()) return "--log-dir is required";
+        if (options.helper_fd < 0 || options.listen_fd < 0)
+          return "--helper-fd=3 and --listen-fd=4 are required";
+        return true;
+      })
+      .build();
+}
+
+int Main(int argc, char** argv) {
+  Options options;
+  {
+    kj::TopLevelProcessContext context(argv[0]);
+    auto parse = ParseOptions(context, options);
+    kj::Vector<kj::StringPtr> params;
+    for (int i = 1; i < argc; ++i) params.add(argv[i]);
+    // Exits the process (status 1, or 0 for --help) on a usage error.
+    parse(argv[0], params.asPtr());
   }
-  if (log_dir.empty()) {
-    Log("--log-dir is required");
-    return 2;
-  }
-  if (helper_fd < 0 || listen_fd < 0 || !IsSocket(helper_fd) || !IsSocket(listen_fd)) {
+  int helper_fd = options.helper_fd;
+  int listen_fd = options.listen_fd;
+  std::string log_dir = options.log_dir;
+  if (!IsSocket(helper_fd) || !IsSocket(listen_fd)) {
     Log("fd 3 and fd 4 must be the helper socketpair and the listening socket");
     return 2;
   }
