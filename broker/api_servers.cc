@@ -32,21 +32,38 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   }
 }
 
+// Who is calling: the connection's peer and its budget of waiting calls.
+struct Caller {
+  Peer peer;
+  kj::Own<CallLimiter::Connection> calls;
+
+  Caller Copy() { return {peer, kj::addRef(*calls)}; }
+  // A call that may wait holds a ticket until it ends (refused past the connection's bound).
+  kj::Own<CallLimiter::Ticket> Ticket() { return ValueOrThrow(calls->Acquire()); }
+  // Takes the ticket first, so a refused call starts nothing.
+  template <typename Start>
+  auto Charged(Start&& start) -> decltype(start()) {
+    auto ticket = Ticket();
+    return start().attach(kj::mv(ticket));
+  }
+};
+
 class SubscriptionImpl final : public api::Subscription::Server {
  public:
-  explicit SubscriptionImpl(kj::Promise<void> delivery)
-      : delivery_(delivery.eagerlyEvaluate([](kj::Exception&&) {
+  SubscriptionImpl(kj::Promise<void> delivery, kj::Own<CallLimiter::Ticket> ticket)
+      : ticket_(kj::mv(ticket)), delivery_(delivery.eagerlyEvaluate([](kj::Exception&&) {
           // The client went away or its sink failed: nothing more to deliver.
         })) {}
 
  private:
+  kj::Own<CallLimiter::Ticket> ticket_;  // a live subscription counts as a waiting call
   kj::Promise<void> delivery_;
 };
 
 class ProcessImpl final : public api::Process::Server {
  public:
-  ProcessImpl(Broker& broker, Peer peer, kj::Own<ProcessRecord> p)
-      : broker_(broker), peer_(std::move(peer)), p_(kj::mv(p)) {}
+  ProcessImpl(Broker& broker, Caller caller, kj::Own<ProcessRecord> p)
+      : broker_(broker), caller_(kj::mv(caller)), p_(kj::mv(p)) {}
 
  protected:
   kj::Promise<void> info(InfoContext context) override {
@@ -55,25 +72,25 @@ class ProcessImpl final : public api::Process::Server {
   }
 
   kj::Promise<void> writeInput(WriteInputContext context) override {
-    return ValueOrThrow(broker_.WriteInput(Visible(), context.getParams().getData()));
+    return caller_.Charged([&] { return ValueOrThrow(broker_.WriteInput(Visible(), context.getParams().getData())); });
   }
 
   kj::Promise<void> closeInput(CloseInputContext context) override {
-    return ValueOrThrow(broker_.CloseInput(Visible()));
+    return caller_.Charged([&] { return ValueOrThrow(broker_.CloseInput(Visible())); });
   }
 
   kj::Promise<void> signal(SignalContext context) override {
-    return ValueOrThrow(broker_.Signal(Visible(), context.getParams().getSignal()));
+    return caller_.Charged([&] { return ValueOrThrow(broker_.Signal(Visible(), context.getParams().getSignal())); });
   }
 
   kj::Promise<void> resize(ResizeContext context) override {
     auto params = context.getParams();
-    return ValueOrThrow(broker_.Resize(Visible(), params.getRows(), params.getCols()));
+    return caller_.Charged([&] { return ValueOrThrow(broker_.Resize(Visible(), params.getRows(), params.getCols())); });
   }
 
   kj::Promise<void> wait(WaitContext context) override {
     auto p = kj::addRef(Visible());
-    auto ended = p->WhenEnded();
+    auto ended = caller_.Charged([&] { return p->WhenEnded(); });
     return ended.then([context, p = kj::mv(p)]() mutable {
       ToCapnp(p->exit, context.getResults().initStatus());
     });
@@ -86,43 +103,45 @@ class ProcessImpl final : public api::Process::Server {
     if (pty_stream != p.tty)
       ThrowStatus(absl::InvalidArgumentError(p.tty ? "a tty process has only the pty stream"
                                                    : "only a tty process has a pty stream"));
+    auto ticket = caller_.Ticket();
     auto delivery =
         Deliver(kj::addRef(p), params.getStream(), params.getFromOffset(), params.getSink());
-    context.getResults().setSubscription(kj::heap<SubscriptionImpl>(kj::mv(delivery)));
+    context.getResults().setSubscription(
+        kj::heap<SubscriptionImpl>(kj::mv(delivery), kj::mv(ticket)));
     return kj::READY_NOW;
   }
 
  private:
   // The process stays reachable only while its sandbox exists and the peer may use it.
   ProcessRecord& Visible() {
-    ThrowIfError(broker_.registry().Visible(peer_, p_->sandbox_id).status());
+    ThrowIfError(broker_.registry().Visible(caller_.peer, p_->sandbox_id).status());
     return *p_;
   }
 
   Broker& broker_;
-  Peer peer_;
+  Caller caller_;
   kj::Own<ProcessRecord> p_;
 };
 
 class SandboxImpl final : public api::Sandbox::Server {
  public:
-  SandboxImpl(Broker& broker, Peer peer, std::string id)
-      : broker_(broker), peer_(std::move(peer)), id_(std::move(id)) {}
+  SandboxImpl(Broker& broker, Caller caller, std::string id)
+      : broker_(broker), caller_(kj::mv(caller)), peer_(caller_.peer), id_(std::move(id)) {}
 
  protected:
   kj::Promise<void> startProcess(StartProcessContext context) override {
-    auto started = ValueOrThrow(broker_.StartProcess(peer_, id_, context.getParams().getSpec()));
+    auto started = caller_.Charged([&] { return ValueOrThrow(broker_.StartProcess(peer_, id_, context.getParams().getSpec())); });
     return started.then([this, context](kj::Own<ProcessRecord> p) mutable {
       auto results = context.getResults();
       FillProcessInfo(*p, results.initInfo());
-      results.setProcess(kj::heap<ProcessImpl>(broker_, peer_, kj::mv(p)));
+      results.setProcess(kj::heap<ProcessImpl>(broker_, caller_.Copy(), kj::mv(p)));
     });
   }
 
   kj::Promise<void> getProcess(GetProcessContext context) override {
     ProcessRecord* p = ValueOrThrow(
         broker_.registry().VisibleProcess(peer_, id_, context.getParams().getId().cStr()));
-    context.getResults().setProcess(kj::heap<ProcessImpl>(broker_, peer_, kj::addRef(*p)));
+    context.getResults().setProcess(kj::heap<ProcessImpl>(broker_, caller_.Copy(), kj::addRef(*p)));
     return kj::READY_NOW;
   }
 
@@ -141,26 +160,28 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
 
   kj::Promise<void> delete_(DeleteContext context) override {
-    return ValueOrThrow(broker_.DeleteSandbox(peer_, id_, context.getParams().getForce()));
+    return caller_.Charged([&] { return ValueOrThrow(broker_.DeleteSandbox(peer_, id_, context.getParams().getForce())); });
   }
 
  private:
   Broker& broker_;
-  Peer peer_;
+  Caller caller_;
+  const Peer& peer_;
   std::string id_;
 };
 
 class SupervisorImpl final : public api::Supervisor::Server {
  public:
-  SupervisorImpl(Broker& broker, Peer peer) : broker_(broker), peer_(std::move(peer)) {}
+  SupervisorImpl(Broker& broker, Caller caller)
+      : broker_(broker), caller_(kj::mv(caller)), peer_(caller_.peer) {}
 
  protected:
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
-    auto created = ValueOrThrow(broker_.CreateSandbox(peer_, context.getParams().getSpec()));
+    auto created = caller_.Charged([&] { return ValueOrThrow(broker_.CreateSandbox(peer_, context.getParams().getSpec())); });
     return created.then([this, context](std::string id) mutable {
       auto results = context.getResults();
       FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id)), results.initInfo());
-      results.setSandbox(kj::heap<SandboxImpl>(broker_, peer_, id));
+      results.setSandbox(kj::heap<SandboxImpl>(broker_, caller_.Copy(), id));
     });
   }
 
@@ -168,7 +189,7 @@ class SupervisorImpl final : public api::Supervisor::Server {
     ThrowIfError(broker_.registry().RequireSomeDeployment(peer_));
     std::string id = context.getParams().getId().cStr();
     ThrowIfError(broker_.registry().Visible(peer_, id).status());
-    context.getResults().setSandbox(kj::heap<SandboxImpl>(broker_, peer_, id));
+    context.getResults().setSandbox(kj::heap<SandboxImpl>(broker_, caller_.Copy(), id));
     return kj::READY_NOW;
   }
 
@@ -192,13 +213,15 @@ class SupervisorImpl final : public api::Supervisor::Server {
 
  private:
   Broker& broker_;
-  Peer peer_;
+  Caller caller_;
+  const Peer& peer_;
 };
 
 }  // namespace
 
-api::Supervisor::Client NewSupervisor(Broker& broker, Peer peer) {
-  return kj::heap<SupervisorImpl>(broker, std::move(peer));
+api::Supervisor::Client NewSupervisor(Broker& broker, Peer peer,
+                                      kj::Own<CallLimiter::Connection> calls) {
+  return kj::heap<SupervisorImpl>(broker, Caller{std::move(peer), kj::mv(calls)});
 }
 
 }  // namespace paseo

@@ -6,13 +6,16 @@
 
 #include "broker/authorization.h"
 #include "broker/broker.h"
+#include "broker/connection_limits.h"
 #include "schema/api.capnp.h"
 
 namespace paseo {
 
 inline constexpr char kBrokerVersion[] = "paseo-sandbox 0.1.0";
 
-// The bootstrap capability for a new connection from `peer`.
-api::Supervisor::Client NewSupervisor(Broker& broker, Peer peer);
+// The bootstrap capability for a new connection from `peer`; `calls` bounds the calls it may
+// have waiting at once.
+api::Supervisor::Client NewSupervisor(Broker& broker, Peer peer,
+                                      kj::Own<CallLimiter::Connection> calls);
 
 }  // namespace paseo

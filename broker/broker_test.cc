@@ -76,7 +76,10 @@ class BrokerTest : public ::testing::Test {
   }
 
   kj::WaitScope& ws() { return io_.waitScope; }
-  api::Supervisor::Client Connect(Peer peer) { return NewSupervisor(*broker_, std::move(peer)); }
+  api::Supervisor::Client Connect(Peer peer) {
+    uid_t uid = peer.uid;
+    return NewSupervisor(*broker_, std::move(peer), calls_.Open(uid));
+  }
 
   struct Created {
     api::Sandbox::Client sandbox;
@@ -109,6 +112,7 @@ class BrokerTest : public ::testing::Test {
   }
 
   kj::AsyncIoContext io_;
+  CallLimiter calls_{4, 6};
   std::string dir_;
   FakeHelper* helper_ = nullptr;
   helper::Helper::Client helper_client_ = nullptr;

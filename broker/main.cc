@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -21,16 +23,16 @@
 #include "broker/authorization.h"
 #include "broker/api_servers.h"
 #include "broker/broker.h"
+#include "broker/connection_limits.h"
 
 namespace paseo {
 namespace {
 
-// Public socket limits: a client message may not make the broker allocate more than 8 MiB
-// (capnp allocates a message's declared size up front), and no fds are accepted.
-constexpr uint64_t kClientTraversalWords = 1 << 20;
+// Public socket limits: no fds are accepted; message sizes, unfinished messages, connections
+// per uid and waiting calls are bounded in connection_limits.h; in total at most this many
+// connections, and at most this many bytes of calls in flight per connection.
 constexpr size_t kClientFlowLimitBytes = 32 << 20;
 constexpr size_t kMaxConnections = 4096;
-constexpr size_t kMaxConnectionsPerUid = 1024;
 
 void Log(const std::string& message) {
   std::fprintf(stderr, "paseo-sandbox-broker: %s\n", message.c_str());
@@ -51,12 +53,13 @@ bool HasAnyCapability() {
 }
 
 struct ClientConnection {
-  ClientConnection(kj::Own<kj::AsyncIoStream> s, api::Supervisor::Client bootstrap)
+  ClientConnection(kj::Own<kj::AsyncIoStream> s, uint64_t traversal_words,
+                   api::Supervisor::Client bootstrap)
       : stream(kj::mv(s)),
         network(*stream, capnp::rpc::twoparty::Side::SERVER,
-                [] {
+                [traversal_words] {
                   capnp::ReaderOptions options;
-                  options.traversalLimitInWords = kClientTraversalWords;
+                  options.traversalLimitInWords = traversal_words;
                   options.nestingLimit = 32;
                   return options;
                 }()),
@@ -98,20 +101,48 @@ class Listener {
       Log("dropping a connection without peer credentials");
       return;
     }
+    // A peer that may use no deployment needs only info() and a refusal: it gets the small
+    // pool, fewer connections and a small message size (connection_limits.h).
+    bool allowed = !broker_.registry().DeploymentsFor(peer).empty();
+    const ReceivePool& pool = budget_.limits(allowed);
     size_t& mine = per_uid_[peer.uid];
-    if (open_ >= kMaxConnections || mine >= kMaxConnectionsPerUid) {
-      Log("connection limit reached; dropping a connection from uid " + std::to_string(peer.uid));
+    if (open_ >= kMaxConnections || mine >= pool.connections_per_uid) {
+      if (mine == 0) per_uid_.erase(peer.uid);
+      LogDropped(peer.uid);
       return;
     }
     ++open_;
     ++mine;
     uid_t uid = peer.uid;
-    auto conn = kj::heap<ClientConnection>(kj::mv(stream), NewSupervisor(broker_, peer));
+    auto metered = kj::heap<MeteredStream>(kj::mv(stream), budget_, allowed, uid, timer_);
+    auto conn = kj::heap<ClientConnection>(kj::mv(metered), pool.per_message / 8,
+                                           NewSupervisor(broker_, peer, calls_.Open(uid)));
     auto done = conn->network.onDisconnect().attach(kj::mv(conn));
     tasks_.add(done.then([this, uid] {
       --open_;
       if (--per_uid_[uid] == 0) per_uid_.erase(uid);
+      GiveBackMemory();
     }));
+  }
+
+  // At most one line a second, so a flood of refused connections cannot fill the log.
+  void LogDropped(uid_t uid) {
+    ++dropped_;
+    kj::TimePoint now = timer_.now();
+    if (now - last_drop_log_ < 1 * kj::SECONDS) return;
+    last_drop_log_ = now;
+    Log("connection limit reached; dropped " + std::to_string(dropped_) +
+        " connection(s), the last from uid " + std::to_string(uid));
+    dropped_ = 0;
+  }
+
+  // A burst of calls leaves freed memory in malloc's arenas; return it to the system once the
+  // connection that caused it is gone (at most once a second).
+  void GiveBackMemory() {
+    kj::TimePoint now = timer_.now();
+    if (now - last_trim_ < 1 * kj::SECONDS) return;
+    last_trim_ = now;
+    malloc_trim(0);
   }
 
   struct Handler : kj::TaskSet::ErrorHandler {
@@ -120,10 +151,15 @@ class Listener {
   Broker& broker_;
   kj::Own<kj::ConnectionReceiver> receiver_;
   kj::Timer& timer_;
+  ReceiveBudget budget_;
+  CallLimiter calls_;
   Handler handler_;
   kj::TaskSet tasks_;
   size_t open_ = 0;
   std::map<uid_t, size_t> per_uid_;
+  size_t dropped_ = 0;
+  kj::TimePoint last_drop_log_ = kj::origin<kj::TimePoint>();
+  kj::TimePoint last_trim_ = kj::origin<kj::TimePoint>();
 };
 
 // The command line: only the privhelper starts the broker, always with exactly these.

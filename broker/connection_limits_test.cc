@@ -1,0 +1,153 @@
+// Connection limits on in-memory streams: real capnp messages pass and their charge is given
+// back; oversized, unfinished and slow messages are refused at the connection that sent them;
+// waiting calls are bounded per connection and per uid.
+#include "broker/connection_limits.h"
+
+#include <gtest/gtest.h>
+
+#include <capnp/message.h>
+#include <capnp/serialize-async.h>
+#include <capnp/schema.capnp.h>
+
+namespace paseo {
+namespace {
+
+class MeteredStreamTest : public ::testing::Test {
+ protected:
+  ~MeteredStreamTest() noexcept override {}
+
+  struct Conn {
+    kj::Own<kj::AsyncIoStream> client;
+    kj::Own<MeteredStream> server;
+  };
+  Conn Open(bool allowed, uid_t uid, kj::Duration deadline = 10 * kj::SECONDS) {
+    auto pipe = kj::newTwoWayPipe();
+    return {kj::mv(pipe.ends[0]),
+            kj::heap<MeteredStream>(kj::mv(pipe.ends[1]), budget_, allowed, uid,
+                                    io_.provider->getTimer(), deadline)};
+  }
+  // A raw segment table announcing one segment of `words` words, plus `extra` body bytes.
+  static std::string Header(uint32_t words, size_t extra) {
+    std::string h(8 + extra, 'x');
+    uint32_t count = 0;
+    memcpy(&h[0], &count, 4);
+    memcpy(&h[4], &words, 4);
+    return h;
+  }
+  std::string Error(kj::Promise<void> p) {
+    auto e = kj::runCatchingExceptions([&] { p.wait(io_.waitScope); });
+    KJ_IF_MAYBE(ex, e) { return ex->getDescription().cStr(); }
+    return "(no error)";
+  }
+
+  kj::AsyncIoContext io_ = kj::setupAsyncIo();
+  ReceiveBudget budget_{{1 << 20, 512 << 10, 256 << 10, 4}, {64 << 10, 40 << 10, 32 << 10, 2}};
+};
+
+TEST_F(MeteredStreamTest, RealMessagesPassAndGiveTheirChargeBack) {
+  Conn c = Open(true, 1000);
+  for (int i = 0; i < 3; ++i) {
+    // A small first segment forces several segments (and a padded table).
+    capnp::MallocMessageBuilder message(1, capnp::AllocationStrategy::FIXED_SIZE);
+    auto node = message.initRoot<capnp::schema::Node>();
+    node.setDisplayName(std::string(1000 * (i + 1), 'n'));
+    node.initNestedNodes(3 + i);
+    // An in-memory pipe has no buffer: the write completes as the read consumes it.
+    auto write = capnp::writeMessage(*c.client, message);
+    auto read = capnp::readMessage(*c.server).wait(io_.waitScope);
+    write.wait(io_.waitScope);
+    EXPECT_EQ(read->getRoot<capnp::schema::Node>().getDisplayName().size(), 1000u * (i + 1));
+    EXPECT_EQ(c.server->charged(), 0u);
+    EXPECT_EQ(budget_.used(true), 0u);
+  }
+}
+
+TEST_F(MeteredStreamTest, AMessageOverTheConnectionsSizeIsRefusedBeforeCapnpAllocatesIt) {
+  Conn c = Open(false, 2000);
+  std::string h = Header(1 << 16, 0);  // 512 KiB announced
+  auto write = c.client->write(h.data(), 8);
+  std::string buf(64, '\0');
+  auto error = Error(c.server->tryRead(buf.data(), 8, 8).ignoreResult());
+  EXPECT_EQ(error.rfind("invalid-argument: a message of ", 0), 0u) << error;
+  EXPECT_EQ(budget_.used(false), 0u);
+  EXPECT_EQ(Error(c.server->tryRead(buf.data(), 1, 1).ignoreResult()), error) << "stays refused";
+}
+
+TEST_F(MeteredStreamTest, UnfinishedMessagesAreBoundedPerUidAndPoolAndReleasedOnClose) {
+  std::string buf(64 << 10, '\0');
+  // Each connection announces 24 KiB and sends a little of it.
+  std::string h = Header(3 << 10, 100);
+  std::vector<kj::Promise<void>> writes;
+  auto start = [&](Conn& c) {
+    writes.push_back(c.client->write(h.data(), h.size()));
+    return c.server->tryRead(buf.data(), h.size(), h.size());
+  };
+  Conn a = Open(false, 2000), b = Open(false, 2000), other = Open(false, 2001);
+  EXPECT_EQ(start(a).wait(io_.waitScope), 108u);
+  EXPECT_EQ(budget_.used(false), (3u << 13) + 8);
+  // uid 2000 may hold 40 KiB of unfinished messages: the second is refused, its connection ends.
+  auto refused = Error(start(b).ignoreResult());
+  EXPECT_EQ(refused.rfind("unavailable: too many unfinished messages", 0), 0u) << refused;
+  // Another uid still has room in the pool; the allowed pool is untouched.
+  EXPECT_EQ(start(other).wait(io_.waitScope), 108u);
+  EXPECT_EQ(budget_.used(true), 0u);
+  a.server = nullptr;
+  other.server = nullptr;
+  EXPECT_EQ(budget_.used(false), 0u) << "closing a connection releases its charge";
+}
+
+TEST_F(MeteredStreamTest, AMessageMustArriveWithinItsDeadline) {
+  Conn c = Open(true, 1000, 50 * kj::MILLISECONDS);
+  std::string buf(64, '\0');
+  auto h = Header(16, 8);
+  auto write = c.client->write(h.data(), h.size());
+  EXPECT_EQ(c.server->tryRead(buf.data(), 16, 64).wait(io_.waitScope), 16u);
+  EXPECT_GT(budget_.used(true), 0u);
+  auto error = Error(c.server->tryRead(buf.data(), 1, 64).ignoreResult());
+  EXPECT_EQ(error, "unavailable: a message took too long to arrive");
+  c.server = nullptr;
+  EXPECT_EQ(budget_.used(true), 0u);
+}
+
+TEST_F(MeteredStreamTest, AnIdleConnectionHasNoDeadline) {
+  Conn c = Open(true, 1000, 20 * kj::MILLISECONDS);
+  std::string buf(64, '\0');
+  auto read = c.server->tryRead(buf.data(), 1, 64);
+  io_.provider->getTimer().afterDelay(100 * kj::MILLISECONDS).wait(io_.waitScope);
+  auto h = Header(0, 0);
+  auto write = c.client->write(h.data(), h.size());
+  EXPECT_EQ(read.wait(io_.waitScope), 8u) << "waiting between messages is fine";
+  EXPECT_EQ(budget_.used(true), 0u) << "an empty message ends with its table";
+}
+
+TEST_F(MeteredStreamTest, TooManySegmentsAreRefused) {
+  Conn c = Open(true, 1000);
+  std::string h(8, '\0');
+  uint32_t count = 600;
+  memcpy(&h[0], &count, 4);
+  auto write = c.client->write(h.data(), h.size());
+  std::string buf(8, '\0');
+  EXPECT_EQ(Error(c.server->tryRead(buf.data(), 8, 8).ignoreResult()),
+            "invalid-argument: a message with too many segments");
+}
+
+TEST(CallLimiterTest, WaitingCallsAreBoundedPerConnectionAndUid) {
+  CallLimiter limiter(3, 5);
+  auto first = limiter.Open(1000), second = limiter.Open(1000), stranger = limiter.Open(2000);
+  std::vector<kj::Own<CallLimiter::Ticket>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(*first->Acquire());
+  auto refused = first->Acquire();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  held.push_back(*second->Acquire());
+  held.push_back(*second->Acquire());
+  EXPECT_FALSE(second->Acquire().ok()) << "uid 1000 has 5 waiting";
+  EXPECT_TRUE(stranger->Acquire().ok()) << "another uid is not affected";
+  EXPECT_EQ(limiter.waiting(1000), 5u);
+  held.clear();
+  EXPECT_EQ(limiter.waiting(1000), 0u);
+  EXPECT_EQ(first->waiting(), 0u);
+  EXPECT_TRUE(first->Acquire().ok());
+}
+
+}  // namespace
+}  // namespace paseo
