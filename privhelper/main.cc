@@ -40,6 +40,7 @@
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
 #include "privhelper/runsc.h"
+#include "privhelper/sandbox_host.h"
 
 namespace paseo {
 namespace {
@@ -438,7 +439,8 @@ int Main(int argc, char** argv) {
     return 1;
   }
 
-  RunscRunner runsc(events, *runsc_fd, run_dir + "/runsc", helper.getRunsc().getPlatform().cStr());
+  RunscProcessRunner runsc(events, *runsc_fd,
+                           {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
   SandboxHost host(**config, runsc, shim);
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
