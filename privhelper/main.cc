@@ -32,7 +32,9 @@
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
+#include <kj/main.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/spawn.h"
 #include "common/status.h"
@@ -40,6 +42,7 @@
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
 #include "privhelper/runsc.h"
+#include "privhelper/sandbox_host.h"
 
 namespace paseo {
 namespace {
@@ -244,32 +247,19 @@ absl::Status EnterControlNetns(const std::string& pin) {
 // Where the broker child finds the host mount namespace fd before it execs (then closed).
 constexpr int kHostMountsFd = 5;
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: paseo-sandbox-privhelper [--config-dir DIR] [--check-config]\n"
-               "  --config-dir DIR  root-owned configuration (default /etc/paseo-sandbox)\n"
-               "  --check-config    load and validate the configuration, then exit\n"
-               "  --without-capability NAME\n"
-               "                    (tests) also drop NAME from the serving capability set\n");
-  return 2;
-}
-
-int Main(int argc, char** argv) {
+// What the command line chose (PrivhelperMain parses it).
+struct Options {
   std::string config_dir = "/etc/paseo-sandbox";
   bool check_only = false;
-  std::vector<std::string> without;  // only ever weakens the privhelper
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--config-dir" && i + 1 < argc) {
-      config_dir = argv[++i];
-    } else if (arg == "--without-capability" && i + 1 < argc) {
-      without.emplace_back(argv[++i]);
-    } else if (arg == "--check-config") {
-      check_only = true;
-    } else {
-      return Usage();
-    }
-  }
+  std::vector<std::string> without;  // capabilities to drop too: only ever weakens the privhelper
+};
+
+// Loads the config and, unless only checking it, runs the service until SIGTERM/SIGINT.
+// `program` is argv[0]. Returns the exit code; every error is logged before.
+int Serve(const Options& options, const std::string& program) {
+  const std::string& config_dir = options.config_dir;
+  const bool check_only = options.check_only;
+  const std::vector<std::string>& without = options.without;
   auto config = LoadConfig(config_dir);
   if (!config.ok()) {
     Log(absl::StrCat("configuration error: ", config.status().message()));
@@ -330,6 +320,8 @@ int Main(int argc, char** argv) {
     Log(std::string(listen_fd.status().message()));
     return 1;
   }
+  // Until serving starts, a failure removes the socket it made (see the Cancel below).
+  absl::Cleanup remove_socket = [&socket_path] { unlink(socket_path.c_str()); };
   // Each process costs the broker three fds and each client one: use the hard limit.
   struct rlimit nofile;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -346,7 +338,7 @@ int Main(int argc, char** argv) {
   auto& events = io.unixEventPort;
 
   // Companion binaries live beside this one unless the config names them.
-  std::string self_path = argv[0];
+  std::string self_path = program;
   if (self_path.empty() || self_path[0] != '/') {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -362,7 +354,6 @@ int Main(int argc, char** argv) {
   if (shim_fd.ok()) close(*shim_fd);
   if (!shim_copy.ok()) {
     Log(absl::StrCat("cannot use the sandbox shim: ", shim_copy.status().message()));
-    unlink(socket_path.c_str());
     return 1;
   }
   std::string shim = *shim_copy;
@@ -373,7 +364,6 @@ int Main(int argc, char** argv) {
   auto broker_fd = OpenRootOwnedExecutable(broker.path);
   if (!broker_fd.ok()) {
     Log(absl::StrCat("cannot start broker: ", broker_fd.status().message()));
-    unlink(socket_path.c_str());
     return 1;
   }
   broker.exec_fd = *broker_fd;
@@ -408,10 +398,10 @@ int Main(int argc, char** argv) {
   auto first = spawn_broker();
   if (!first.ok()) {
     Log(absl::StrCat("cannot start broker: ", first.status().message()));
-    unlink(socket_path.c_str());
     return 1;
   }
   pid_t pid = first->first;
+  absl::Cleanup kill_broker = [pid] { kill(pid, SIGKILL); };
   // Watch it right away: kj reaps only children it was told about, so an exit before the
   // watch would never be seen (regression: a broker killed during start-up was never restarted).
   auto first_exit = WatchChild(events, pid);
@@ -421,8 +411,6 @@ int Main(int argc, char** argv) {
   if (netns.ok()) netns = EnterPrivateMountNamespace();
   if (!netns.ok()) {
     Log(std::string(netns.message()));
-    kill(pid, SIGKILL);
-    unlink(socket_path.c_str());
     return 1;
   }
 
@@ -433,12 +421,15 @@ int Main(int argc, char** argv) {
   absl::Status dropped = KeepOnlyCapabilities(keep);
   if (!dropped.ok()) {
     Log(std::string(dropped.message()));
-    kill(pid, SIGKILL);
-    unlink(socket_path.c_str());
     return 1;
   }
+  // Serving from here: the shutdown below removes the socket itself, before it waits for the
+  // broker and the sandboxes (a new privhelper may have bound the path by the time they end).
+  std::move(kill_broker).Cancel();
+  std::move(remove_socket).Cancel();
 
-  RunscRunner runsc(events, *runsc_fd, run_dir + "/runsc", helper.getRunsc().getPlatform().cStr());
+  RunscProcessRunner runsc(events, *runsc_fd,
+                           {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
   SandboxHost host(**config, runsc, shim);
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
@@ -565,7 +556,55 @@ int Main(int argc, char** argv) {
   return 0;
 }
 
+// The command line, through kj's MainBuilder (which adds --help, --verbose and --version).
+// The flags are part of the interface: the systemd unit, the installer's quickstart and the
+// test harness pass them.
+class PrivhelperMain {
+ public:
+  explicit PrivhelperMain(kj::ProcessContext& context) : context_(context) {}
+
+  kj::MainFunc getMain() {
+    return kj::MainBuilder(context_, "paseo-sandbox-privhelper",
+                           "The root half of paseo-sandbox: loads and checks the root-owned "
+                           "configuration, starts the unprivileged broker and serves its "
+                           "requests, running every sandbox through the pinned runsc.")
+        .addOptionWithArg({"config-dir"}, KJ_BIND_METHOD(*this, SetConfigDir), "<dir>",
+                          "Root-owned configuration (default /etc/paseo-sandbox).")
+        .addOption({"check-config"}, KJ_BIND_METHOD(*this, SetCheckOnly),
+                   "Load and validate the configuration, then exit.")
+        .addOptionWithArg({"without-capability"}, KJ_BIND_METHOD(*this, AddWithout), "<name>",
+                          "(tests) Also drop capability <name> from the serving set; "
+                          "repeatable.")
+        .callAfterParsing(KJ_BIND_METHOD(*this, Run))
+        .build();
+  }
+
+ private:
+  kj::MainBuilder::Validity SetConfigDir(kj::StringPtr dir) {
+    options_.config_dir = dir.cStr();
+    return true;
+  }
+  kj::MainBuilder::Validity SetCheckOnly() {
+    options_.check_only = true;
+    return true;
+  }
+  kj::MainBuilder::Validity AddWithout(kj::StringPtr name) {
+    options_.without.emplace_back(name.cStr());
+    return true;
+  }
+  kj::MainBuilder::Validity Run() {
+    int code = Serve(options_, context_.getProgramName().cStr());
+    // The context ends the process with _exit(): flush what --check-config printed.
+    std::fflush(nullptr);
+    if (code != 0) context_.error("");  // already logged; only the exit status is left to set
+    return true;
+  }
+
+  kj::ProcessContext& context_;
+  Options options_;
+};
+
 }  // namespace
 }  // namespace paseo
 
-int main(int argc, char** argv) { return paseo::Main(argc, argv); }
+KJ_MAIN(paseo::PrivhelperMain)

@@ -1,11 +1,9 @@
 // See request_validation.h.
-#include "absl/strings/string_view.h"
 #include "privhelper/request_validation.h"
-
-#include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/ids.h"
 #include "common/status.h"
 
@@ -16,36 +14,35 @@ absl::Status Invalid(absl::string_view field, absl::string_view problem) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", problem));
 }
 
+// The whole text, embedded NUL bytes included (cStr() would stop at the first one).
+absl::string_view View(capnp::Text::Reader text) {
+  return absl::string_view(text.begin(), text.size());
+}
+
+// An id becomes a path component and a runsc container id: checked here, where it enters.
+absl::StatusOr<std::string> CheckId(absl::string_view field, capnp::Text::Reader id) {
+  if (!IsValidId(View(id))) return Invalid(field, "not a valid id");
+  return std::string(View(id));
+}
+
+absl::StatusOr<ValidatedProcessRef> CheckProcessRef(capnp::Text::Reader sandbox_id,
+                                                    capnp::Text::Reader process_id) {
+  ValidatedProcessRef out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", sandbox_id));
+  ASSIGN_OR_RETURN(out.process_id, CheckId("processId", process_id));
+  return out;
+}
+
 bool IsUnder(absl::string_view path, absl::string_view dir) {
   return path == dir || absl::StartsWith(path, absl::StrCat(dir, "/"));
 }
 
-}  // namespace
-
-absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
-                                               helper::CreateSandboxRequest::Reader request) {
-  ValidatedCreate out;
-  if (!IsValidId(request.getSandboxId().cStr()) || HasNul(request.getSandboxId()))
-    return Invalid("sandboxId", "not a valid id");
-  out.sandbox_id = request.getSandboxId().cStr();
-  out.deployment = config.FindDeployment(request.getDeploymentId().cStr());
-  if (out.deployment == nullptr || HasNul(request.getDeploymentId()))
-    return absl::PermissionDeniedError(
-        absl::StrCat("deploymentId: no deployment \"", request.getDeploymentId().cStr(), "\""));
-  std::vector<std::string> allowed = config.ProfilesOf(*out.deployment);
-  std::string profile = request.getProfile().size() > 0 ? request.getProfile().cStr() : allowed[0];
-  if (std::find(allowed.begin(), allowed.end(), profile) == allowed.end() ||
-      HasNul(request.getProfile()))
-    return absl::PermissionDeniedError(absl::StrCat(
-        "profile: deployment ", out.deployment->getId().cStr(), " may not use profile \"",
-        profile, "\""));
-  out.profile = config.FindProfile(profile);
-  if (out.profile == nullptr) return absl::InternalError("profile vanished from config");
-
-  auto mounts = request.getWorkspaces();
+absl::StatusOr<std::vector<ValidatedMount>> CheckWorkspaces(
+    capnp::List<api::WorkspaceMount>::Reader mounts) {
   if (mounts.size() > kMaxMounts) return Invalid("workspaces", "too many workspaces");
+  std::vector<ValidatedMount> out;
   for (size_t i = 0; i < mounts.size(); ++i) {
-    auto m = mounts[i];
+    auto m = mounts[static_cast<unsigned>(i)];
     std::string field = absl::StrCat("workspaces[", i, "]");
     if (HasNul(m.getPath()) || HasNul(m.getDestination()))
       return Invalid(field, "contains a NUL byte");
@@ -58,92 +55,127 @@ absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
       if (IsUnder(dest, reserved))
         return Invalid(field + ".destination", absl::StrCat("may not be under ", reserved));
     }
-    for (const auto& other : out.mounts) {
+    for (const auto& other : out) {
       if (IsUnder(dest, other.destination) || IsUnder(other.destination, dest))
         return Invalid(field + ".destination", "overlaps another workspace's destination");
     }
-    out.mounts.push_back(ValidatedMount{m.getPath().cStr(), dest,
-                                        m.getMode() != api::AccessMode::READ_WRITE});
+    out.push_back(ValidatedMount{m.getPath().cStr(), dest,
+                                 m.getMode() != api::AccessMode::READ_WRITE});
   }
+  return out;
+}
 
-  auto credentials = request.getCredentials();
+absl::StatusOr<std::vector<ValidatedCredential>> CheckCredentials(
+    const config::Deployment::Reader& deployment, const config::LaunchProfile::Reader& profile,
+    const std::vector<ValidatedMount>& mounts, capnp::List<capnp::Text>::Reader credentials) {
   if (credentials.size() > kMaxCredentials) return Invalid("credentials", "too many credentials");
+  std::vector<ValidatedCredential> out;
   for (size_t i = 0; i < credentials.size(); ++i) {
     std::string field = absl::StrCat("credentials[", i, "]");
-    std::string name = credentials[i].cStr();
-    if (HasNul(credentials[i]) || !IsValidId(name)) return Invalid(field, "not a valid name");
+    capnp::Text::Reader requested = credentials[static_cast<unsigned>(i)];
+    RETURN_IF_ERROR(CheckName(field, requested));
+    if (!IsValidId(View(requested))) return Invalid(field, "not a valid name");
     ValidatedCredential c;
-    c.name = name;
-    for (auto root : out.deployment->getCredentialRoots()) {
-      if (name == root.getName().cStr()) c.host_path = root.getHostPath().cStr();
+    c.name = std::string(View(requested));
+    for (auto root : deployment.getCredentialRoots()) {
+      if (c.name == root.getName().cStr()) c.host_path = root.getHostPath().cStr();
     }
     if (c.host_path.empty())
-      return absl::PermissionDeniedError(absl::StrCat(
-          field, ": deployment ", out.deployment->getId().cStr(), " has no credential \"", name,
-          "\""));
-    for (auto m : out.profile->getCredentials()) {
-      if (name == m.getName().cStr()) {
+      return absl::PermissionDeniedError(absl::StrCat(field, ": deployment ",
+                                                      deployment.getId().cStr(),
+                                                      " has no credential \"", c.name, "\""));
+    for (auto m : profile.getCredentials()) {
+      if (c.name == m.getName().cStr()) {
         c.destination = m.getDestination().cStr();
         c.read_only = !m.getWritable();
       }
     }
     if (c.destination.empty())
-      return absl::PermissionDeniedError(absl::StrCat(
-          field, ": profile ", out.profile->getName().cStr(), " places no credential \"", name,
-          "\""));
-    for (const auto& other : out.credentials) {
-      if (other.name == name) return Invalid(field, "named twice");
+      return absl::PermissionDeniedError(absl::StrCat(field, ": profile ",
+                                                      profile.getName().cStr(),
+                                                      " places no credential \"", c.name, "\""));
+    for (const auto& other : out) {
+      if (other.name == c.name) return Invalid(field, "named twice");
     }
-    for (const auto& m : out.mounts) {
+    for (const auto& m : mounts) {
       if (IsUnder(c.destination, m.destination) || IsUnder(m.destination, c.destination))
         return Invalid(field, "its destination overlaps a workspace's destination");
     }
-    out.credentials.push_back(std::move(c));
+    out.push_back(std::move(c));
   }
   return out;
 }
 
-absl::StatusOr<ValidatedStart> ValidateStart(helper::StartProcessRequest::Reader request) {
-  ValidatedStart out;
-  if (!IsValidId(request.getSandboxId().cStr()) || HasNul(request.getSandboxId()))
-    return Invalid("sandboxId", "not a valid id");
-  if (!IsValidId(request.getProcessId().cStr()) || HasNul(request.getProcessId()))
-    return Invalid("processId", "not a valid id");
-  out.sandbox_id = request.getSandboxId().cStr();
-  out.process_id = request.getProcessId().cStr();
-  auto argv = request.getArgv();
-  if (argv.size() == 0) return Invalid("argv", "must not be empty");
-  if (argv.size() > kMaxArgs) return Invalid("argv", "too many arguments");
-  if (request.getEnv().size() > kMaxEnv) return Invalid("env", "too many entries");
-  size_t total = 0;
-  for (auto a : argv) {
-    if (HasNul(a)) return Invalid("argv", "contains a NUL byte");
-    total += a.size() + 1;
-    out.argv.emplace_back(a.cStr());
-  }
-  if (out.argv[0].empty()) return Invalid("argv[0]", "must not be empty");
-  for (auto e : request.getEnv()) {
-    absl::string_view entry(e.cStr(), e.size());
-    size_t eq = entry.find('=');
-    if (HasNul(e) || eq == absl::string_view::npos || eq == 0)
-      return Invalid("env", "entries must be KEY=VALUE without NUL bytes");
-    total += e.size() + 1;
-    out.env.emplace_back(entry);
-  }
-  if (total > kMaxArgvBytes) return Invalid("argv", "argv and env exceed 1 MiB");
-  out.tty = request.getTty();
-  if (out.tty) {
-    if (request.getRows() == 0 || request.getCols() == 0)
-      return Invalid("rows", "a terminal needs at least one row and one column");
-    out.rows = request.getRows();
-    out.cols = request.getCols();
-  }
-  if (request.getCwd().size() > 0) {
-    if (HasNul(request.getCwd()) || !IsNormalizedAbsolutePath(request.getCwd().cStr()))
-      return Invalid("cwd", "must be a normalized absolute path");
-    out.cwd = request.getCwd().cStr();
-  }
+}  // namespace
+
+absl::StatusOr<ValidatedPolicy> ValidatePolicy(helper::Helper::PolicyParams::Reader) {
+  return ValidatedPolicy{};
+}
+
+absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
+                                               helper::Helper::CreateSandboxParams::Reader params) {
+  auto request = params.getRequest();
+  ValidatedCreate out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", request.getSandboxId()));
+  RETURN_IF_ERROR(CheckName("deploymentId", request.getDeploymentId()));
+  out.deployment = config.FindDeployment(View(request.getDeploymentId()));
+  if (out.deployment == nullptr)
+    return absl::PermissionDeniedError(absl::StrCat("deploymentId: no deployment \"",
+                                                    View(request.getDeploymentId()), "\""));
+  RETURN_IF_ERROR(CheckName("profile", request.getProfile()));
+  ASSIGN_OR_RETURN(std::string profile,
+                   ChooseProfile(config.ProfilesOf(*out.deployment), View(request.getProfile()),
+                                 out.deployment->getId().cStr()));
+  out.profile = config.FindProfile(profile);
+  if (out.profile == nullptr) return absl::InternalError("profile vanished from config");
+  ASSIGN_OR_RETURN(out.mounts, CheckWorkspaces(request.getWorkspaces()));
+  ASSIGN_OR_RETURN(out.credentials, CheckCredentials(*out.deployment, *out.profile, out.mounts,
+                                                     request.getCredentials()));
   return out;
+}
+
+absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams::Reader params) {
+  auto request = params.getRequest();
+  ValidatedStart out;
+  ASSIGN_OR_RETURN(out.process, CheckProcessRef(request.getSandboxId(), request.getProcessId()));
+  ASSIGN_OR_RETURN(out.command,
+                   CheckProcessCommand(request.getArgv(), request.getEnv(), request.getCwd(),
+                                       request.getTty(), request.getRows(), request.getCols()));
+  return out;
+}
+
+absl::StatusOr<ValidatedProcessRef> ValidateWait(helper::Helper::WaitProcessParams::Reader params) {
+  return CheckProcessRef(params.getSandboxId(), params.getProcessId());
+}
+
+absl::StatusOr<ValidatedSignal> ValidateSignal(
+    helper::Helper::SignalProcessParams::Reader params) {
+  ValidatedSignal out;
+  ASSIGN_OR_RETURN(out.process, CheckProcessRef(params.getSandboxId(), params.getProcessId()));
+  RETURN_IF_ERROR(CheckSignal(params.getSignal()));
+  out.signal = params.getSignal();
+  return out;
+}
+
+absl::StatusOr<ValidatedDelete> ValidateDelete(
+    helper::Helper::DeleteSandboxParams::Reader params) {
+  ValidatedDelete out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", params.getSandboxId()));
+  return out;
+}
+
+absl::StatusOr<ValidatedInventory> ValidateInventory(helper::Helper::InventoryParams::Reader) {
+  return ValidatedInventory{};
+}
+
+absl::StatusOr<ValidatedProcessRef> ValidateReattach(
+    helper::Helper::ReattachParams::Reader params) {
+  return CheckProcessRef(params.getSandboxId(), params.getProcessId());
+}
+
+absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
+    helper::Helper::CloseInputParams::Reader params) {
+  return CheckProcessRef(params.getSandboxId(), params.getProcessId());
 }
 
 }  // namespace paseo

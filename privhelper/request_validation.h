@@ -1,16 +1,43 @@
-// Re-validation of every broker request on the privileged side. The broker already checked
-// them; these checks assume it did not (a compromised broker must get no more than an
-// authorized client). Pure functions over the config, so they are unit-tested directly.
+// Re-validation of every broker request on the privileged side, one validator per Helper
+// method (schema/helper.capnp). The broker already checked them; these checks assume it did
+// not (a compromised broker must get no more than an authorized client). Each validator takes
+// the method's params and returns a checked value that SandboxHost acts on; pure functions
+// over the config, unit-tested directly, and request_validation_test fails if a Helper method
+// has no validator with refusal cases.
+//
+//   ASSIGN_OR_RETURN(ValidatedSignal request, ValidateSignal(context.getParams()));
+//   host.Signal(request);
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/request_checks.h"
 #include "privhelper/config.h"
 #include "schema/helper.capnp.h"
 
 namespace paseo {
+
+// policy and inventory take no parameters: nothing to check, but they pass the same
+// validate-then-act path as every other method.
+struct ValidatedPolicy {};
+struct ValidatedInventory {};
+
+// A process named by ids that are safe as path components and runsc container ids.
+struct ValidatedProcessRef {
+  std::string sandbox_id;
+  std::string process_id;
+};
+
+struct ValidatedSignal {
+  ValidatedProcessRef process;
+  int signal = 0;  // 1..64
+};
+
+struct ValidatedDelete {
+  std::string sandbox_id;
+};
 
 struct ValidatedMount {
   std::string client_path;
@@ -25,8 +52,10 @@ struct ValidatedCredential {
   bool read_only = true;
 };
 
+inline constexpr size_t kMaxMounts = 16;
 inline constexpr size_t kMaxCredentials = 8;
 
+// Points into the root-owned config, which outlives every request.
 struct ValidatedCreate {
   std::string sandbox_id;
   const config::Deployment::Reader* deployment = nullptr;
@@ -36,26 +65,36 @@ struct ValidatedCreate {
 };
 
 struct ValidatedStart {
-  std::string sandbox_id;
-  std::string process_id;
-  std::vector<std::string> argv;
-  std::vector<std::string> env;
-  std::string cwd;  // empty: caller picks the default
-  bool tty = false;
-  uint16_t rows = 0;  // tty only, 1..65535
-  uint16_t cols = 0;
+  ValidatedProcessRef process;
+  ProcessCommand command;  // common/request_checks.h
 };
 
-inline constexpr size_t kMaxMounts = 16;
+absl::StatusOr<ValidatedPolicy> ValidatePolicy(helper::Helper::PolicyParams::Reader params);
 
-// Sandbox ids, deployment, profile (must be one the deployment allows), mount count, each
-// destination (normalized absolute, not /, not under /proc, /sys or /dev, no duplicates or
-// nesting), workspace paths (absolute, bounded, no NUL).
+// Sandbox id; deployment and profile names (no NUL, UTF-8), the deployment known and the
+// profile one it may use (ChooseProfile); at most kMaxMounts workspaces, each path absolute,
+// bounded and without NUL, each destination normalized absolute, not /, not under /proc, /sys,
+// /dev, /tmp or /.paseo, not overlapping another; at most kMaxCredentials credentials, each a
+// valid name the deployment has and the profile places, once, not overlapping a workspace.
 absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
-                                               helper::CreateSandboxRequest::Reader request);
+                                               helper::Helper::CreateSandboxParams::Reader params);
 
-// Ids, non-empty argv without NUL bytes, env entries of the form KEY=VALUE, cwd absolute and
-// normalized when given, total size bounded.
-absl::StatusOr<ValidatedStart> ValidateStart(helper::StartProcessRequest::Reader request);
+// Ids, and the command through CheckProcessCommand (argv, env, cwd, terminal size).
+absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams::Reader params);
+
+absl::StatusOr<ValidatedProcessRef> ValidateWait(helper::Helper::WaitProcessParams::Reader params);
+
+// Ids, and a signal number 1..64 (CheckSignal).
+absl::StatusOr<ValidatedSignal> ValidateSignal(helper::Helper::SignalProcessParams::Reader params);
+
+absl::StatusOr<ValidatedDelete> ValidateDelete(helper::Helper::DeleteSandboxParams::Reader params);
+
+absl::StatusOr<ValidatedInventory> ValidateInventory(
+    helper::Helper::InventoryParams::Reader params);
+
+absl::StatusOr<ValidatedProcessRef> ValidateReattach(helper::Helper::ReattachParams::Reader params);
+
+absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
+    helper::Helper::CloseInputParams::Reader params);
 
 }  // namespace paseo

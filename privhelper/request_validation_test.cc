@@ -8,8 +8,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <set>
 
 #include <capnp/message.h>
+#include <capnp/schema.h>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -28,10 +31,16 @@ class RequestValidationTest : public ::testing::Test {
     mkdir((dir_ + "/profiles").c_str(), 0755);
     Write("helper.json", R"({"runsc": {"sha256": ")" + std::string(64, 'a') +
                              R"("}, "rootfsVersion": "v1"})");
-    Write("profiles/default.json", R"({"name": "default"})");
+    Write("profiles/default.json",
+          R"({"name": "default",
+              "credentials": [{"name": "claude", "destination": "/home/a/.claude"},
+                              {"name": "over", "destination": "/workspace/x"}]})");
     Write("profiles/big.json", R"({"name": "big"})");
     Write("deployments/a.json",
-          R"({"id": "alpha", "allowedUids": [1000], "workspaceRoots": [{"hostPath": "/srv/a"}]})");
+          R"({"id": "alpha", "allowedUids": [1000], "workspaceRoots": [{"hostPath": "/srv/a"}],
+              "credentialRoots": [{"name": "claude", "hostPath": "/srv/cred/claude"},
+                                  {"name": "over", "hostPath": "/srv/cred/over"},
+                                  {"name": "unplaced", "hostPath": "/srv/cred/u"}]})");
     Write("deployments/b.json",
           R"({"id": "beta", "allowedUids": [2000], "workspaceRoots": [{"hostPath": "/srv/b"}],
               "profiles": ["big"]})");
@@ -48,7 +57,8 @@ class RequestValidationTest : public ::testing::Test {
   absl::StatusOr<ValidatedCreate> Create(
       const std::function<void(helper::CreateSandboxRequest::Builder)>& edit) {
     capnp::MallocMessageBuilder m;
-    auto r = m.initRoot<helper::CreateSandboxRequest>();
+    auto params = m.initRoot<helper::Helper::CreateSandboxParams>();
+    auto r = params.initRequest();
     r.setSandboxId("sb-0123456789abcdef01234567");
     r.setDeploymentId("alpha");
     auto ws = r.initWorkspaces(1);
@@ -56,20 +66,21 @@ class RequestValidationTest : public ::testing::Test {
     ws[0].setDestination("/workspace");
     ws[0].setMode(api::AccessMode::READ_WRITE);
     edit(r);
-    return ValidateCreate(*config_, r.asReader());
+    return ValidateCreate(*config_, params.asReader());
   }
 
   absl::StatusOr<ValidatedStart> Start(
       const std::function<void(helper::StartProcessRequest::Builder)>& edit) {
     capnp::MallocMessageBuilder m;
-    auto r = m.initRoot<helper::StartProcessRequest>();
+    auto params = m.initRoot<helper::Helper::StartProcessParams>();
+    auto r = params.initRequest();
     r.setSandboxId("sb-0123456789abcdef01234567");
     r.setProcessId("p-0123456789abcdef01234567");
     auto argv = r.initArgv(2);
     argv.set(0, "echo");
     argv.set(1, "hi");
     edit(r);
-    return ValidateStart(r.asReader());
+    return ValidateStart(params.asReader());
   }
 
   std::string dir_;
@@ -158,6 +169,46 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
          }
        },
        absl::StatusCode::kInvalidArgument, "too many"},
+      {"NUL in the deployment id",
+       [](auto r) { r.setDeploymentId(capnp::Text::Reader("alpha\0x", 7)); },
+       absl::StatusCode::kInvalidArgument, "deploymentId"},
+      {"deployment id that is not UTF-8",
+       [](auto r) { r.setDeploymentId("alpha\xff"); }, absl::StatusCode::kInvalidArgument,
+       "UTF-8"},
+      {"NUL in the profile (the part before it is allowed)",
+       [](auto r) { r.setProfile(capnp::Text::Reader("default\0x", 9)); },
+       absl::StatusCode::kInvalidArgument, "profile"},
+      {"profile that is not UTF-8", [](auto r) { r.setProfile("def\xc3\x28"); },
+       absl::StatusCode::kInvalidArgument, "UTF-8"},
+      {"NUL in a credential name",
+       [](auto r) { r.initCredentials(1).set(0, capnp::Text::Reader("claude\0x", 8)); },
+       absl::StatusCode::kInvalidArgument, "credentials[0]"},
+      {"credential name that is not UTF-8",
+       [](auto r) { r.initCredentials(1).set(0, "claude\xff"); },
+       absl::StatusCode::kInvalidArgument, "UTF-8"},
+      {"credential name that is not an id", [](auto r) { r.initCredentials(1).set(0, "../x"); },
+       absl::StatusCode::kInvalidArgument, "not a valid name"},
+      {"credential the deployment does not have",
+       [](auto r) { r.initCredentials(1).set(0, "ssh"); }, absl::StatusCode::kPermissionDenied,
+       "has no credential"},
+      {"credential the profile does not place",
+       [](auto r) { r.initCredentials(1).set(0, "unplaced"); },
+       absl::StatusCode::kPermissionDenied, "places no credential"},
+      {"credential named twice",
+       [](auto r) {
+         auto c = r.initCredentials(2);
+         c.set(0, "claude");
+         c.set(1, "claude");
+       },
+       absl::StatusCode::kInvalidArgument, "named twice"},
+      {"credential inside a workspace", [](auto r) { r.initCredentials(1).set(0, "over"); },
+       absl::StatusCode::kInvalidArgument, "overlaps"},
+      {"too many credentials",
+       [](auto r) {
+         auto c = r.initCredentials(kMaxCredentials + 1);
+         for (unsigned i = 0; i < c.size(); ++i) c.set(i, "claude");
+       },
+       absl::StatusCode::kInvalidArgument, "too many"},
       {"NUL in a workspace path",
        [](auto r) {
          // capnp Text may carry an embedded NUL; it must never reach a syscall.
@@ -175,6 +226,15 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
   }
 }
 
+TEST_F(RequestValidationTest, AcceptsACredentialThePolicyAllows) {
+  auto v = Create([](auto r) { r.initCredentials(1).set(0, "claude"); });
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->credentials.size(), 1u);
+  EXPECT_EQ(v->credentials[0].host_path, "/srv/cred/claude");
+  EXPECT_EQ(v->credentials[0].destination, "/home/a/.claude");
+  EXPECT_TRUE(v->credentials[0].read_only);
+}
+
 TEST_F(RequestValidationTest, AcceptsAWellFormedStart) {
   auto v = Start([](auto r) {
     auto env = r.initEnv(1);
@@ -182,9 +242,11 @@ TEST_F(RequestValidationTest, AcceptsAWellFormedStart) {
     r.setCwd("/workspace/sub");
   });
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(v->argv, (std::vector<std::string>{"echo", "hi"}));
-  EXPECT_EQ(v->env, (std::vector<std::string>{"A=b=c"}));
-  EXPECT_EQ(v->cwd, "/workspace/sub");
+  EXPECT_EQ(v->process.sandbox_id, "sb-0123456789abcdef01234567");
+  EXPECT_EQ(v->process.process_id, "p-0123456789abcdef01234567");
+  EXPECT_EQ(v->command.argv, (std::vector<std::string>{"echo", "hi"}));
+  EXPECT_EQ(v->command.env, (std::vector<std::string>{"A=b=c"}));
+  EXPECT_EQ(v->command.cwd, "/workspace/sub");
 }
 
 TEST_F(RequestValidationTest, AcceptsATerminalWithItsSize) {
@@ -194,9 +256,9 @@ TEST_F(RequestValidationTest, AcceptsATerminalWithItsSize) {
     r.setCols(132);
   });
   ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_TRUE(v->tty);
-  EXPECT_EQ(v->rows, 50);
-  EXPECT_EQ(v->cols, 132);
+  EXPECT_TRUE(v->command.tty);
+  EXPECT_EQ(v->command.rows, 50);
+  EXPECT_EQ(v->command.cols, 132);
 }
 
 TEST_F(RequestValidationTest, RefusesBadStarts) {
@@ -230,6 +292,171 @@ TEST_F(RequestValidationTest, RefusesBadStarts) {
     ASSERT_FALSE(v.ok()) << name;
     EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << name << ": " << v.status();
   }
+}
+
+// ---------------------------------------------------------------- every Helper method
+
+// Runs `validate` on a params struct of type Params filled in by `edit`.
+template <typename Params, typename Validate, typename Edit>
+absl::Status Check(Validate validate, Edit edit) {
+  capnp::MallocMessageBuilder m;
+  auto params = m.initRoot<Params>();
+  edit(params);
+  return validate(params.asReader()).status();
+}
+
+// A method's validator, run on a well-formed request and on hostile ones.
+struct MethodCases {
+  std::function<absl::Status()> well_formed;
+  std::vector<std::pair<const char*, std::function<absl::Status()>>> hostile;
+};
+
+// Fills ids into any params struct with sandboxId and processId.
+template <typename Builder>
+void Ids(Builder p, capnp::Text::Reader sandbox, capnp::Text::Reader process) {
+  p.setSandboxId(sandbox);
+  p.setProcessId(process);
+}
+
+const capnp::Text::Reader kSandbox = "sb-0123456789abcdef01234567";
+const capnp::Text::Reader kProcess = "p-0123456789abcdef01234567";
+const capnp::Text::Reader kNulId("sb-1\0/../x", 10);
+
+// The (sandboxId, processId) cases every method naming a process shares.
+template <typename Params, typename Validate>
+MethodCases ProcessRefCases(Validate validate) {
+  auto with = [validate](capnp::Text::Reader sandbox, capnp::Text::Reader process) {
+    return [=] {
+      return Check<Params>(validate, [&](auto p) { Ids(p, sandbox, process); });
+    };
+  };
+  return {with(kSandbox, kProcess),
+          {{"traversing sandbox id", with("../../etc", kProcess)},
+           {"NUL in the sandbox id", with(kNulId, kProcess)},
+           {"empty process id", with(kSandbox, "")},
+           {"process id with a slash", with(kSandbox, "p/1")},
+           {"uppercase process id", with(kSandbox, "P-1")}}};
+}
+
+// Parameterless methods: their params struct must stay empty (HelperMethodsTest checks it),
+// so there is nothing a broker could send them.
+const std::set<std::string> kParameterless = {"policy", "inventory"};
+
+std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config) {
+  using H = helper::Helper;
+  std::map<std::string, MethodCases> cases;
+  auto create = [&config](std::function<void(helper::CreateSandboxRequest::Builder)> edit) {
+    return [&config, edit] {
+      return Check<H::CreateSandboxParams>(
+          [&config](auto p) { return ValidateCreate(config, p); },
+          [&](auto p) {
+            auto r = p.initRequest();
+            r.setSandboxId(kSandbox);
+            r.setDeploymentId("alpha");
+            auto ws = r.initWorkspaces(1);
+            ws[0].setPath("/srv/a/project");
+            edit(r);
+          });
+    };
+  };
+  cases["createSandbox"] = {
+      create([](auto) {}),
+      {{"traversing sandbox id", create([](auto r) { r.setSandboxId("../../etc"); })},
+       {"NUL in the deployment id",
+        create([](auto r) { r.setDeploymentId(capnp::Text::Reader("alpha\0x", 7)); })},
+       {"another deployment's profile", create([](auto r) { r.setProfile("big"); })},
+       {"destination over /proc",
+        create([](auto r) { r.getWorkspaces()[0].setDestination("/proc"); })}}};
+  auto start = [](std::function<void(helper::StartProcessRequest::Builder)> edit) {
+    return [edit] {
+      return Check<H::StartProcessParams>(ValidateStart, [&](auto p) {
+        auto r = p.initRequest();
+        Ids(r, kSandbox, kProcess);
+        r.initArgv(1).set(0, "/bin/true");
+        edit(r);
+      });
+    };
+  };
+  cases["startProcess"] = {
+      start([](auto) {}),
+      {{"traversing process id", start([](auto r) { r.setProcessId("../p"); })},
+       {"empty argv", start([](auto r) { r.initArgv(0); })},
+       {"NUL in argv",
+        start([](auto r) { r.getArgv().set(0, capnp::Text::Reader("/bin/sh\0-c", 10)); })},
+       {"terminal without a size", start([](auto r) { r.setTty(true); })}}};
+  cases["waitProcess"] = ProcessRefCases<H::WaitProcessParams>(ValidateWait);
+  cases["reattach"] = ProcessRefCases<H::ReattachParams>(ValidateReattach);
+  cases["closeInput"] = ProcessRefCases<H::CloseInputParams>(ValidateCloseInput);
+  auto signal = [](capnp::Text::Reader sandbox, int sig) {
+    return [=] {
+      return Check<H::SignalProcessParams>(ValidateSignal, [&](auto p) {
+        Ids(p, sandbox, kProcess);
+        p.setSignal(sig);
+      });
+    };
+  };
+  // Regression: the privhelper took any int32 as a signal number and passed it to runsc.
+  cases["signalProcess"] = {signal(kSandbox, 15),
+                            {{"signal 0", signal(kSandbox, 0)},
+                             {"signal 65", signal(kSandbox, 65)},
+                             {"signal 99", signal(kSandbox, 99)},
+                             {"negative signal", signal(kSandbox, -9)},
+                             {"traversing sandbox id", signal("..", 9)}}};
+  auto del = [](capnp::Text::Reader sandbox) {
+    return [=] {
+      return Check<H::DeleteSandboxParams>(ValidateDelete,
+                                           [&](auto p) { p.setSandboxId(sandbox); });
+    };
+  };
+  cases["deleteSandbox"] = {del(kSandbox),
+                            {{"..", del("..")},
+                             {"empty id", del("")},
+                             {"NUL in the id", del(kNulId)},
+                             {"id with a slash", del("sb/1")}}};
+  return cases;
+}
+
+TEST_F(RequestValidationTest, EveryHelperMethodRefusesItsHostileRequests) {
+  for (const auto& [method, c] : HostileRequestsByMethod(*config_)) {
+    absl::Status ok = c.well_formed();
+    EXPECT_TRUE(ok.ok()) << method << ": a well-formed request is refused: " << ok;
+    for (const auto& [name, run] : c.hostile) {
+      absl::Status refused = run();
+      EXPECT_TRUE(refused.code() == absl::StatusCode::kInvalidArgument ||
+                  refused.code() == absl::StatusCode::kPermissionDenied)
+          << method << " / " << name << ": " << refused;
+    }
+  }
+}
+
+TEST_F(RequestValidationTest, ParameterlessMethodsAreAccepted) {
+  capnp::MallocMessageBuilder m;
+  EXPECT_TRUE(ValidatePolicy(m.initRoot<helper::Helper::PolicyParams>().asReader()).ok());
+  capnp::MallocMessageBuilder n;
+  EXPECT_TRUE(ValidateInventory(n.initRoot<helper::Helper::InventoryParams>().asReader()).ok());
+}
+
+// Walks the Helper interface as the schema defines it: a method added to helper.capnp without
+// a validator and hostile cases above (or, with no parameters, a place in kParameterless)
+// fails here, so no request reaches the privhelper unvalidated.
+TEST_F(RequestValidationTest, EveryHelperMethodInTheSchemaHasRefusalCases) {
+  auto cases = HostileRequestsByMethod(*config_);
+  std::set<std::string> in_schema;
+  for (auto method : capnp::Schema::from<helper::Helper>().getMethods()) {
+    std::string name = method.getProto().getName();
+    in_schema.insert(name);
+    if (kParameterless.count(name)) {
+      EXPECT_EQ(method.getParamType().getFields().size(), 0u)
+          << name << " has parameters now: give it a validator and hostile cases";
+      EXPECT_EQ(cases.count(name), 0u) << name;
+      continue;
+    }
+    ASSERT_EQ(cases.count(name), 1u)
+        << "Helper." << name << " has no hostile requests in HostileRequestsByMethod";
+    EXPECT_FALSE(cases[name].hostile.empty()) << name;
+  }
+  for (const auto& [name, c] : cases) EXPECT_EQ(in_schema.count(name), 1u) << "stale: " << name;
+  for (const auto& name : kParameterless) EXPECT_EQ(in_schema.count(name), 1u) << name;
 }
 
 }  // namespace

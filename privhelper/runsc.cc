@@ -2,6 +2,7 @@
 #include "privhelper/runsc.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <kj/io.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc_errors.h"
 #include "common/spawn.h"
 #include "common/status.h"
 
@@ -43,52 +45,44 @@ kj::Promise<int> WatchChild(kj::UnixEventPort& events, pid_t pid) {
   return promise.attach(kj::mv(child));
 }
 
-RunscRunner::RunscRunner(kj::UnixEventPort& events, int runsc_fd, std::string root_dir,
-                         std::string platform)
-    : events_(events),
-      runsc_fd_(runsc_fd),
-      root_dir_(std::move(root_dir)),
-      platform_(std::move(platform)) {}
+RunscProcessRunner::RunscProcessRunner(kj::UnixEventPort& events, int runsc_fd, RunscFlags flags)
+    : events_(events), runsc_fd_(runsc_fd), flags_(std::move(flags)) {}
 
-std::vector<std::string> RunscRunner::Argv(const std::vector<std::string>& args,
-                                           bool with_log) const {
-  std::vector<std::string> argv = {
-      "runsc",
-      absl::StrCat("--root=", root_dir_),
-      absl::StrCat("--platform=", platform_),
-      "--network=none",
-  };
-  if (with_log) argv.push_back("--debug-log=/proc/self/fd/3");
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
-
-absl::StatusOr<pid_t> RunscRunner::Start(std::vector<std::string> args, int stdin_fd,
-                                         int stdout_fd, int stderr_fd, int log_fd) {
+absl::StatusOr<pid_t> RunscProcessRunner::Spawn(std::vector<std::string> args,
+                                                const RunscStdio& stdio) {
+  // The argv and the fds must agree: an exec without its log fd would log into whatever fd 3
+  // is, and the exit status would be lost.
+  if (RunscWritesDebugLog(args) != (stdio.log_fd >= 0))
+    return absl::InternalError("runsc exec needs a log fd, and only exec has one");
   SpawnRequest request;
   request.exec_fd = runsc_fd_;
   request.path = "runsc";
-  request.argv = Argv(args, log_fd >= 0);
+  request.argv = RunscArgv(flags_, args);
   request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
-  request.fds = {{0, stdin_fd}, {1, stdout_fd}, {2, stderr_fd}};
-  if (log_fd >= 0) request.fds.push_back({3, log_fd});
-  return Spawn(request);
+  request.fds = {{0, stdio.stdin_fd}, {1, stdio.stdout_fd}, {2, stdio.stderr_fd}};
+  if (stdio.log_fd >= 0) request.fds.push_back({kRunscLogFd, stdio.log_fd});
+  return paseo::Spawn(request);
 }
 
-kj::Promise<RunscResult> RunscRunner::Run(std::vector<std::string> args) {
-  // stderr goes to a memfd, not a pipe: `runsc create` passes its stdio on to the sandbox's
-  // init, which would hold a pipe open forever and a reader waiting for EOF would hang.
-  int memfd = memfd_create("runsc-stderr", MFD_CLOEXEC);
-  int outfd = memfd_create("runsc-stdout", MFD_CLOEXEC);
-  if (memfd < 0 || outfd < 0) return KJ_EXCEPTION(FAILED, "internal: memfd_create failed");
-  kj::AutoCloseFd err_fd(memfd);
-  kj::AutoCloseFd out_fd(outfd);
-  int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd < 0) return KJ_EXCEPTION(FAILED, "internal: open /dev/null failed");
-  kj::AutoCloseFd null_owned(null_fd);
-  auto pid = Start(std::move(args), null_fd, outfd, memfd);
+absl::StatusOr<kj::Promise<int>> RunscProcessRunner::Start(std::vector<std::string> args,
+                                                           const RunscStdio& stdio) {
+  ASSIGN_OR_RETURN(pid_t pid, Spawn(std::move(args), stdio));
+  return WatchChild(events_, pid);
+}
+
+kj::Promise<RunscResult> RunscProcessRunner::Run(std::vector<std::string> args) {
+  // stdout and stderr go to memfds, not pipes: `runsc create` passes its stdio on to the
+  // sandbox's init, which would hold a pipe open forever and a reader waiting for EOF would hang.
+  kj::AutoCloseFd err_fd(memfd_create("runsc-stderr", MFD_CLOEXEC));
+  kj::AutoCloseFd out_fd(memfd_create("runsc-stdout", MFD_CLOEXEC));
+  if (err_fd.get() < 0 || out_fd.get() < 0)
+    return StatusToException(ErrnoStatus("memfd_create", "runsc output"));
+  kj::AutoCloseFd null_fd(open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (null_fd.get() < 0) return StatusToException(ErrnoStatus("open", "/dev/null"));
+  auto pid = Spawn(std::move(args), {null_fd.get(), out_fd.get(), err_fd.get()});
   if (!pid.ok()) {
-    return KJ_EXCEPTION(FAILED, "internal: cannot start runsc", pid.status().ToString());
+    return StatusToException(absl::InternalError(
+        absl::StrCat("cannot start runsc: ", pid.status().message())));
   }
   // A runsc that hangs must not wedge the sandbox it works on: kill it after kTimeout. It is
   // our own uid-0 child, so no CAP_KILL is needed, and it is not yet reaped when the timer

@@ -1,20 +1,22 @@
-// RunscRunner: the only code that builds a runsc command line. Flags are fixed here
-// (--root, --platform from config, --network=none; never --directfs, never host networking),
-// the binary is the pinned file the privhelper hashed at start, and every call runs in the
-// privhelper's private control network namespace (it unshared one at start), so runsc's
-// abstract control sockets are unreachable from the host netns.
+// How the privhelper runs runsc. SandboxHost sees only the RunscRunner interface, so its logic
+// is tested with a fake runner and no root (sandbox_host_test.cc); RunscProcessRunner is the
+// real one: it executes the pinned binary the privhelper hashed at start (execveat on its fd)
+// with the fixed flags of runsc_command.h, in the privhelper's private control network
+// namespace (main.cc unshared one), so runsc's abstract control sockets are unreachable from
+// the host netns.
 #pragma once
 
 #include <sys/types.h>
+#include <sys/wait.h>
 
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <kj/async-unix.h>
 #include <kj/async.h>
 
 #include "absl/status/statusor.h"
+#include "privhelper/runsc_command.h"
 
 namespace paseo {
 
@@ -29,38 +31,54 @@ struct RunscResult {
 // What a runsc call wrote into a memfd (at most 4 MiB).
 std::string ReadMemfd(int fd);
 
-// Resolves to the wait status of `pid`. Call right after the child was created.
+// Resolves to the wait status of `pid`. Call right after the child was created: kj reaps only
+// children it was told about.
 kj::Promise<int> WatchChild(kj::UnixEventPort& events, pid_t pid);
+
+// The fds a long-running runsc (`exec`) gets. `log_fd` becomes fd 3, where `runsc exec` writes
+// its debug log (exit_status.h); it must be given for exec and only for exec.
+struct RunscStdio {
+  int stdin_fd = -1;
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int log_fd = -1;
+};
 
 class RunscRunner {
  public:
-  // `runsc_fd` is an open (O_RDONLY) fd of the verified runsc binary; the runner keeps it.
-  RunscRunner(kj::UnixEventPort& events, int runsc_fd, std::string root_dir, std::string platform);
+  virtual ~RunscRunner() = default;
 
-  // How long one short runsc call (create, start, kill, delete) may take before it is killed.
+  // Runs `runsc <fixed flags> <args...>` to its end (create, start, kill, delete, list), with
+  // stdin on /dev/null and stdout and stderr captured. Never fails as a promise unless runsc
+  // could not be started; a failed runsc is a result that is not ok().
+  virtual kj::Promise<RunscResult> Run(std::vector<std::string> args) = 0;
+
+  // Starts `runsc <fixed flags> <args...>` on `stdio` and returns at once; the promise
+  // resolves to runsc's wait status when it ends.
+  virtual absl::StatusOr<kj::Promise<int>> Start(std::vector<std::string> args,
+                                                 const RunscStdio& stdio) = 0;
+};
+
+class RunscProcessRunner final : public RunscRunner {
+ public:
+  // `runsc_fd` is an open (O_RDONLY) fd of the verified runsc binary; the runner uses it for
+  // every call and does not close it.
+  RunscProcessRunner(kj::UnixEventPort& events, int runsc_fd, RunscFlags flags);
+
+  // How long one short runsc call (create, start, kill, delete, list) may take before it is
+  // killed (and reported as killed by signal 9): a hung runsc must not wedge its sandbox.
   static constexpr kj::Duration kTimeout = 60 * kj::SECONDS;
 
-  // Runs `runsc <fixed flags> <args...>` with stdin/stdout on /dev/null and stderr captured;
-  // a call still running after kTimeout is killed (and reported as killed by signal 9).
-  kj::Promise<RunscResult> Run(std::vector<std::string> args);
-
-  // Starts `runsc <fixed flags> <args...>` with the given fds as its stdin, stdout and stderr.
-  // With `log_fd` >= 0, runsc also writes its log there (`--debug-log`, as fd 3): that is where
-  // `runsc exec` records its process's raw wait status (exit_status.h).
-  // Returns the pid; the caller must call events.onChildExit for it right away.
-  absl::StatusOr<pid_t> Start(std::vector<std::string> args, int stdin_fd, int stdout_fd,
-                              int stderr_fd, int log_fd = -1);
-
-  // Every runsc invocation's full argv, for tests and logs.
-  std::vector<std::string> Argv(const std::vector<std::string>& args, bool with_log = false) const;
-
-  kj::UnixEventPort& events() { return events_; }
+  kj::Promise<RunscResult> Run(std::vector<std::string> args) override;
+  absl::StatusOr<kj::Promise<int>> Start(std::vector<std::string> args,
+                                         const RunscStdio& stdio) override;
 
  private:
+  absl::StatusOr<pid_t> Spawn(std::vector<std::string> args, const RunscStdio& stdio);
+
   kj::UnixEventPort& events_;
   int runsc_fd_;
-  std::string root_dir_;
-  std::string platform_;
+  RunscFlags flags_;
 };
 
 }  // namespace paseo

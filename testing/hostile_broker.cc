@@ -52,7 +52,7 @@ int main() {
       auto req = helper.createSandboxRequest();
       auto r = req.initRequest();
       r.setSandboxId(id);
-      r.setDeploymentId(deployment);
+      r.setDeploymentId(capnp::Text::Reader(deployment.data(), deployment.size()));
       r.setProfile(profile);
       if (!path.empty()) {
         auto m = r.initWorkspaces(1);
@@ -76,6 +76,7 @@ int main() {
   create("dest-rootfs-symlink", "sb-h8", "alpha", "", alpha, "/var/run/x");
   create("nul-in-path", "sb-h9", "alpha", "", alpha + std::string("\0/../outside", 12), "/workspace");
   create("proc-magic-link", "sb-h10", "alpha", "", "/proc/self/root/etc", "/workspace");
+  create("nul-in-deployment", "sb-h11", std::string("alpha\0x", 7), "", alpha, "/workspace");
 
   // What an authorized client may do still works, and no more.
   create("legit-create", "sb-legit", "alpha", "", alpha, "/workspace");
@@ -106,6 +107,32 @@ int main() {
     req.setSandboxId("sb-legit");
     req.setProcessId("p-1");
     req.setSignal(99);
+    req.send().wait(ws);
+  }));
+  Report("signal-zero", kj::runCatchingExceptions([&] {
+    auto req = helper.signalProcessRequest();
+    req.setSandboxId("sb-legit");
+    req.setProcessId("p-1");
+    req.setSignal(0);
+    req.send().wait(ws);
+  }));
+  // Every method that names a process refuses an id that is not one, before looking it up.
+  Report("wait-traversal", kj::runCatchingExceptions([&] {
+    auto req = helper.waitProcessRequest();
+    req.setSandboxId("sb-legit");
+    req.setProcessId("../p-1");
+    req.send().wait(ws);
+  }));
+  Report("reattach-traversal", kj::runCatchingExceptions([&] {
+    auto req = helper.reattachRequest();
+    req.setSandboxId("../sb-legit");
+    req.setProcessId("p-1");
+    req.send().wait(ws);
+  }));
+  Report("close-input-nul", kj::runCatchingExceptions([&] {
+    auto req = helper.closeInputRequest();
+    req.setSandboxId("sb-legit");
+    req.setProcessId(capnp::Text::Reader("p-1\0x", 5));
     req.send().wait(ws);
   }));
   Report("delete-traversal", kj::runCatchingExceptions([&] {

@@ -63,6 +63,11 @@ TEST(HostileBrokerTest, EveryRequestOutsidePolicyIsRefusedByThePrivhelper) {
       {"duplicate-process", "already-exists"},
       {"wait-missing", "not-found"},
       {"signal-out-of-range", "invalid-argument"},
+      {"signal-zero", "invalid-argument"},
+      {"wait-traversal", "invalid-argument"},
+      {"reattach-traversal", "invalid-argument"},
+      {"close-input-nul", "invalid-argument"},
+      {"nul-in-deployment", "invalid-argument"},
       {"delete-traversal", "invalid-argument"},
       {"delete-twice", "not-found"},
   };

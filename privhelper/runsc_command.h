@@ -1,0 +1,29 @@
+// The runsc command line, and nothing else: the fixed global flags every runsc call gets,
+// put in front of the subcommand the privhelper chose. A pure function so a test pins the
+// flags (runsc_command_test.cc); RunscProcessRunner (runsc.h) is its only caller.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace paseo {
+
+struct RunscFlags {
+  std::string root_dir;  // --root: runsc's state, <runDir>/runsc, root-only
+  std::string platform;  // --platform: from the root-owned config ("ptrace" or "kvm")
+};
+
+// The log fd `runsc exec` writes its debug log to (exit_status.h reads the wait status there).
+inline constexpr int kRunscLogFd = 3;
+
+// True for the one subcommand whose debug log the privhelper reads: `exec`. Every other call
+// runs without --debug-log (it would otherwise need fd 3, and log to nobody).
+bool RunscWritesDebugLog(const std::vector<std::string>& args);
+
+// "runsc --root=<root> --platform=<platform> --network=none [--debug-log=/proc/self/fd/3]
+// <args...>". Never --directfs (the gofer stays between the sandbox and the host filesystem)
+// and never host networking: the flags come from here only, and `args` are subcommands and
+// their operands the privhelper wrote itself (ids, paths in its own bundle).
+std::vector<std::string> RunscArgv(const RunscFlags& flags, const std::vector<std::string>& args);
+
+}  // namespace paseo

@@ -1,0 +1,720 @@
+// See sandbox_host.h.
+#include "privhelper/sandbox_host.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <kj/debug.h>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/rpc_errors.h"
+#include "common/status.h"
+#include "privhelper/bundle.h"
+#include "privhelper/exit_status.h"
+#include "privhelper/rootfs_overlay.h"
+#include "privhelper/workspace_resolver.h"
+#include "schema/records.capnp.h"
+
+namespace paseo {
+namespace {
+
+// Writes a file the privhelper generated, root-only, refusing to follow or reuse anything.
+absl::Status WriteNewFile(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus("create", path);
+  kj::AutoCloseFd owned(fd);
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+struct Pipe {
+  kj::AutoCloseFd read, write;
+};
+
+absl::StatusOr<Pipe> MakePipe() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", "");
+  return Pipe{kj::AutoCloseFd(fds[0]), kj::AutoCloseFd(fds[1])};
+}
+
+// A close-on-exec duplicate (above stdio), or no fd for no fd.
+kj::AutoCloseFd Dup(const kj::AutoCloseFd& fd) {
+  return fd.get() < 0 ? kj::AutoCloseFd() : kj::AutoCloseFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 3));
+}
+
+std::vector<std::string> Entries(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      std::string n = e->d_name;
+      if (n != "." && n != "..") names.push_back(n);
+    }
+    closedir(d);
+  }
+  return names;
+}
+
+// Ok if runsc succeeded; else an error of `code` whose message ends with what runsc said.
+absl::Status RunscStatus(const RunscResult& result, absl::StatusCode code,
+                         absl::string_view context) {
+  if (result.ok()) return absl::OkStatus();
+  return absl::Status(code, absl::StrCat(context, result.Describe()));
+}
+
+// The host's asynchronous errors carry the same reason tokens as its synchronous ones.
+kj::Promise<void> Settle(const absl::Status& status) {
+  if (status.ok()) return kj::READY_NOW;
+  return StatusToException(status);
+}
+
+// The pid `runsc exec` wrote for its process (inside the sandbox's pid namespace).
+absl::StatusOr<long> ReadInternalPid(const std::string& pid_file) {
+  std::ifstream in(pid_file);
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return absl::UnavailableError("process is still starting; retry");
+  return pid;
+}
+
+// What a restarted privhelper reads to know what a surviving container is.
+std::string RenderRecord(const std::string& id, const std::string& deployment,
+                         const std::string& profile, uid_t uid, gid_t gid,
+                         const std::string& default_cwd, int64_t created_ms) {
+  capnp::MallocMessageBuilder message;
+  auto record = message.initRoot<records::SandboxRecord>();
+  record.setId(id);
+  record.setDeploymentId(deployment);
+  record.setProfile(profile);
+  record.setUid(uid);
+  record.setGid(gid);
+  record.setDefaultCwd(default_cwd);
+  record.setCreatedAtUnixMs(created_ms);
+  capnp::JsonCodec codec;
+  auto text = codec.encode(record.asReader());
+  return std::string(text.cStr(), text.size());
+}
+
+absl::StatusOr<records::SandboxRecord::Reader> ReadRecord(const std::string& path,
+                                                          capnp::MallocMessageBuilder& message) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(path + ": no record");
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string s = text.str();
+  capnp::JsonCodec codec;
+  auto root = message.initRoot<records::SandboxRecord>();
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decode(kj::ArrayPtr<const char>(s.data(), s.size()), root); });
+  if (error != nullptr) return absl::InvalidArgumentError(path + ": unreadable record");
+  return root.asReader();
+}
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- records and lookups
+
+SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, std::string shim,
+                         std::string cgroup_root)
+    : config_(config),
+      runsc_(runsc),
+      shim_(std::move(shim)),
+      cgroup_root_(std::move(cgroup_root)),
+      reaper_(reap_errors_) {}
+
+SandboxHost::~SandboxHost() {
+  // Anything still here at destruction was not destroyed through DeleteAll: at least release
+  // the mounts so nothing outlives the process.
+  for (auto& [id, sandbox] : sandboxes_) {
+    for (const auto& s : sandbox->staging) (void)UnstageBind(s);
+  }
+}
+
+SandboxHost::Sandbox* SandboxHost::Find(const std::string& id, uint64_t generation) {
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return nullptr;
+  if (generation != 0 && it->second->generation != generation) return nullptr;
+  return it->second.get();
+}
+
+absl::StatusOr<SandboxHost::Sandbox*> SandboxHost::FindSandbox(const std::string& id, Need need) {
+  Sandbox* sb = Find(id);
+  if (need == Need::kRunning && (sb == nullptr || !sb->running || sb->deleting))
+    return absl::NotFoundError(absl::StrCat("no running sandbox ", id));
+  if (sb == nullptr) return absl::NotFoundError(absl::StrCat("no sandbox ", id));
+  return sb;
+}
+
+absl::StatusOr<SandboxHost::Process*> SandboxHost::FindProcess(const ValidatedProcessRef& ref,
+                                                               Need need) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(ref.sandbox_id, need));
+  auto it = sb->processes.find(ref.process_id);
+  if (it == sb->processes.end())
+    return absl::NotFoundError(absl::StrCat("no process ", ref.process_id));
+  return it->second.get();
+}
+
+std::string SandboxHost::BundlesDir() const {
+  return absl::StrCat(config_.helper().getStateDir().cStr(), "/bundles");
+}
+
+SandboxHost::Sandbox& SandboxHost::Add(const std::string& id) {
+  auto sandbox = kj::heap<Sandbox>();
+  sandbox->id = id;
+  sandbox->generation = next_generation_++;
+  sandbox->bundle_dir = absl::StrCat(BundlesDir(), "/", id);
+  Sandbox& sb = *sandbox;
+  sandboxes_.emplace(id, kj::mv(sandbox));
+  return sb;
+}
+
+// ---------------------------------------------------------------- create
+
+struct SandboxHost::CreatePlan {
+  std::string rootfs;
+  std::vector<ResolvedWorkspace> workspaces;   // in request.mounts order
+  std::vector<ResolvedWorkspace> credentials;  // in request.credentials order
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
+    const ValidatedCreate& request) const {
+  CreatePlan plan;
+  const auto& deployment = *request.deployment;
+  plan.rootfs = config_.RootfsPath(*request.profile);
+  struct stat rootfs_st;
+  if (stat(plan.rootfs.c_str(), &rootfs_st) != 0 || !S_ISDIR(rootfs_st.st_mode))
+    return absl::FailedPreconditionError(absl::StrCat("rootfs ", plan.rootfs, " is not installed"));
+  for (const auto& m : request.mounts)
+    RETURN_IF_ERROR(CheckDestination(plan.rootfs, m.destination));
+  for (const auto& c : request.credentials)
+    RETURN_IF_ERROR(CheckDestination(plan.rootfs, c.destination));
+  for (const auto& m : request.mounts) {
+    ASSIGN_OR_RETURN(ResolvedWorkspace ws, ResolveWorkspace(deployment, m.client_path));
+    plan.workspaces.push_back(std::move(ws));
+  }
+  for (const auto& c : request.credentials) {
+    ASSIGN_OR_RETURN(ResolvedWorkspace cred, ResolveCredential(c.name, c.host_path));
+    plan.credentials.push_back(std::move(cred));
+  }
+  if (deployment.hasRunAs()) {
+    plan.uid = deployment.getRunAs().getUid();
+    plan.gid = deployment.getRunAs().getGid();
+  } else {
+    // Default: the owner of the first workspace root.
+    auto first = deployment.getWorkspaceRoots()[0];
+    std::string mapped = first.getClientPath().size() > 0 ? first.getClientPath().cStr()
+                                                          : first.getHostPath().cStr();
+    ASSIGN_OR_RETURN(ResolvedWorkspace root, ResolveWorkspace(deployment, mapped));
+    plan.uid = root.root_owner_uid;
+    plan.gid = root.root_owner_gid;
+  }
+  if (plan.uid == 0 || plan.gid == 0)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "deployment ", deployment.getId().cStr(),
+        ": agents never run as uid or gid 0; the workspace root is owned by root, so set runAs"));
+  return plan;
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
+  if (Find(request.sandbox_id) != nullptr)
+    return absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists"));
+  std::string deployment_id = request.deployment->getId().cStr();
+  size_t count = 0;
+  for (const auto& [id, sb] : sandboxes_) count += sb->deployment == deployment_id;
+  if (count >= request.deployment->getMaxSandboxes())
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "deployment ", deployment_id, " has ", count, " sandboxes (its maxSandboxes)"));
+  ASSIGN_OR_RETURN(CreatePlan plan, PlanCreate(request));
+
+  // The bundle dir comes first: if it exists (a crash left it), it is not this sandbox's to
+  // remove, and nothing has been recorded yet.
+  std::string bundle_dir = absl::StrCat(BundlesDir(), "/", request.sandbox_id);
+  if (mkdir(bundle_dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", bundle_dir);
+  Sandbox& sb = Add(request.sandbox_id);
+  sb.deployment = deployment_id;
+  sb.profile = request.profile->getName().cStr();
+  sb.uid = plan.uid;
+  sb.gid = plan.gid;
+  sb.default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
+  sb.created_ms = NowUnixMs();
+  // Until runsc is asked to create the container, a failure undoes all that was written and
+  // mounted (sb.files, sb.staging, the overlay) and forgets the record.
+  absl::Cleanup forget = [this, &sb] { Forget(sb); };
+  RETURN_IF_ERROR(WriteBundle(sb, request, plan));
+  std::move(forget).Cancel();
+  return StartContainer(sb.id, sb.generation);
+}
+
+absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& request,
+                                      const CreatePlan& plan) {
+  std::string mounts_dir = sb.bundle_dir + "/mounts";
+  if (mkdir(mounts_dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", mounts_dir);
+  std::string record_path = sb.bundle_dir + "/sandbox.json";
+  RETURN_IF_ERROR(WriteNewFile(record_path, RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid,
+                                                         sb.gid, sb.default_cwd, sb.created_ms)));
+  sb.files.push_back(record_path);
+
+  ASSIGN_OR_RETURN(std::string merged, MountRootfsOverlay(plan.rootfs, sb.bundle_dir));
+  BundleSpec spec;
+  spec.rootfs = merged;
+  spec.shim = shim_;
+  spec.uid = sb.uid;
+  spec.gid = sb.gid;
+  spec.tmpfs_bytes = request.profile->getTmpfsBytes();
+  spec.memory_limit_bytes = request.profile->getMemoryLimitBytes();
+  spec.cgroups_path = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  // Recorded as soon as mounted, so the teardown unmounts exactly what exists.
+  auto stage = [&](const ResolvedWorkspace& source, const std::string& staging,
+                   const std::string& destination, bool read_only) -> absl::Status {
+    RETURN_IF_ERROR(StageBind(source, staging, read_only));
+    sb.staging.push_back(staging);
+    spec.mounts.push_back({staging, destination, read_only});
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < plan.workspaces.size(); ++i) {
+    const auto& m = request.mounts[i];
+    RETURN_IF_ERROR(stage(plan.workspaces[i], absl::StrCat(mounts_dir, "/", i), m.destination,
+                          m.read_only));
+  }
+  for (size_t i = 0; i < plan.credentials.size(); ++i) {
+    const auto& c = request.credentials[i];
+    RETURN_IF_ERROR(stage(plan.credentials[i], absl::StrCat(mounts_dir, "/credential-", c.name),
+                          c.destination, c.read_only));
+  }
+  std::string config_path = sb.bundle_dir + "/config.json";
+  RETURN_IF_ERROR(WriteNewFile(config_path, RenderOciConfig(spec)));
+  sb.files.push_back(config_path);
+  return absl::OkStatus();
+}
+
+kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t generation) {
+  std::string bundle_dir = Find(id, generation)->bundle_dir;
+  return runsc_.Run({"create", "--bundle", bundle_dir, id})
+      .then([](RunscResult created) {
+        return Settle(RunscStatus(created, absl::StatusCode::kInternal, "cannot create sandbox: "));
+      })
+      .then([this, id, generation] {
+        if (Sandbox* sb = Find(id, generation)) sb->container_created = true;
+        return runsc_.Run({"start", id});
+      })
+      .then([](RunscResult started) {
+        return Settle(RunscStatus(started, absl::StatusCode::kInternal, "cannot start sandbox: "));
+      })
+      .then([this, id, generation]() -> kj::Promise<void> {
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr || sb->deleting)
+          return StatusToException(
+              absl::FailedPreconditionError("sandbox was deleted while being created"));
+        sb->running = true;
+        return kj::READY_NOW;
+      })
+      .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
+        // Whatever failed (runsc, a spawn, a timeout): tear down what exists, then report.
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr || sb->running) return kj::mv(e);
+        return Destroy(id, generation)
+            .catch_([](kj::Exception&& cleanup) {
+              KJ_LOG(ERROR, "cleanup after a failed create failed", cleanup);
+            })
+            .then([e = kj::mv(e)]() mutable -> kj::Promise<void> { return kj::mv(e); });
+      });
+}
+
+// ---------------------------------------------------------------- processes
+
+absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStart& request) {
+  const std::string& process_id = request.process.process_id;
+  const ProcessCommand& command = request.command;
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.process.sandbox_id, Need::kRunning));
+  if (sb->processes.count(process_id))
+    return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
+  if (sb->processes.size() >= kMaxProcessesPerSandbox)
+    return absl::ResourceExhaustedError("too many processes in this sandbox");
+
+  ExecSpec exec;
+  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
+  exec.tty = command.tty;
+  exec.env = command.env;
+  exec.cwd = command.cwd.empty() ? sb->default_cwd : command.cwd;
+  exec.uid = sb->uid;
+  exec.gid = sb->gid;
+  std::string process_json = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".json");
+  std::string pid_file = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".pid");
+  RETURN_IF_ERROR(WriteNewFile(process_json, RenderProcessJson(exec)));
+  sb->files.push_back(process_json);
+  sb->files.push_back(pid_file);
+
+  auto in = MakePipe();
+  auto out = MakePipe();
+  auto err = MakePipe();
+  if (!in.ok() || !out.ok() || !err.ok()) return absl::ResourceExhaustedError("out of pipes");
+  // runsc logs the process's raw wait status here (exit_status.h).
+  kj::AutoCloseFd exec_log(memfd_create("runsc-exec-log", MFD_CLOEXEC));
+  if (exec_log.get() < 0) return absl::ResourceExhaustedError("out of file descriptors");
+  // A tty process has one stream: the relay's (and runsc's own) stderr joins the terminal's
+  // output, and the stderr pipe the broker gets is at end-of-file from the start.
+  RunscStdio stdio{in->read.get(), out->write.get(),
+                   command.tty ? out->write.get() : err->write.get(), exec_log.get()};
+  ASSIGN_OR_RETURN(kj::Promise<int> runsc_exit,
+                   runsc_.Start({"exec", "--process", process_json, "--internal-pid-file",
+                                 pid_file, sb->id},
+                                stdio));
+  Process& p = Track(*sb, process_id, kj::mv(runsc_exit), pid_file, kj::mv(exec_log));
+  p.argv = command.argv;
+  p.tty = command.tty;
+  // Copies of the broker's ends: if the broker dies, its successor takes them over (while
+  // it is down, the process blocks on a full pipe; nothing is lost). Our copies of the
+  // child's ends close here.
+  p.kept_stdin = Dup(in->write);
+  p.kept_stdout = Dup(out->read);
+  p.kept_stderr = Dup(err->read);
+  if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
+    return absl::ResourceExhaustedError("out of file descriptors");
+  return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+}
+
+SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id,
+                                         kj::Promise<int> runsc_exit,
+                                         const std::string& pid_file, kj::AutoCloseFd exec_log) {
+  std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  // OOM kills counted before this process started are not its end.
+  uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
+  auto ended = runsc_exit.then(
+      [log = kj::mv(exec_log), cgroup, root = cgroup_root_, ooms_before](int runsc_status) {
+        // Read at once: the cgroup goes when the sandbox is deleted.
+        auto ooms = ReadOomKillCount(cgroup, root);
+        return DecideProcessExit(runsc_status, ReadMemfd(log.get()),
+                                 ooms.value_or(0) > ooms_before);
+      });
+  auto process = kj::refcounted<Process>(kj::mv(ended));
+  process->pid_file = pid_file;
+  Process* raw = process.get();
+  // Owned by the process record, so the raw pointer cannot outlive it.
+  process->watcher = process->exit.addBranch()
+                         .then([this, raw, id = sb.id, gen = sb.generation](ProcessExit end) {
+                           raw->exited = true;
+                           raw->kept_stdin = nullptr;  // nobody can write to it any more
+                           if (end.kind == ProcessExit::kOomKilled) {
+                             // Remembered for a restarted broker's inventory.
+                             if (Sandbox* s = Find(id, gen)) s->oom_killed = true;
+                           }
+                         })
+                         .eagerlyEvaluate(nullptr);
+  sb.processes.emplace(process_id, kj::mv(process));
+  return *raw;
+}
+
+absl::StatusOr<kj::Promise<ProcessExit>> SandboxHost::Wait(const ValidatedProcessRef& request) {
+  ASSIGN_OR_RETURN(Process * p, FindProcess(request, Need::kAny));
+  return p->exit.addBranch().attach(kj::addRef(*p));
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Signal(const ValidatedSignal& request) {
+  ASSIGN_OR_RETURN(Process * p, FindProcess(request.process, Need::kRunning));
+  // `exited` is set as soon as the exit is reaped, so a stale pid file is never used.
+  if (p->exited) return absl::FailedPreconditionError("process has ended");
+  ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p->pid_file));
+  return runsc_
+      .Run({"kill", absl::StrCat("--pid=", internal_pid), request.process.sandbox_id,
+            absl::StrCat(request.signal)})
+      .then([](RunscResult killed) {
+        return Settle(RunscStatus(killed, absl::StatusCode::kFailedPrecondition, ""));
+      });
+}
+
+absl::StatusOr<SandboxHost::Stdio> SandboxHost::Reattach(const ValidatedProcessRef& request) {
+  ASSIGN_OR_RETURN(Process * p, FindProcess(request, Need::kAny));
+  Stdio stdio{Dup(p->kept_stdin), Dup(p->kept_stdout), Dup(p->kept_stderr)};
+  if (stdio.stdout_r.get() < 0 || stdio.stderr_r.get() < 0)
+    return absl::ResourceExhaustedError("out of file descriptors");
+  return stdio;
+}
+
+absl::Status SandboxHost::CloseInput(const ValidatedProcessRef& request) {
+  ASSIGN_OR_RETURN(Process * p, FindProcess(request, Need::kAny));
+  p->kept_stdin = nullptr;
+  return absl::OkStatus();
+}
+
+void SandboxHost::Inventory(const ValidatedInventory&,
+                            helper::Helper::InventoryResults::Builder out) const {
+  std::vector<const Sandbox*> live;
+  size_t processes = 0;
+  for (const auto& [id, sb] : sandboxes_) {
+    if (!sb->running || sb->deleting) continue;
+    live.push_back(sb.get());
+    processes += sb->processes.size();
+  }
+  auto sandboxes = out.initSandboxes(static_cast<unsigned>(live.size()));
+  auto kept = out.initProcesses(static_cast<unsigned>(processes));
+  unsigned s = 0, k = 0;
+  for (const Sandbox* sb : live) {
+    auto o = sandboxes[s++];
+    o.setSandboxId(sb->id);
+    o.setDeploymentId(sb->deployment);
+    o.setProfile(sb->profile);
+    o.setCreatedAtUnixMs(sb->created_ms);
+    o.setUnattached(sb->unattached);
+    o.setOomKilled(sb->oom_killed);
+    for (const auto& [pid, p] : sb->processes) {
+      auto po = kept[k++];
+      po.setSandboxId(sb->id);
+      po.setProcessId(pid);
+      po.setTty(p->tty);
+      // argv stays out: it can be up to 1 MiB per process, and the broker keeps it in its own
+      // record; an inventory must stay small enough for any number of processes.
+    }
+  }
+}
+
+// ---------------------------------------------------------------- delete
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Delete(const ValidatedDelete& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
+  if (sb->deleting) return absl::FailedPreconditionError("sandbox is already being deleted");
+  if (!sb->running) return absl::FailedPreconditionError("sandbox is still being created");
+  return Destroy(sb->id, sb->generation);
+}
+
+kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr) return kj::READY_NOW;
+  bool was_running = sb->running;
+  sb->deleting = true;
+  sb->running = false;
+  kj::Promise<void> destroy = kj::READY_NOW;
+  if (sb->container_created) {
+    destroy = runsc_.Run({"kill", "--all", id, "KILL"})
+                  .ignoreResult()
+                  .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
+                  .then([](RunscResult deleted) {
+                    // Already gone (a racing delete, or it died): that is what we wanted.
+                    if (deleted.stderr_text.find("does not exist") != std::string::npos)
+                      return Settle(absl::OkStatus());
+                    return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
+                  });
+  }
+  return destroy.then(
+      [this, id, generation]() -> kj::Promise<void> {
+        if (Sandbox* sb = Find(id, generation)) Forget(*sb);
+        return kj::READY_NOW;
+      },
+      [this, id, generation, was_running](kj::Exception&& e) -> kj::Promise<void> {
+        // runsc could not delete it: keep the record (and its mounts) usable, so a retry can.
+        if (Sandbox* sb = Find(id, generation)) {
+          sb->deleting = false;
+          sb->running = was_running;
+        }
+        return kj::mv(e);
+      });
+}
+
+void SandboxHost::Forget(Sandbox& sandbox) {
+  // A `runsc exec` that has not been reaped yet keeps its record until it is, so no zombie
+  // is left behind and no exit is lost.
+  for (auto& [pid, p] : sandbox.processes) {
+    if (!p->exited) reaper_.add(p->exit.addBranch().ignoreResult().attach(kj::addRef(*p)));
+  }
+  RemoveBundle(sandbox);
+  RemoveCgroups(sandbox.id);
+  sandboxes_.erase(sandbox.id);
+}
+
+void SandboxHost::RemoveBundle(Sandbox& sandbox) {
+  bool all_unmounted = true;
+  for (const auto& s : sandbox.staging) {
+    absl::Status st = UnstageBind(s);
+    if (!st.ok()) {
+      all_unmounted = false;
+      KJ_LOG(ERROR, "leaving staging dir in place", st.ToString());
+    }
+  }
+  sandbox.staging.clear();
+  for (const auto& f : sandbox.files) unlink(f.c_str());
+  sandbox.files.clear();
+  absl::Status overlay = RemoveRootfsOverlay(sandbox.bundle_dir);
+  if (!overlay.ok()) {
+    all_unmounted = false;
+    KJ_LOG(ERROR, "leaving rootfs overlay in place", overlay.ToString());
+  }
+  if (all_unmounted) {
+    rmdir((sandbox.bundle_dir + "/mounts").c_str());
+    rmdir(sandbox.bundle_dir.c_str());
+  }
+}
+
+void SandboxHost::RemoveCgroups(const std::string& sandbox_id) {
+  // runsc deletes what it created on a clean delete, but not after a create that failed
+  // half-way; rmdir only removes empty ones.
+  std::string rel = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sandbox_id);
+  for (const auto& hierarchy : Entries(cgroup_root_)) {
+    if (hierarchy[0] == '.') continue;
+    rmdir(absl::StrCat(cgroup_root_, "/", hierarchy, rel).c_str());
+  }
+  rmdir((cgroup_root_ + rel).c_str());  // a pure cgroup2 host
+}
+
+kj::Promise<void> SandboxHost::DeleteAll() {
+  kj::Vector<kj::Promise<void>> all;
+  std::vector<std::pair<std::string, uint64_t>> ids;
+  for (const auto& [id, sb] : sandboxes_) ids.emplace_back(id, sb->generation);
+  for (const auto& [id, gen] : ids) {
+    all.add(Destroy(id, gen).catch_([id = id](kj::Exception&& e) {
+      KJ_LOG(ERROR, "cannot delete sandbox at shutdown", id, e);
+    }));
+  }
+  return kj::joinPromises(all.releaseAsArray());
+}
+
+kj::Promise<void> SandboxHost::RunToCompletion(kj::Promise<void> work) {
+  // A broker that dies mid-request cancels its RPC calls; the work itself must still finish
+  // (or clean up), so a create or delete is never left half-done.
+  auto forked = work.fork();
+  reaper_.add(forked.addBranch());
+  return forked.addBranch();
+}
+
+// ---------------------------------------------------------------- reconcile
+
+namespace {
+
+struct ListedContainer {
+  std::string id;
+  std::string status;  // "running", "stopped", "created", ...
+};
+
+// Parses `runsc list --format=json` (an array of OCI state objects, or "null" for none).
+absl::StatusOr<std::vector<ListedContainer>> ParseRunscList(const std::string& text) {
+  std::vector<ListedContainer> out;
+  if (text.find_first_not_of(" \n") == std::string::npos) return out;
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<capnp::JsonValue>();
+  capnp::JsonCodec codec;
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
+  if (error == nullptr && root.isNull()) return out;
+  if (error != nullptr || !root.isArray()) {
+    KJ_LOG(ERROR, "cannot parse runsc list output", text);
+    return absl::InternalError("unreadable runsc list output; no collection");
+  }
+  for (auto item : root.getArray()) {
+    if (!item.isObject()) continue;
+    ListedContainer c;
+    for (auto field : item.getObject()) {
+      if (field.getName() == "id" && field.getValue().isString())
+        c.id = field.getValue().getString().cStr();
+      if (field.getName() == "status" && field.getValue().isString())
+        c.status = field.getValue().getString().cStr();
+    }
+    if (!c.id.empty()) out.push_back(c);
+  }
+  return out;
+}
+
+// What a bundle dir holds: the regular files in it and the staging dirs under mounts/.
+void ScanBundle(const std::string& bundle_dir, std::vector<std::string>& files,
+                std::vector<std::string>& staging) {
+  for (const auto& n : Entries(bundle_dir)) {
+    std::string path = absl::StrCat(bundle_dir, "/", n);
+    struct stat st;
+    if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(path);
+  }
+  for (const auto& n : Entries(bundle_dir + "/mounts"))
+    staging.push_back(absl::StrCat(bundle_dir, "/mounts/", n));
+}
+
+}  // namespace
+
+kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
+  return runsc_.Run({"list", "--format=json"})
+      .then([this, policy](RunscResult listed) -> kj::Promise<void> {
+        absl::Status st = RunscStatus(listed, absl::StatusCode::kInternal, "runsc list: ");
+        if (!st.ok()) return StatusToException(st);
+        // Without a trustworthy list, collecting bundles could remove live sandboxes' records.
+        auto containers = ParseRunscList(listed.stdout_text);
+        if (!containers.ok()) return StatusToException(containers.status());
+        for (const auto& c : *containers) AdoptOrDestroy(c.id, c.status, policy);
+        CollectUnowned();
+        return kj::READY_NOW;
+      });
+}
+
+void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& status,
+                                 config::RestartPolicy policy) {
+  if (!IsValidId(id) || Find(id) != nullptr) return;
+  Sandbox& sb = Add(id);
+  sb.container_created = true;
+  ScanBundle(sb.bundle_dir, sb.files, sb.staging);
+  capnp::MallocMessageBuilder message;
+  auto record = ReadRecord(sb.bundle_dir + "/sandbox.json", message);
+  if (record.ok()) {
+    sb.deployment = record->getDeploymentId().cStr();
+    sb.profile = record->getProfile().cStr();
+    sb.uid = record->getUid();
+    sb.gid = record->getGid();
+    sb.default_cwd = record->getDefaultCwd().cStr();
+    sb.created_ms = record->getCreatedAtUnixMs();
+  }
+  bool adopt = policy == config::RestartPolicy::KEEP && status == "running" && record.ok() &&
+               config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 && sb.gid != 0;
+  if (adopt) {
+    sb.running = true;
+    sb.unattached = true;
+    KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
+  } else {
+    KJ_LOG(WARNING, "destroying a sandbox left by a previous privhelper", id, status);
+    reaper_.add(Destroy(sb.id, sb.generation));
+  }
+}
+
+void SandboxHost::CollectUnowned() {
+  // Bundles and cgroups that no sandbox owns: leftovers of a crash mid-create or mid-delete.
+  for (const auto& n : Entries(BundlesDir())) {
+    if (Find(n) != nullptr) continue;
+    Sandbox stale;
+    stale.id = n;
+    stale.bundle_dir = absl::StrCat(BundlesDir(), "/", n);
+    ScanBundle(stale.bundle_dir, stale.files, stale.staging);
+    KJ_LOG(WARNING, "removing a stale bundle", n);
+    RemoveBundle(stale);
+  }
+  std::string parent = config_.helper().getCgroupParent().cStr();
+  std::vector<std::string> parents = {cgroup_root_ + parent};  // a pure cgroup2 host
+  for (const auto& hierarchy : Entries(cgroup_root_))
+    parents.push_back(absl::StrCat(cgroup_root_, "/", hierarchy, parent));
+  for (const auto& dir : parents) {
+    for (const auto& n : Entries(dir)) {
+      struct stat st;
+      if (IsValidId(n) && Find(n) == nullptr &&
+          stat(absl::StrCat(dir, "/", n).c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        RemoveCgroups(n);
+    }
+  }
+}
+
+}  // namespace paseo

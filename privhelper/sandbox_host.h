@@ -1,0 +1,161 @@
+// SandboxHost: the privileged work behind the helper protocol. It owns every sandbox this
+// privhelper created (bundle, staged workspace mounts, runsc container, exec'd processes) and
+// acts only on requests request_validation.h has checked; HelperServer (helper_server.h) is
+// the RPC table in front of it. runsc is reached through RunscRunner, so all of this but the
+// mounts is tested with a fake runner and no root (sandbox_host_test.cc).
+//
+// Errors: a refusal is a Status returned before anything is changed or started; what fails
+// later (runsc, a teardown) rejects the returned promise with an exception made by
+// StatusToException, so both carry the same client-facing reason tokens.
+//
+//   RunscProcessRunner runsc(events, runsc_fd, {run_dir + "/runsc", "ptrace"});
+//   SandboxHost host(config, runsc, shim_path);
+//   host.Reconcile(config::RestartPolicy::KILL).wait(wait_scope);
+//   ASSIGN_OR_RETURN(kj::Promise<void> created, host.Create(std::move(validated_create)));
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <kj/async.h>
+#include <kj/io.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/process_exit.h"
+#include "privhelper/config.h"
+#include "privhelper/request_validation.h"
+#include "privhelper/runsc.h"
+#include "schema/config.capnp.h"
+#include "schema/helper.capnp.h"
+
+namespace paseo {
+
+class SandboxHost {
+ public:
+  // `shim`: host path of the shim binary mounted into every sandbox (bundle.h).
+  // `cgroup_root`: where the cgroup hierarchies are mounted (tests point it elsewhere).
+  SandboxHost(const Config& config, RunscRunner& runsc, std::string shim,
+              std::string cgroup_root = "/sys/fs/cgroup");
+  ~SandboxHost();
+
+  struct Stdio {
+    kj::AutoCloseFd stdin_w, stdout_r, stderr_r;
+  };
+
+  // Checks capacity, the rootfs, destinations and workspaces, then writes the bundle; the
+  // promise creates and starts the container (a failure there tears everything down).
+  absl::StatusOr<kj::Promise<void>> Create(ValidatedCreate request);
+  // Starts `runsc exec` in a running sandbox; returns the broker's ends of its stdio.
+  absl::StatusOr<Stdio> StartProcess(const ValidatedStart& request);
+  // The promise resolves to how the process ended (exit_status.h).
+  absl::StatusOr<kj::Promise<ProcessExit>> Wait(const ValidatedProcessRef& request);
+  absl::StatusOr<kj::Promise<void>> Signal(const ValidatedSignal& request);
+  absl::StatusOr<kj::Promise<void>> Delete(const ValidatedDelete& request);
+  // For a (re)starting broker: every sandbox and every process with kept stdio.
+  void Inventory(const ValidatedInventory& request,
+                 helper::Helper::InventoryResults::Builder out) const;
+  // Duplicates of a process's kept stdio (stdin may be absent).
+  absl::StatusOr<Stdio> Reattach(const ValidatedProcessRef& request);
+  absl::Status CloseInput(const ValidatedProcessRef& request);
+
+  // Destroys every sandbox, whatever state it is in (service shutdown, after the RPC system
+  // and with it every in-flight request is gone).
+  kj::Promise<void> DeleteAll();
+  // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
+  kj::Promise<void> RunToCompletion(kj::Promise<void> work);
+  // At start-up, before serving, and on SIGHUP: finds what a previous privhelper left (runsc
+  // containers in the control netns, bundles, cgroups). Running sandboxes with a readable
+  // record are adopted (policy keep) or destroyed (policy kill); everything else is
+  // garbage-collected. Collects nothing if `runsc list` fails or cannot be parsed.
+  kj::Promise<void> Reconcile(config::RestartPolicy policy);
+  size_t size() const { return sandboxes_.size(); }
+
+  static constexpr size_t kMaxProcessesPerSandbox = 4096;
+
+ private:
+  struct Process : public kj::Refcounted {
+    explicit Process(kj::Promise<ProcessExit> exit_status) : exit(exit_status.fork()) {}
+    kj::ForkedPromise<ProcessExit> exit;
+    kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
+    std::string pid_file;
+    bool exited = false;
+    bool tty = false;
+    std::vector<std::string> argv;
+    // Copies of the broker's ends, kept so a restarted broker can take the process over.
+    kj::AutoCloseFd kept_stdin, kept_stdout, kept_stderr;
+  };
+  struct Sandbox {
+    std::string id;
+    std::string profile;
+    int64_t created_ms = 0;
+    uint64_t generation = 0;  // distinguishes a re-used id from the sandbox a continuation saw
+    std::string deployment;
+    std::string bundle_dir;
+    std::vector<std::string> staging;  // mounted staging dirs
+    std::vector<std::string> files;    // files we wrote in the bundle
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::string default_cwd = "/";
+    bool container_created = false;
+    bool running = false;
+    bool deleting = false;
+    bool unattached = false;  // adopted from a previous privhelper
+    bool oom_killed = false;  // a process of it ended oom-killed: the sandbox is dead
+    std::map<std::string, kj::Own<Process>> processes;
+  };
+  struct CreatePlan;
+  class ReapErrors : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  };
+  // Which sandboxes a request may name: any, or only one that runs and is not being deleted.
+  enum class Need { kAny, kRunning };
+
+  // The sandbox with this id, if it is still the one of this generation (0: any).
+  Sandbox* Find(const std::string& id, uint64_t generation = 0);
+  // The same, or not-found.
+  absl::StatusOr<Sandbox*> FindSandbox(const std::string& id, Need need);
+  absl::StatusOr<Process*> FindProcess(const ValidatedProcessRef& ref, Need need);
+  // A new record for `id` (a new generation), its bundle at <stateDir>/bundles/<id>.
+  Sandbox& Add(const std::string& id);
+  std::string BundlesDir() const;
+
+  // Create, before anything is written: destinations checked, workspaces resolved, the uid.
+  absl::StatusOr<CreatePlan> PlanCreate(const ValidatedCreate& request) const;
+  // Create, after every check: the bundle, with its record, overlay and staged mounts.
+  absl::Status WriteBundle(Sandbox& sb, const ValidatedCreate& request, const CreatePlan& plan);
+  // Create, asynchronously: `runsc create` and `runsc start`, or a teardown.
+  kj::Promise<void> StartContainer(const std::string& id, uint64_t generation);
+  // Watches a started `runsc exec` and records it under the sandbox.
+  Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<int> runsc_exit,
+                 const std::string& pid_file, kj::AutoCloseFd exec_log);
+
+  // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and
+  // forgets the sandbox. Processes still running are reaped in the background.
+  kj::Promise<void> Destroy(const std::string& id, uint64_t generation);
+  void Forget(Sandbox& sandbox);
+  // Unmounts and removes everything of the bundle without ever deleting recursively (a staging
+  // dir that cannot be unmounted is left in place rather than emptied).
+  void RemoveBundle(Sandbox& sandbox);
+  // Removes the sandbox's (empty) cgroup in every hierarchy.
+  void RemoveCgroups(const std::string& sandbox_id);
+
+  // Reconcile's two halves: a container `runsc list` reported, and what nobody owns.
+  void AdoptOrDestroy(const std::string& id, const std::string& status,
+                      config::RestartPolicy policy);
+  void CollectUnowned();
+
+  const Config& config_;
+  RunscRunner& runsc_;
+  std::string shim_;
+  std::string cgroup_root_;
+  uint64_t next_generation_ = 1;
+  std::map<std::string, kj::Own<Sandbox>> sandboxes_;
+  ReapErrors reap_errors_;
+  kj::TaskSet reaper_;
+};
+
+}  // namespace paseo

@@ -1,0 +1,586 @@
+// SandboxHost without root and without runsc: a fake RunscRunner answers every call, the state
+// dir and the cgroup root are temp dirs. Covers reconcile (adopt, destroy, collect, refuse to
+// collect on a bad `runsc list`), the refusals of every request, the process life (start,
+// signal, wait, oom, reattach, close input) and delete. Create is covered up to the first
+// mount: the fixture's state dir contains ',', which MountRootfsOverlay refuses before
+// mounting, so no test here mounts anything even when run as root; the mounts and a real
+// runsc create/start are covered by the root suites under testing/.
+#include "privhelper/sandbox_host.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+#include <kj/async.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/rpc_errors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "schema/records.capnp.h"
+
+namespace paseo {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+// Answers Run from a table by subcommand (default: success, no output) and hands every Start
+// back to the test, which decides when and how the started runsc ends.
+class FakeRunsc final : public RunscRunner {
+ public:
+  struct Started {
+    std::vector<std::string> args;
+    RunscStdio stdio;
+    kj::Own<kj::PromiseFulfiller<int>> exit;
+  };
+
+  kj::Promise<RunscResult> Run(std::vector<std::string> args) override {
+    calls.push_back(args);
+    auto it = results.find(args.at(0));
+    return it == results.end() ? RunscResult{} : it->second;
+  }
+
+  absl::StatusOr<kj::Promise<int>> Start(std::vector<std::string> args,
+                                         const RunscStdio& stdio) override {
+    calls.push_back(args);
+    if (!start_error.ok()) return start_error;
+    auto exit = kj::newPromiseAndFulfiller<int>();
+    started.push_back({args, stdio, kj::mv(exit.fulfiller)});
+    return kj::mv(exit.promise);
+  }
+
+  // The calls whose subcommand is `sub`.
+  std::vector<std::vector<std::string>> CallsOf(const std::string& sub) const {
+    std::vector<std::vector<std::string>> out;
+    for (const auto& c : calls)
+      if (c.at(0) == sub) out.push_back(c);
+    return out;
+  }
+
+  std::map<std::string, RunscResult> results;
+  absl::Status start_error = absl::OkStatus();
+  std::vector<std::vector<std::string>> calls;
+  std::vector<Started> started;
+};
+
+RunscResult Failed(const std::string& stderr_text) {
+  RunscResult r;
+  r.wait_status = 1 << 8;  // exit status 1
+  r.stderr_text = stderr_text;
+  return r;
+}
+
+RunscResult Listed(const std::string& json) {
+  RunscResult r;
+  r.stdout_text = json;
+  return r;
+}
+
+class SandboxHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = getenv("TEST_TMPDIR");
+    std::string tmpl = absl::StrCat(base != nullptr && *base ? base : "/tmp", "/host.XXXXXX");
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    // ',' keeps MountRootfsOverlay from ever mounting (see the file comment).
+    state_ = dir_ + "/state,unmountable";
+    cgroups_ = dir_ + "/cgroup";
+    fs::create_directories(state_ + "/bundles");
+    fs::create_directories(state_ + "/rootfs/v1/rootfs/var");
+    fs::create_symlink("/tmp", state_ + "/rootfs/v1/rootfs/var/run");
+    fs::create_directories(cgroups_ + "/memory");
+    fs::create_directories(dir_ + "/ws/project");
+    Write("etc/helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", std::string(64, 'a'),
+                                          R"("}, "rootfsVersion": "v1", "stateDir": ")", state_,
+                                          R"(", "runDir": ")", dir_, R"(/run"})"));
+    Write("etc/profiles/default.json", R"({"name": "default"})");
+    Write("etc/profiles/missing.json", R"({"name": "missing", "rootfsVersion": "v2"})");
+    Write("etc/deployments/alpha.json",
+          absl::StrCat(R"({"id": "alpha", "allowedUids": [1000], "maxSandboxes": 2,
+                          "profiles": ["default", "missing"],
+                          "workspaceRoots": [{"hostPath": ")",
+                       dir_, R"(/ws"}], "runAs": {"uid": 1000, "gid": 1000}})"));
+    // No runAs, and a root everyone sees owned by root: agents would run as uid 0.
+    Write("etc/deployments/rooted.json",
+          R"({"id": "rooted", "allowedUids": [1000], "workspaceRoots": [{"hostPath": "/usr"}]})");
+    auto config = LoadConfig(dir_ + "/etc");
+    ASSERT_TRUE(config.ok()) << config.status();
+    config_ = std::move(*config);
+    host_ = std::make_unique<SandboxHost>(*config_, runsc_, "/shim", cgroups_);
+  }
+
+  void TearDown() override {
+    host_ = nullptr;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  void Write(const std::string& rel, const std::string& text) {
+    std::string path = dir_ + "/" + rel;
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path) << text;
+  }
+
+  std::string Bundle(const std::string& id) const { return state_ + "/bundles/" + id; }
+
+  // A bundle a previous privhelper left, with its record.
+  void LeaveBundle(const std::string& id, const std::string& deployment = "alpha",
+                   uint32_t uid = 1000) {
+    fs::create_directories(Bundle(id) + "/mounts");
+    capnp::MallocMessageBuilder message;
+    auto record = message.initRoot<records::SandboxRecord>();
+    record.setId(id);
+    record.setDeploymentId(deployment);
+    record.setProfile("default");
+    record.setUid(uid);
+    record.setGid(1000);
+    record.setDefaultCwd("/workspace");
+    record.setCreatedAtUnixMs(1234);
+    capnp::JsonCodec codec;
+    std::ofstream(Bundle(id) + "/sandbox.json") << codec.encode(record.asReader()).cStr();
+    std::ofstream(Bundle(id) + "/config.json") << "{}";
+  }
+
+  // Runs the loop until `promise` settles; its error as a Status.
+  absl::Status Await(kj::Promise<void> promise) {
+    absl::Status status = absl::OkStatus();
+    promise.catch_([&](kj::Exception&& e) { status = StatusFromException(e); }).wait(ws_);
+    ws_.poll();  // and whatever it queued (background teardowns)
+    return status;
+  }
+  absl::Status Await(absl::StatusOr<kj::Promise<void>> promise) {
+    if (!promise.ok()) return promise.status();
+    return Await(std::move(*promise));
+  }
+
+  absl::Status Reconcile(config::RestartPolicy policy) { return Await(host_->Reconcile(policy)); }
+
+  // A running sandbox `id`, adopted from a previous privhelper.
+  void Adopt(const std::string& id) {
+    LeaveBundle(id);
+    runsc_.results["list"] =
+        Listed(absl::StrCat(R"([{"id": ")", id, R"(", "status": "running"}])"));
+    ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+    runsc_.results.erase("list");
+    runsc_.calls.clear();
+  }
+
+  // Destroy's footprint: the container killed and deleted, the bundle and the record gone.
+  void ExpectDestroyed(const std::string& id) {
+    EXPECT_EQ(runsc_.CallsOf("kill"),
+              (std::vector<std::vector<std::string>>{{"kill", "--all", id, "KILL"}}));
+    EXPECT_EQ(runsc_.CallsOf("delete"),
+              (std::vector<std::vector<std::string>>{{"delete", "--force", id}}));
+    EXPECT_FALSE(fs::exists(Bundle(id)));
+    EXPECT_EQ(host_->size(), 0u);
+  }
+
+  struct Inventory {
+    std::map<std::string, bool> unattached, oom_killed;
+    std::map<std::string, bool> tty;  // by process id
+  };
+  Inventory Listing() {
+    capnp::MallocMessageBuilder m;
+    auto out = m.initRoot<helper::Helper::InventoryResults>();
+    host_->Inventory(ValidatedInventory{}, out);
+    Inventory inv;
+    for (auto s : out.getSandboxes()) {
+      inv.unattached[s.getSandboxId().cStr()] = s.getUnattached();
+      inv.oom_killed[s.getSandboxId().cStr()] = s.getOomKilled();
+    }
+    for (auto p : out.getProcesses()) inv.tty[p.getProcessId().cStr()] = p.getTty();
+    return inv;
+  }
+
+  ValidatedStart Start(const std::string& sandbox, const std::string& process, bool tty = false) {
+    ValidatedStart s;
+    s.process = {sandbox, process};
+    s.command.argv = {"/bin/sh", "-c", "exit 3"};
+    s.command.tty = tty;
+    s.command.rows = tty ? 24 : 0;
+    s.command.cols = tty ? 80 : 0;
+    return s;
+  }
+
+  // The started `runsc exec` ends: it logged `logged` (a wait status) and exited `status`.
+  void EndExec(size_t index, int status, std::optional<int> logged) {
+    auto& started = runsc_.started.at(index);
+    if (logged) {
+      std::string line = absl::StrCat("I1 2 3 main.go:266] Exiting with status: ", *logged, "\n");
+      ASSERT_EQ(write(started.stdio.log_fd, line.data(), line.size()),
+                static_cast<ssize_t>(line.size()));
+    }
+    started.exit->fulfill(kj::mv(status));
+    ws_.poll();
+  }
+
+  // Writes the pid file `runsc exec` would write for the started process.
+  void WritePid(size_t index, int pid) {
+    const auto& args = runsc_.started.at(index).args;
+    auto at = std::find(args.begin(), args.end(), "--internal-pid-file");
+    ASSERT_NE(at, args.end());
+    std::ofstream(*(at + 1)) << pid << "\n";
+  }
+
+  ValidatedCreate Create(const std::string& id, const std::string& destination = "/workspace",
+                         const std::string& deployment = "alpha",
+                         const std::string& profile = "default") {
+    ValidatedCreate c;
+    c.sandbox_id = id;
+    c.deployment = config_->FindDeployment(deployment);
+    c.profile = config_->FindProfile(profile);
+    std::string root = deployment == "alpha" ? dir_ + "/ws" : "/usr";
+    c.mounts.push_back({root + (deployment == "alpha" ? "/project" : "/share"), destination,
+                        false});
+    return c;
+  }
+
+  // Behind a pointer: kj's destructors may throw, gtest's fixture destructor may not.
+  struct Loop {
+    kj::EventLoop loop;
+    kj::WaitScope scope{loop};
+  };
+  std::unique_ptr<Loop> loop_ = std::make_unique<Loop>();
+  kj::WaitScope& ws_ = loop_->scope;
+  FakeRunsc runsc_;
+  std::string dir_, state_, cgroups_;
+  std::unique_ptr<Config> config_;
+  std::unique_ptr<SandboxHost> host_;
+};
+
+// ---------------------------------------------------------------- reconcile
+
+TEST_F(SandboxHostTest, ReconcileWithNoContainersCollectsStaleBundlesAndCgroups) {
+  for (const char* none : {"null", "", "[]", " \n"}) {
+    SCOPED_TRACE(none);
+    LeaveBundle("sb-stale");
+    fs::create_directories(Bundle("sb-stale") + "/upper/etc");
+    fs::create_directories(cgroups_ + "/paseo-sandbox/sb-stale");          // cgroup v2
+    fs::create_directories(cgroups_ + "/memory/paseo-sandbox/sb-stale");   // v1 hierarchy
+    fs::create_directories(cgroups_ + "/paseo-sandbox/Not-An-Id");
+    runsc_.results["list"] = Listed(none);
+    ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+    EXPECT_FALSE(fs::exists(Bundle("sb-stale")));
+    EXPECT_FALSE(fs::exists(cgroups_ + "/paseo-sandbox/sb-stale"));
+    EXPECT_FALSE(fs::exists(cgroups_ + "/memory/paseo-sandbox/sb-stale"));
+    // Only what could be a sandbox's cgroup is touched.
+    EXPECT_TRUE(fs::exists(cgroups_ + "/paseo-sandbox/Not-An-Id"));
+    EXPECT_EQ(host_->size(), 0u);
+    EXPECT_EQ(runsc_.calls, (std::vector<std::vector<std::string>>{{"list", "--format=json"}}));
+    runsc_.calls.clear();
+  }
+}
+
+TEST_F(SandboxHostTest, ReconcileCollectsNothingWithoutATrustworthyList) {
+  LeaveBundle("sb-maybe-live");
+  fs::create_directories(cgroups_ + "/paseo-sandbox/sb-maybe-live");
+  const std::vector<std::pair<const char*, RunscResult>> cases = {
+      {"garbage", Listed("runsc: something odd happened")},
+      {"truncated", Listed(R"([{"id": "sb-maybe-live", "status": "runn)")},
+      {"an object, not a list", Listed(R"({"id": "sb-maybe-live"})")},
+      {"a number", Listed("42")},
+      {"runsc list failed", Failed("cannot read root dir")},
+  };
+  for (const auto& [name, result] : cases) {
+    runsc_.results["list"] = result;
+    absl::Status st = Reconcile(config::RestartPolicy::KILL);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << name << ": " << st;
+    EXPECT_TRUE(fs::exists(Bundle("sb-maybe-live") + "/sandbox.json")) << name;
+    EXPECT_TRUE(fs::exists(cgroups_ + "/paseo-sandbox/sb-maybe-live")) << name;
+  }
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_TRUE(runsc_.CallsOf("kill").empty());
+}
+
+TEST_F(SandboxHostTest, KeepAdoptsARunningSandboxWithAReadableRecord) {
+  Adopt("sb-kept");
+  EXPECT_EQ(host_->size(), 1u);
+  EXPECT_TRUE(fs::exists(Bundle("sb-kept") + "/sandbox.json"));
+  Inventory inv = Listing();
+  ASSERT_EQ(inv.unattached.count("sb-kept"), 1u);
+  EXPECT_TRUE(inv.unattached["sb-kept"]);
+  EXPECT_FALSE(inv.oom_killed["sb-kept"]);
+}
+
+TEST_F(SandboxHostTest, KillDestroysWhatAPreviousPrivhelperLeftRunning) {
+  LeaveBundle("sb-left");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-left", "status": "running"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  ExpectDestroyed("sb-left");
+}
+
+TEST_F(SandboxHostTest, KeepStillDestroysWhatItCannotVouchFor) {
+  LeaveBundle("sb-stopped");
+  LeaveBundle("sb-gone-deployment", "gamma");
+  LeaveBundle("sb-as-root", "alpha", /*uid=*/0);
+  LeaveBundle("sb-unreadable");
+  std::ofstream(Bundle("sb-unreadable") + "/sandbox.json", std::ios::trunc) << "{not json";
+  runsc_.results["list"] = Listed(R"([
+      {"id": "sb-stopped", "status": "stopped"},
+      {"id": "sb-gone-deployment", "status": "running"},
+      {"id": "sb-as-root", "status": "running"},
+      {"id": "sb-unreadable", "status": "running"},
+      {"id": "sb-no-bundle", "status": "running"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), 5u);
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_TRUE(fs::is_empty(state_ + "/bundles"));
+}
+
+TEST_F(SandboxHostTest, ReconcileIgnoresContainersWhoseIdCouldNotBeOurs) {
+  runsc_.results["list"] =
+      Listed(R"([{"id": "../../etc", "status": "running"}, {"id": "SB", "status": "running"},
+                 {"status": "running"}, 7])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_EQ(runsc_.calls.size(), 1u);  // only the list
+}
+
+// ---------------------------------------------------------------- refusals
+
+TEST_F(SandboxHostTest, RequestsNamingNothingAreNotFound) {
+  Adopt("sb-1");
+  ValidatedProcessRef no_sandbox = {"sb-none", "p-1"};
+  ValidatedProcessRef no_process = {"sb-1", "p-none"};
+  for (const auto& ref : {no_sandbox, no_process}) {
+    SCOPED_TRACE(ref.sandbox_id);
+    EXPECT_EQ(host_->Wait(ref).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(host_->Signal({ref, 15}).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(host_->Reattach(ref).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(host_->CloseInput(ref).code(), absl::StatusCode::kNotFound);
+  }
+  EXPECT_THAT(std::string(host_->Wait(no_process).status().message()), HasSubstr("no process"));
+  EXPECT_EQ(host_->StartProcess(Start("sb-none", "p-1")).status().code(),
+            absl::StatusCode::kNotFound);
+  auto deleted = host_->Delete({"sb-none"});
+  EXPECT_EQ(deleted.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(deleted.status().message()), HasSubstr("no sandbox sb-none"));
+  EXPECT_TRUE(runsc_.calls.empty());
+}
+
+// ---------------------------------------------------------------- processes
+
+TEST_F(SandboxHostTest, AProcessRunsIsSignalledAndEnds) {
+  Adopt("sb-1");
+  auto stdio = host_->StartProcess(Start("sb-1", "p-1"));
+  ASSERT_TRUE(stdio.ok()) << stdio.status();
+  ASSERT_EQ(runsc_.started.size(), 1u);
+  const auto& exec = runsc_.started[0];
+  EXPECT_EQ(exec.args, (std::vector<std::string>{
+                           "exec", "--process", Bundle("sb-1") + "/process-p-1.json",
+                           "--internal-pid-file", Bundle("sb-1") + "/process-p-1.pid", "sb-1"}));
+  EXPECT_GE(exec.stdio.log_fd, 0);
+  std::ifstream process_json(Bundle("sb-1") + "/process-p-1.json");
+  std::string spec((std::istreambuf_iterator<char>(process_json)), {});
+  EXPECT_THAT(spec, HasSubstr("exit 3"));
+  EXPECT_THAT(spec, HasSubstr("/workspace"));  // the adopted record's default cwd
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(),
+            absl::StatusCode::kAlreadyExists);
+
+  // Before runsc wrote the pid, a signal cannot be delivered yet.
+  EXPECT_EQ(host_->Signal({{"sb-1", "p-1"}, 15}).status().code(), absl::StatusCode::kUnavailable);
+  WritePid(0, 42);
+  ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 15})).ok());
+  EXPECT_EQ(runsc_.CallsOf("kill"),
+            (std::vector<std::vector<std::string>>{{"kill", "--pid=42", "sb-1", "15"}}));
+  runsc_.results["kill"] = Failed("no such process");
+  EXPECT_EQ(Await(host_->Signal({{"sb-1", "p-1"}, 9})).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  auto waited = host_->Wait({"sb-1", "p-1"});
+  ASSERT_TRUE(waited.ok());
+  EndExec(0, 3 << 8, 3 << 8);  // exit 3, as runsc logged it
+  ProcessExit end = waited->wait(ws_);
+  EXPECT_EQ(end, ProcessExit::Exited(3));
+  // After the exit, a signal could reach a recycled pid: refused.
+  EXPECT_EQ(host_->Signal({{"sb-1", "p-1"}, 15}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // The record stays for a late wait and for a restarted broker's inventory.
+  EXPECT_EQ(host_->Wait({"sb-1", "p-1"})->wait(ws_), ProcessExit::Exited(3));
+  EXPECT_EQ(Listing().tty.count("p-1"), 1u);
+}
+
+TEST_F(SandboxHostTest, KeptStdioIsHandedToARestartedBroker) {
+  Adopt("sb-1");
+  auto stdio = host_->StartProcess(Start("sb-1", "p-1", /*tty=*/true));
+  ASSERT_TRUE(stdio.ok()) << stdio.status();
+  // A tty process has one output stream: runsc's stderr is its stdout.
+  EXPECT_EQ(runsc_.started[0].stdio.stderr_fd, runsc_.started[0].stdio.stdout_fd);
+  EXPECT_TRUE(Listing().tty["p-1"]);
+
+  auto again = host_->Reattach({"sb-1", "p-1"});
+  ASSERT_TRUE(again.ok()) << again.status();
+  // The copies are the very pipes the first broker got.
+  auto same_pipe = [](int a, int b) {
+    struct stat sa, sb;
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_ino == sb.st_ino &&
+           sa.st_dev == sb.st_dev;
+  };
+  EXPECT_TRUE(same_pipe(again->stdin_w.get(), stdio->stdin_w.get()));
+  EXPECT_TRUE(same_pipe(again->stdout_r.get(), stdio->stdout_r.get()));
+  EXPECT_TRUE(same_pipe(again->stderr_r.get(), stdio->stderr_r.get()));
+
+  ASSERT_TRUE(host_->CloseInput({"sb-1", "p-1"}).ok());
+  auto after_close = host_->Reattach({"sb-1", "p-1"});
+  ASSERT_TRUE(after_close.ok());
+  EXPECT_LT(after_close->stdin_w.get(), 0) << "stdin was closed: no copy to hand out";
+  EXPECT_GE(after_close->stdout_r.get(), 0);
+}
+
+TEST_F(SandboxHostTest, AnOomKillIsReportedAndRemembered) {
+  Adopt("sb-1");
+  std::string events = cgroups_ + "/paseo-sandbox/sb-1/memory.events";
+  fs::create_directories(fs::path(events).parent_path());
+  std::ofstream(events) << "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n";  // an earlier kill
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  auto waited = host_->Wait({"sb-1", "p-1"});
+  ASSERT_TRUE(waited.ok());
+  std::ofstream(events, std::ios::trunc) << "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\n";
+  EndExec(0, SIGKILL, std::nullopt);  // the sentry died: runsc logged no status
+  EXPECT_EQ(waited->wait(ws_), ProcessExit::OomKilled());
+  EXPECT_TRUE(Listing().oom_killed["sb-1"]);
+}
+
+TEST_F(SandboxHostTest, AnEarlierOomKillIsNotThisProcesssEnd) {
+  Adopt("sb-1");
+  std::string events = cgroups_ + "/paseo-sandbox/sb-1/memory.events";
+  fs::create_directories(fs::path(events).parent_path());
+  std::ofstream(events) << "oom_kill 1\n";
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  auto waited = host_->Wait({"sb-1", "p-1"});
+  EndExec(0, SIGKILL, std::nullopt);
+  EXPECT_EQ(waited->wait(ws_), ProcessExit::Unknown());
+  EXPECT_FALSE(Listing().oom_killed["sb-1"]);
+}
+
+TEST_F(SandboxHostTest, ARunscThatCannotStartLeavesNoProcess) {
+  Adopt("sb-1");
+  runsc_.start_error = absl::InternalError("fork: out of memory");
+  auto stdio = host_->StartProcess(Start("sb-1", "p-1"));
+  EXPECT_EQ(stdio.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(host_->Wait({"sb-1", "p-1"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Listing().tty.count("p-1"), 0u);
+}
+
+// ---------------------------------------------------------------- delete
+
+TEST_F(SandboxHostTest, DeleteKillsRemovesTheBundleAndForgets) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  ExpectDestroyed("sb-1");
+  EXPECT_EQ(host_->Delete({"sb-1"}).status().code(), absl::StatusCode::kNotFound);
+  // The exec still running is reaped in the background; its late end harms nothing.
+  EndExec(0, 0, 0);
+}
+
+TEST_F(SandboxHostTest, ARunscThatCannotDeleteKeepsTheSandboxForARetry) {
+  Adopt("sb-1");
+  runsc_.results["delete"] = Failed("permission denied on the cgroup");
+  absl::Status st = Await(host_->Delete({"sb-1"}));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_EQ(host_->size(), 1u);
+  EXPECT_TRUE(fs::exists(Bundle("sb-1") + "/sandbox.json"));
+  EXPECT_EQ(Listing().unattached.count("sb-1"), 1u) << "still listed as running";
+
+  // A container that is already gone is what a delete wants.
+  runsc_.results["delete"] = Failed("container \"sb-1\" does not exist");
+  EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  EXPECT_EQ(host_->size(), 0u);
+}
+
+TEST_F(SandboxHostTest, DeleteAllDestroysEverySandbox) {
+  Adopt("sb-1");
+  Adopt("sb-2");
+  ASSERT_TRUE(Await(host_->DeleteAll()).ok());
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_TRUE(fs::is_empty(state_ + "/bundles"));
+}
+
+// ---------------------------------------------------------------- create, up to the mounts
+
+TEST_F(SandboxHostTest, CreateRefusalsChangeNothing) {
+  Adopt("sb-1");
+  struct Case {
+    const char* name;
+    ValidatedCreate request;
+    absl::StatusCode code;
+    const char* message_part;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"existing id", Create("sb-1"), absl::StatusCode::kAlreadyExists, "exists"});
+  cases.push_back({"rootfs version not installed", Create("sb-2", "/workspace", "alpha", "missing"),
+                   absl::StatusCode::kFailedPrecondition, "not installed"});
+  cases.push_back({"destination through a rootfs symlink", Create("sb-2", "/var/run/x"),
+                   absl::StatusCode::kInvalidArgument, "symlink"});
+  ValidatedCreate outside = Create("sb-2");
+  outside.mounts[0].client_path = "/etc";
+  cases.push_back({"workspace outside the roots", std::move(outside),
+                   absl::StatusCode::kPermissionDenied, ""});
+  ValidatedCreate escape = Create("sb-2");
+  escape.mounts[0].client_path = dir_ + "/ws/../etc";
+  cases.push_back({"workspace with ..", std::move(escape), absl::StatusCode::kInvalidArgument, ""});
+  cases.push_back({"agents would run as root", Create("sb-2", "/workspace", "rooted"),
+                   absl::StatusCode::kFailedPrecondition, "uid or gid 0"});
+  for (auto& c : cases) {
+    auto created = host_->Create(std::move(c.request));
+    ASSERT_FALSE(created.ok()) << c.name;
+    EXPECT_EQ(created.status().code(), c.code) << c.name << ": " << created.status();
+    EXPECT_THAT(std::string(created.status().message()), HasSubstr(c.message_part)) << c.name;
+    EXPECT_EQ(host_->size(), 1u) << c.name;
+    EXPECT_FALSE(fs::exists(Bundle("sb-2"))) << c.name;
+  }
+  EXPECT_TRUE(runsc_.calls.empty());
+}
+
+TEST_F(SandboxHostTest, CreateRefusesPastTheDeploymentsMaxSandboxes) {
+  Adopt("sb-1");
+  Adopt("sb-2");
+  auto created = host_->Create(Create("sb-3"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted) << created.status();
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("maxSandboxes"));
+  EXPECT_FALSE(fs::exists(Bundle("sb-3")));
+}
+
+TEST_F(SandboxHostTest, ABundleLeftUnderTheSameIdIsNotTakenOverNorRemoved) {
+  fs::create_directories(Bundle("sb-2"));
+  std::ofstream(Bundle("sb-2") + "/evidence") << "left by a crash";
+  auto created = host_->Create(Create("sb-2"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kAlreadyExists) << created.status();
+  EXPECT_TRUE(fs::exists(Bundle("sb-2") + "/evidence"));
+  EXPECT_EQ(host_->size(), 0u);
+}
+
+// Everything Create wrote before the failing step (bundle dir, mounts dir, record) is undone,
+// and the id is free again.
+TEST_F(SandboxHostTest, AFailureAfterTheBundleExistsUndoesItAll) {
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto created = host_->Create(Create("sb-2"));
+    ASSERT_FALSE(created.ok());
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
+    EXPECT_THAT(std::string(created.status().message()), HasSubstr("rootfs path may not contain"));
+    EXPECT_FALSE(fs::exists(Bundle("sb-2"))) << attempt;
+    EXPECT_EQ(host_->size(), 0u);
+  }
+  EXPECT_TRUE(runsc_.calls.empty());
+}
+
+}  // namespace
+}  // namespace paseo
