@@ -10,13 +10,6 @@
 namespace paseo {
 namespace {
 
-// The value, or the client-facing exception for its error.
-template <typename T>
-T ValueOrThrow(absl::StatusOr<T> value) {
-  ThrowIfError(value.status());
-  return std::move(*value);
-}
-
 class FdCap final : public helper::Fd::Server {
  public:
   explicit FdCap(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
