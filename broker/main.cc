@@ -137,12 +137,15 @@ class Listener {
   }
 
   // A burst of calls leaves freed memory in malloc's arenas; return it to the system once the
-  // connection that caused it is gone (at most once a second).
+  // connection that caused it is gone: at most once a second, and a second after the last of
+  // a burst of closes.
   void GiveBackMemory() {
-    kj::TimePoint now = timer_.now();
-    if (now - last_trim_ < 1 * kj::SECONDS) return;
-    last_trim_ = now;
-    malloc_trim(0);
+    if (trim_pending_) return;
+    trim_pending_ = true;
+    tasks_.add(timer_.afterDelay(1 * kj::SECONDS).then([this] {
+      trim_pending_ = false;
+      malloc_trim(0);
+    }));
   }
 
   struct Handler : kj::TaskSet::ErrorHandler {
@@ -159,7 +162,7 @@ class Listener {
   std::map<uid_t, size_t> per_uid_;
   size_t dropped_ = 0;
   kj::TimePoint last_drop_log_ = kj::origin<kj::TimePoint>();
-  kj::TimePoint last_trim_ = kj::origin<kj::TimePoint>();
+  bool trim_pending_ = false;
 };
 
 // The command line: only the privhelper starts the broker, always with exactly these.

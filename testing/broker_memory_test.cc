@@ -1,0 +1,217 @@
+// The broker's memory under hostile load, against the real service: many connections from
+// several uids each announcing a nearly 8 MiB message and sending most of it, and pipelined
+// calls that park (wait, subscribe) far past the per-connection bound. The broker's peak and
+// post-close RSS stay under fixed bounds, and an allowed client's `run -- echo` keeps working.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include <kj/async-io.h>
+
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "testing/harness.h"
+
+namespace paseo::testing {
+namespace {
+
+constexpr uint64_t kMiB = 1024;  // in KiB
+
+Identity Alpha(const Service& svc) { return {4242, 4242, {4242, svc.socket_gid()}}; }
+
+uint64_t BrokerRssKiB(const Service& svc) {
+  std::string status = ReadFile("/proc/" + std::to_string(svc.broker_pid()) + "/status");
+  size_t at = status.find("VmRSS:");
+  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 6));
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// A child that becomes `who`, opens `connections` connections, and on each announces one
+// segment of (1<<20)-16 words and sends as much of it as the broker takes (at most 8 MiB less
+// 64 KiB), then reports on `ready` and holds everything open until `hold` closes.
+pid_t Attacker(const Service& svc, const Identity& who, int connections, int ready, int hold) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
+      setresgid(who.gid, who.gid, who.gid) != 0 || setresuid(who.uid, who.uid, who.uid) != 0)
+    _exit(3);
+  std::vector<int> fds;
+  std::string body(256 << 10, 'x');
+  uint32_t header[2] = {0, (1u << 20) - 16};
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, svc.socket().c_str(), sizeof(addr.sun_path) - 1);
+  for (int i = 0; i < connections; ++i) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      continue;
+    }
+    fds.push_back(fd);
+    if (write(fd, header, sizeof(header)) != sizeof(header)) continue;
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    size_t sent = 0;
+    auto start = std::chrono::steady_clock::now();
+    while (sent < (8u << 20) - (64u << 10) && Seconds(start) < 3) {
+      ssize_t n = write(fd, body.data(), body.size());
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EAGAIN) {
+        pollfd p{fd, POLLOUT, 0};
+        poll(&p, 1, 100);
+      } else {
+        break;  // refused: the broker closed this connection
+      }
+    }
+  }
+  char c = 'r';
+  (void)!write(ready, &c, 1);
+  (void)!read(hold, &c, 1);  // until the parent closes its end
+  _exit(0);
+}
+
+TEST(BrokerMemoryTest, UnfinishedMessagesFromManyConnectionsAndUidsStayBounded) {
+  Service& svc = Service::Get();
+  auto t0 = std::chrono::steady_clock::now();
+  auto echo = svc.Cli(Alpha(svc), {"run", "--", "echo", "hi"});
+  double normal = Seconds(t0);
+  ASSERT_EQ(echo.exit_code, 0) << echo.err;
+  uint64_t before = BrokerRssKiB(svc);
+
+  int ready[2], hold[2];
+  ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(pipe2(hold, O_CLOEXEC), 0);
+  std::vector<pid_t> children;
+  // Six uids of no deployment (20 connections each; 16 are accepted), and uid 4343, allowed
+  // on deployment beta (8 connections).
+  for (uid_t uid = 5001; uid <= 5006; ++uid)
+    children.push_back(Attacker(svc, {uid, uid, {svc.socket_gid()}}, 20, ready[1], hold[0]));
+  children.push_back(Attacker(svc, {4343, 4343, {4343, svc.socket_gid()}}, 8, ready[1], hold[0]));
+  close(ready[1]);
+  close(hold[0]);
+  uint64_t peak = before;
+  for (size_t got = 0; got < children.size();) {
+    pollfd p{ready[0], POLLIN, 0};
+    ASSERT_GT(poll(&p, 1, 60000), 0) << "attackers did not finish within 60 s";
+    char c;
+    if (read(ready[0], &c, 1) == 1) ++got;
+    peak = std::max(peak, BrokerRssKiB(svc));
+  }
+  // Under attack, an allowed client still works in about its normal time.
+  t0 = std::chrono::steady_clock::now();
+  echo = svc.Cli(Alpha(svc), {"run", "--", "echo", "hi"});
+  double attacked = Seconds(t0);
+  EXPECT_EQ(echo.exit_code, 0) << echo.err;
+  EXPECT_EQ(echo.out, "hi\n");
+  EXPECT_LT(attacked, std::max(5.0, 5 * normal)) << "normal " << normal << " s";
+  peak = std::max(peak, BrokerRssKiB(svc));
+
+  close(hold[1]);
+  for (pid_t pid : children) {
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
+  close(ready[0]);
+  sleep(3);  // the broker gives memory back a second after the last close
+  uint64_t after = BrokerRssKiB(svc);
+  std::printf("broker RSS under unfinished messages: before %llu KiB, peak %llu KiB, after close "
+              "%llu KiB; run -- echo %.2f s (normal %.2f s)\n",
+              (unsigned long long)before, (unsigned long long)peak, (unsigned long long)after,
+              attacked, normal);
+  // Without bounds this load pinned about 8 MiB per connection (over 800 MiB here).
+  EXPECT_LT(peak, before + 48 * kMiB);
+  EXPECT_LT(after, before + 8 * kMiB);
+}
+
+// An OutputSink that ignores what it gets.
+class NullSink final : public api::OutputSink::Server {};
+
+TEST(BrokerMemoryTest, PipelinedWaitingCallsAreRefusedPastTheBoundAndMemoryReturns) {
+  Service& svc = Service::Get();
+  auto io = kj::setupAsyncIo();
+  std::string sandbox_id;
+  uint64_t before = 0, peak = 0;
+  int refused_waits = 0, refused_subscribes = 0, other = 0;
+  constexpr int kWaits = 30000, kSubscribes = 3000;
+  {
+    // As root: deployment io allows uid 0 (the harness's in-process deployment).
+    client::Connection a(io, svc.socket()), b(io, svc.socket());
+    auto create = a.supervisor().createSandboxRequest();
+    create.initSpec().setDeploymentId("io");
+    auto created = create.send().wait(io.waitScope);
+    sandbox_id = created.getInfo().getId().cStr();
+    auto start = created.getSandbox().startProcessRequest();
+    auto argv = start.initSpec().initArgv(2);
+    argv.set(0, "sleep");
+    argv.set(1, "120");
+    auto process = start.send().wait(io.waitScope).getProcess();
+    auto get = b.supervisor().getSandboxRequest();
+    get.setId(sandbox_id);
+    auto in_b = get.send().getSandbox();
+    before = BrokerRssKiB(svc);
+
+    auto count = [&](int& refused) {
+      return [&](kj::Exception&& e) {
+        std::string d = e.getDescription().cStr();
+        if (d.find("unavailable: too many calls waiting") != std::string::npos) ++refused;
+        else ++other;
+      };
+    };
+    kj::Vector<kj::Promise<void>> parked;
+    for (int i = 0; i < kWaits; ++i)
+      parked.add(process.waitRequest().send().ignoreResult().catch_(count(refused_waits)));
+    // Subscriptions on another connection of the same uid.
+    auto info = process.infoRequest().send().wait(io.waitScope);
+    auto pid = std::string(info.getInfo().getId().cStr());
+    auto lookup = in_b.getProcessRequest();
+    lookup.setId(pid);
+    auto process_b = lookup.send().getProcess();
+    kj::Vector<capnp::RemotePromise<api::Process::SubscribeResults>> subs;
+    for (int i = 0; i < kSubscribes; ++i) {
+      auto sub = process_b.subscribeRequest();
+      sub.setStream(api::Stream::STDOUT);
+      sub.setSink(kj::heap<NullSink>());
+      subs.add(sub.send());
+    }
+    kj::Vector<kj::Promise<void>> held;
+    for (auto& s : subs)
+      held.add(s.then([](auto&& r) { return kj::Promise<void>(kj::NEVER_DONE).attach(kj::mv(r)); })
+                   .catch_(count(refused_subscribes)));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while ((refused_waits < kWaits - 1024 || refused_subscribes < kSubscribes - 1024) &&
+           std::chrono::steady_clock::now() < deadline) {
+      io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS).wait(io.waitScope);
+      peak = std::max(peak, BrokerRssKiB(svc));
+    }
+    peak = std::max(peak, BrokerRssKiB(svc));
+    EXPECT_EQ(refused_waits, kWaits - 1024);
+    EXPECT_EQ(refused_subscribes, kSubscribes - 1024);
+    EXPECT_EQ(other, 0);
+  }  // both connections close, with everything parked on them
+  sleep(3);
+  uint64_t after = BrokerRssKiB(svc);
+  std::printf("broker RSS under parked calls: before %llu KiB, peak %llu KiB, after close %llu "
+              "KiB\n",
+              (unsigned long long)before, (unsigned long long)peak, (unsigned long long)after);
+  // Without bounds 30,000 parked waits held about 140 MiB and kept it after the close.
+  EXPECT_LT(peak, before + 48 * kMiB);
+  EXPECT_LT(after, before + 8 * kMiB);
+  auto rm = svc.Cli({0, 0, {0}}, {"rm", sandbox_id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+}
+
+}  // namespace
+}  // namespace paseo::testing
+
+int main(int argc, char** argv) { return paseo::testing::RunTestsWithSharedService(argc, argv); }
