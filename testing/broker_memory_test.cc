@@ -3,6 +3,7 @@
 // calls that park (wait, subscribe) far past the per-connection bound. The broker's peak and
 // post-close RSS stay under fixed bounds, and an allowed client's `run -- echo` keeps working.
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
