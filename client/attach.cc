@@ -7,7 +7,9 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <kj/async-unix.h>
 #include <kj/debug.h>
@@ -56,7 +58,11 @@ kj::Promise<bool> ForwardInput(kj::AsyncInputStream& in, api::Process::Client pr
           if (before == 0) return true;
           auto req = process.writeInputRequest();
           req.setData(buf.slice(0, before));
-          return req.send().then([]() { return true; });
+          // writeInput streams: its promise says nothing about delivery. A call after it
+          // returns once it has been delivered, before we hang up.
+          return req.send()
+              .then([process]() mutable { return process.infoRequest().send().ignoreResult(); })
+              .then([]() { return true; });
         }
         *saw_first = buf[i] == kDetachFirst;
       }
@@ -67,6 +73,41 @@ kj::Promise<bool> ForwardInput(kj::AsyncInputStream& in, api::Process::Client pr
       return ForwardInput(in, kj::mv(process), detach_keys, saw_first);
     });
   });
+}
+
+// Our stdin when epoll refuses it (a regular file, /dev/null): such an fd is always ready, so
+// a plain read() does not hold up the event loop. `run -i < file` and `attach < /dev/null`.
+class AlwaysReadyInput final : public kj::AsyncInputStream {
+ public:
+  explicit AlwaysReadyInput(int fd) : fd_(fd) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min_bytes, size_t max_bytes) override {
+    size_t total = 0;
+    while (total < min_bytes) {
+      ssize_t n = ::read(fd_, static_cast<char*>(buffer) + total, max_bytes - total);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                             kj::str("cannot read stdin: ", strerror(errno)));
+      }
+      if (n == 0) break;
+      total += static_cast<size_t>(n);
+    }
+    return total;
+  }
+
+ private:
+  int fd_;
+};
+
+kj::Own<kj::AsyncInputStream> WrapInput(kj::AsyncIoContext& io, int fd) {
+  kj::Own<kj::AsyncInputStream> input;
+  // epoll_ctl fails with EPERM for fds that cannot be polled.
+  if (kj::runCatchingExceptions([&] { input = io.lowLevelProvider->wrapInputFd(fd); }) !=
+      nullptr) {
+    input = kj::heap<AlwaysReadyInput>(fd);
+  }
+  return input;
 }
 
 kj::Promise<void> ForwardResizes(kj::UnixEventPort& events, api::Process::Client process) {
@@ -98,6 +139,12 @@ kj::Promise<void> ForwardInterrupts(kj::UnixEventPort& events, api::Process::Cli
 }
 
 }  // namespace
+
+void CaptureAttachSignals() {
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGWINCH);
+}
 
 void TerminalSize(uint16_t* rows, uint16_t* cols) {
   winsize ws = {};
@@ -154,7 +201,7 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
   bool saw_first = false;
   auto detached = kj::Promise<bool>(kj::NEVER_DONE);
   if (options.forward_stdin) {
-    input = io.lowLevelProvider->wrapInputFd(options.stdin_fd);
+    input = WrapInput(io, options.stdin_fd);
     detached = ForwardInput(*input, process, options.detach_keys, &saw_first)
                    .then([](bool detach) -> kj::Promise<bool> {
                      if (detach) return true;

@@ -26,9 +26,12 @@ struct AttachOptions {
 
 inline constexpr int kDetached = -1;
 
+// Makes SIGINT, SIGTERM and SIGWINCH events of the kj event loop, as Attach needs. Call it once,
+// before kj::setupAsyncIo() and before any thread exists (kj::UnixEventPort::captureSignal).
+void CaptureAttachSignals();
+
 // Returns the process's exit code (128+N for signal N), kDetached, or 130 if interrupted twice.
-// SIGINT, SIGTERM and SIGWINCH must have been captured (kj::UnixEventPort::captureSignal)
-// before `io` was set up.
+// Needs CaptureAttachSignals().
 int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOptions& options);
 
 // Our terminal's size, or 24x80 if stdin is not a terminal.

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include <kj/async-io.h>
-#include <kj/async-unix.h>
 
+#include "client/attach.h"
 #include "client/client.h"
 #include "client/command_line.h"
 #include "client/commands.h"
@@ -24,10 +24,7 @@ int main(int argc, char** argv) {
   std::fputs(parsed.out.c_str(), stdout);
   std::fputs(parsed.err.c_str(), stderr);
   if (!parsed.command_line) return parsed.exit_code;
-  // Before the event loop exists, so that it receives them (attach.h).
-  kj::UnixEventPort::captureSignal(SIGINT);
-  kj::UnixEventPort::captureSignal(SIGTERM);
-  kj::UnixEventPort::captureSignal(SIGWINCH);
+  CaptureAttachSignals();
   signal(SIGPIPE, SIG_IGN);
   auto io = kj::setupAsyncIo();
   return Execute(io, *parsed.command_line);

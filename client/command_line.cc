@@ -26,10 +26,14 @@ std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg) {
   if (parts.size() > 3 || parts[0].empty()) return std::nullopt;
   WorkspaceSpec spec;
   for (size_t i = 1; i < parts.size(); ++i) {
-    if (parts[i] == "ro") spec.mode = api::AccessMode::READ_ONLY;
-    else if (parts[i] == "rw") spec.mode = api::AccessMode::READ_WRITE;
-    else if (i == 1) spec.destination = parts[i];
-    else return std::nullopt;
+    if (parts[i] == "ro")
+      spec.mode = api::AccessMode::READ_ONLY;
+    else if (parts[i] == "rw")
+      spec.mode = api::AccessMode::READ_WRITE;
+    else if (i == 1)
+      spec.destination = parts[i];
+    else
+      return std::nullopt;
   }
   std::string_view path = parts[0];
   if (path[0] == '/') {
@@ -43,8 +47,10 @@ std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg) {
   }
   std::string base = cwd;
   while (path.substr(0, 2) == "./") path.remove_prefix(2);
-  if (path.empty() || path == ".") spec.path = base;
-  else spec.path = (base == "/" ? "" : base) + "/" + std::string(path);
+  if (path.empty() || path == ".")
+    spec.path = base;
+  else
+    spec.path = (base == "/" ? "" : base) + "/" + std::string(path);
   return spec;
 }
 
@@ -158,11 +164,15 @@ std::vector<kj::StringPtr> MarkRest(kj::ArrayPtr<const kj::StringPtr> params,
   return out;
 }
 
-// A MainBuilder that also remembers which long options take a value, for MarkRest.
+// A MainBuilder that also remembers which long options take a value, for MarkRest. Every
+// command, and the top level, takes --socket.
 class Grammar {
  public:
-  Grammar(kj::ProcessContext& context, kj::StringPtr brief, kj::StringPtr details = nullptr)
-      : builder_(context, kVersion, brief, details) {}
+  Grammar(kj::ProcessContext& context, std::string& socket, kj::StringPtr brief,
+          kj::StringPtr details = nullptr)
+      : builder_(context, kVersion, brief, details) {
+    Value("socket", socket, "<path>", kSocketHelp);
+  }
 
   Grammar& Flag(std::initializer_list<kj::MainBuilder::OptionName> names,
                 kj::Function<Validity()> callback, kj::StringPtr help) {
@@ -171,7 +181,13 @@ class Grammar {
   }
   Grammar& Flag(std::initializer_list<kj::MainBuilder::OptionName> names, bool& target,
                 kj::StringPtr help) {
-    return Flag(names, [&target]() -> Validity { target = true; return true; }, help);
+    return Flag(
+        names,
+        [&target]() -> Validity {
+          target = true;
+          return true;
+        },
+        help);
   }
   // A long option with a value (`--name VALUE` or `--name=VALUE`), and `-short VALUE` if given.
   Grammar& Value(char short_name, const char* long_name,
@@ -188,15 +204,38 @@ class Grammar {
   }
   Grammar& Value(const char* long_name, std::string& target, kj::StringPtr title,
                  kj::StringPtr help) {
-    return Value('\0', long_name,
-                 [&target](kj::StringPtr v) -> Validity { target = v.cStr(); return true; },
-                 title, help);
+    return Value(
+        '\0', long_name,
+        [&target](kj::StringPtr v) -> Validity {
+          target = v.cStr();
+          return true;
+        },
+        title, help);
   }
   Grammar& Values(const char* long_name, std::vector<std::string>& target, kj::StringPtr title,
                   kj::StringPtr help) {
-    return Value('\0', long_name,
-                 [&target](kj::StringPtr v) -> Validity { target.emplace_back(v.cStr()); return true; },
-                 title, help);
+    return Value(
+        '\0', long_name,
+        [&target](kj::StringPtr v) -> Validity {
+          target.emplace_back(v.cStr());
+          return true;
+        },
+        title, help);
+  }
+  // A value option whose text `parse` (std::string_view -> std::optional<T>) turns into what
+  // `keep` keeps; a nullopt refuses it with `expected`.
+  template <typename Parse, typename Keep>
+  Grammar& Parsed(char short_name, const char* long_name, Parse parse, Keep keep,
+                  kj::StringPtr title, const char* expected, kj::StringPtr help) {
+    return Value(
+        short_name, long_name,
+        [parse, keep, expected](kj::StringPtr text) mutable -> Validity {
+          auto value = parse(std::string_view(text.cStr(), text.size()));
+          if (!value) return expected;
+          keep(*value);
+          return true;
+        },
+        title, help);
   }
   Grammar& Operand(kj::StringPtr title, std::string& target) {
     builder_.expectArg(title, [&target](kj::StringPtr v) -> Validity {
@@ -228,19 +267,21 @@ class Grammar {
   std::set<std::string> value_options_;
 };
 
-std::optional<uint64_t> ParseOffset(kj::StringPtr text) {
+std::optional<uint64_t> ParseOffset(std::string_view text) {
   uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.begin(), text.end(), value);
-  if (ec != std::errc() || end != text.end() || text.size() == 0) return std::nullopt;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) return std::nullopt;
   return value;
 }
 
-Validity SetOffset(kj::StringPtr text, uint64_t& target) {
-  auto value = ParseOffset(text);
-  if (!value) return "a byte offset (0, 1, ...) expected";
-  target = *value;
-  return true;
+std::optional<api::Stream> ParseStream(std::string_view text) {
+  if (text == "stdout") return api::Stream::STDOUT;
+  if (text == "stderr") return api::Stream::STDERR;
+  if (text == "pty") return api::Stream::PTY;
+  return std::nullopt;
 }
+
+constexpr char kOffsetExpected[] = "a byte offset (0, 1, ...) expected";
 
 class Parser {
  public:
@@ -271,14 +312,15 @@ class Parser {
     return line_.command.emplace<T>();
   }
 
-  void AddSocket(Grammar& g) {
-    g.Value("socket", line_.socket, "<path>", kSocketHelp);
-  }
-
   void AddProcessOptions(Grammar& g, ProcessOptions& p) {
-    g.Flag({'t', "tty"}, [&p]() -> Validity { p.tty = p.interactive = true; return true; },
-           "Run on a pseudo-terminal (implies -i): the local terminal goes raw and its size "
-           "follows; Ctrl-P Ctrl-Q detaches where the process outlives the CLI.")
+    g.Flag(
+         {'t', "tty"},
+         [&p]() -> Validity {
+           p.tty = p.interactive = true;
+           return true;
+         },
+         "Run on a pseudo-terminal (implies -i): the local terminal goes raw and its size "
+         "follows. With exec, or run --keep, Ctrl-P Ctrl-Q detaches and leaves it running.")
         .Flag({'i', "interactive"}, p.interactive,
               "Forward stdin to the command (its input is closed at end-of-file).")
         .Values("env", p.env, "<key>=<value>", "Environment entry; may be repeated.")
@@ -287,8 +329,7 @@ class Parser {
 
   kj::MainFunc TopLevel() {
     top_details_ = std::string(kPlacement) + "\n\n" + kExitStatus;
-    Grammar g(context_, kBrief, top_details_.c_str());
-    AddSocket(g);
+    Grammar g(context_, line_.socket, kBrief, top_details_.c_str());
     g.Flag({"json"}, line_.json, "Machine-readable output (ps, info).");
     g.builder()
         .addSubCommand("run", KJ_BIND_METHOD(*this, Run),
@@ -310,7 +351,7 @@ class Parser {
 
   kj::MainFunc Run() {
     auto& run = Choose<RunCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Creates a sandbox, runs <argv> in it (streaming its stdout and stderr), deletes "
               "the sandbox and exits with the command's exit code. <argv> starts after \"--\" "
               "or at the first word that is not an option.",
@@ -318,142 +359,122 @@ class Parser {
     g.Value("deployment", run.deployment, "<id>",
             "Deployment to use (default: the only one you may use).")
         .Value("profile", run.profile, "<name>", "Launch profile (default: the deployment's).")
-        .Value('\0', "workspace",
-               [&run](kj::StringPtr v) -> Validity {
-                 auto spec = ParseWorkspace(v.cStr());
-                 if (!spec) return "<path>[:<dest>][:ro|:rw] expected";
-                 run.workspaces.push_back(*spec);
-                 return true;
-               },
-               "<path>[:<dest>][:ro|:rw]",
-               "Show <path> (as you see it) at <dest> (default /workspace) inside the sandbox, "
-               "read-only unless :rw is given; may be repeated.")
+        .Parsed(
+            '\0', "workspace", ParseWorkspace,
+            [&run](const WorkspaceSpec& w) { run.workspaces.push_back(w); },
+            "<path>[:<dest>][:ro|:rw]", "<path>[:<dest>][:ro|:rw] expected",
+            "Show <path> (as you see it) at <dest> (default /workspace) inside the sandbox, "
+            "read-only unless :rw is given; may be repeated.")
         .Values("credential", run.credentials, "<name>",
                 "Mount a credential directory the deployment registered where the launch "
                 "profile places it (read-only unless the profile says); may be repeated.")
         .Flag({"keep"}, run.keep,
               "Keep the sandbox after the command ends (its id is printed on stderr).");
     AddProcessOptions(g, run.process);
-    AddSocket(g);
     g.Operands("-- <argv>", run.argv);
     return g.Build(/*rest_at=*/0, /*separate=*/true);
   }
 
   kj::MainFunc Exec() {
     auto& exec = Choose<ExecCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Runs <argv> in the sandbox <sandbox> (see run --keep) and exits as run does.",
               kExitStatus);
     AddProcessOptions(g, exec.process);
-    AddSocket(g);
     g.Operand("<sandbox>", exec.sandbox).Operands("-- <argv>", exec.argv);
     return g.Build(/*rest_at=*/1, /*separate=*/true);
   }
 
   kj::MainFunc Attach() {
     auto& attach = Choose<AttachCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Follows the output of a process (from --from, else from now) and sends it your "
               "input; for a terminal process Ctrl-P Ctrl-Q detaches. Exits with the process's "
               "exit code.");
-    g.Value('\0', "from",
-            [&attach](kj::StringPtr v) -> Validity {
-              uint64_t from = 0;
-              Validity valid = SetOffset(v, from);
-              if (valid.getError() == nullptr) attach.from = from;
-              return valid;
-            },
-            "<offset>", "Replay each stream from byte <offset>.");
-    AddSocket(g);
-    AddTarget(g, attach.target);
-    return g.Build();
+    g.Parsed(
+        '\0', "from", ParseOffset, [&attach](uint64_t from) { attach.from = from; }, "<offset>",
+        kOffsetExpected, "Replay each stream from byte <offset>.");
+    return PerProcess(g, attach.target);
   }
 
   kj::MainFunc Logs() {
     auto& logs = Choose<LogsCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Prints a stream of a process's output from --from (default 0) up to what it "
               "holds now; with -f, follows it until it ends.");
-    g.Value('\0', "stream",
-            [&logs](kj::StringPtr v) -> Validity {
-              if (v == "stdout") logs.stream = api::Stream::STDOUT;
-              else if (v == "stderr") logs.stream = api::Stream::STDERR;
-              else if (v == "pty") logs.stream = api::Stream::PTY;
-              else return "stdout, stderr or pty expected";
-              return true;
-            },
-            "stdout|stderr|pty",
-            "The stream (default stdout; a terminal process has one stream, pty).")
-        .Value('\0', "from", [&logs](kj::StringPtr v) { return SetOffset(v, logs.from); },
-               "<offset>", "Start at byte <offset>.")
+    g.Parsed(
+         '\0', "stream", ParseStream, [&logs](api::Stream stream) { logs.stream = stream; },
+         "stdout|stderr|pty", "stdout, stderr or pty expected",
+         "The stream (default stdout; a terminal process has one stream, pty).")
+        .Parsed(
+            '\0', "from", ParseOffset, [&logs](uint64_t from) { logs.from = from; }, "<offset>",
+            kOffsetExpected, "Start at byte <offset>.")
         .Flag({'f', "follow"}, logs.follow, "Follow the stream until the process ends.");
-    AddSocket(g);
-    AddTarget(g, logs.target);
-    return g.Build();
+    return PerProcess(g, logs.target);
   }
 
   kj::MainFunc Wait() {
     auto& wait = Choose<WaitCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Waits for a process to end, prints how it ended (exited N, signal N, oom-killed) "
               "and exits with its exit code (128+N for signal N).");
-    AddSocket(g);
-    AddTarget(g, wait.target);
-    return g.Build();
+    return PerProcess(g, wait.target);
   }
 
   kj::MainFunc Kill() {
     auto& kill = Choose<KillCommand>();
-    Grammar g(context_, "Sends a signal to a process.");
-    g.Value('s', "signal",
-            [&kill](kj::StringPtr v) -> Validity {
-              auto sig = ParseSignal(v.cStr());
-              if (!sig) return "a signal name (TERM, SIGINT, ...) or number 1-64 expected";
-              kill.signal = *sig;
-              return true;
-            },
-            "<name>|<number>",
-            "HUP, INT, QUIT, KILL, USR1, USR2, TERM, CONT, STOP, WINCH (with or without SIG) "
-            "or a number, 1-64; default TERM.");
-    AddSocket(g);
-    AddTarget(g, kill.target);
-    return g.Build();
+    Grammar g(context_, line_.socket, "Sends a signal to a process.");
+    g.Parsed(
+        's', "signal", ParseSignal, [&kill](int sig) { kill.signal = sig; }, "<name>|<number>",
+        "a signal name (TERM, SIGINT, ...) or number 1-64 expected",
+        "HUP, INT, QUIT, KILL, USR1, USR2, TERM, CONT, STOP, WINCH (with or without SIG) "
+        "or a number, 1-64; default TERM.");
+    return PerProcess(g, kill.target);
   }
 
   kj::MainFunc Ps() {
     Choose<PsCommand>();
-    Grammar g(context_, "Lists your sandboxes and their processes.");
+    Grammar g(context_, line_.socket, "Lists your sandboxes and their processes.");
     g.Flag({"json"}, line_.json, kJsonHelp);
-    AddSocket(g);
     return g.Build();
   }
 
   kj::MainFunc Rm() {
     auto& rm = Choose<RmCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Deletes sandboxes, killing their running processes unless --no-force. Exits 125 "
               "if any could not be deleted.");
-    g.Flag({"no-force"}, [&rm]() -> Validity { rm.force = false; return true; },
-           "Refuse to delete a sandbox with a running process.")
-        .Flag({"force"}, [&rm]() -> Validity { rm.force = true; return true; },
-              "Kill running processes (the default).");
-    AddSocket(g);
+    g.Flag(
+         {"no-force"},
+         [&rm]() -> Validity {
+           rm.force = false;
+           return true;
+         },
+         "Refuse to delete a sandbox with a running process.")
+        .Flag(
+            {"force"},
+            [&rm]() -> Validity {
+              rm.force = true;
+              return true;
+            },
+            "Kill running processes (the default).");
     g.Operands("<sandbox>", rm.ids);
     return g.Build();
   }
 
   kj::MainFunc Info() {
     Choose<InfoCommand>();
-    Grammar g(context_,
+    Grammar g(context_, line_.socket,
               "Prints the service's version, your uid as the service sees it and the "
               "deployments you may use.");
     g.Flag({"json"}, line_.json, kJsonHelp);
-    AddSocket(g);
     return g.Build();
   }
 
-  void AddTarget(Grammar& g, ProcessRef& target) {
+  // The per-process commands end alike: SANDBOX PROCESS.
+  static kj::MainFunc PerProcess(Grammar& g, ProcessRef& target) {
     g.Operand("<sandbox>", target.sandbox).Operand("<process>", target.process);
+    return g.Build();
   }
 
   CollectingContext context_;

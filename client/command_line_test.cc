@@ -71,8 +71,8 @@ TEST(CommandLineTest, ArgvStartsAtTheFirstWordThatIsNotAnOption) {
 
 TEST(CommandLineTest, RunOptionsAsTheSuitesWriteThem) {
   auto run = Command<RunCommand>({"run", "--deployment", "io", "--keep", "--workspace",
-                                  "/srv/ws-io:/workspace:ro", "--credential", "tokens", "--",
-                                  "sh", "-c", "cat /workspace/x"});
+                                  "/srv/ws-io:/workspace:ro", "--credential", "tokens", "--", "sh",
+                                  "-c", "cat /workspace/x"});
   EXPECT_EQ(run.deployment, "io");
   EXPECT_TRUE(run.keep);
   EXPECT_THAT(run.workspaces,
@@ -218,7 +218,8 @@ TEST(CommandLineTest, HelpForEveryCommandGoesToStdoutWithZero) {
     EXPECT_EQ(p.exit_code, 0);
     EXPECT_THAT(p.out, StartsWith("Usage: paseo-sandbox [<option>...] <command>"));
     EXPECT_THAT(p.out, HasSubstr("; 125 if the sandbox"));
-    for (const char* command : {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info"})
+    for (const char* command :
+         {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info"})
       EXPECT_THAT(p.out, HasSubstr(std::string("\n  ") + command + " ")) << command;
   }
   EXPECT_THAT(Parse({"run", "--help"}).out, HasSubstr("--workspace=<path>[:<dest>][:ro|:rw]"));

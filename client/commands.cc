@@ -81,13 +81,14 @@ class Commands {
     } else {
       auto del = sandbox.deleteRequest();
       del.setForce(true);
-      kj::Maybe<kj::Exception> del_error =
-          kj::runCatchingExceptions([&] { del.send().wait(ws_); });
-      KJ_IF_MAYBE(e, del_error) {
+      kj::Maybe<kj::Exception> del_error = kj::runCatchingExceptions([&] { del.send().wait(ws_); });
+      KJ_IF_MAYBE (e, del_error) {
         Fail("cannot delete sandbox " + sandbox_id + ": " + ErrorText(*e));
       }
     }
-    KJ_IF_MAYBE(e, error) { return Fail(ErrorText(*e)); }
+    KJ_IF_MAYBE (e, error) {
+      return Fail(ErrorText(*e));
+    }
     return code;
   }
 
@@ -198,8 +199,8 @@ class Commands {
         for (auto p : procs.getProcesses()) {
           std::string cmd;
           for (auto a : p.getArgv()) cmd += (cmd.empty() ? "" : " ") + std::string(a.cStr());
-          std::printf("  %-26s %-12s %s\n", p.getId().cStr(),
-                      DescribeStatus(p.getStatus()).c_str(), cmd.c_str());
+          std::printf("  %-26s %-12s %s\n", p.getId().cStr(), DescribeStatus(p.getStatus()).c_str(),
+                      cmd.c_str());
         }
       }
     }
@@ -218,7 +219,9 @@ class Commands {
         del.setForce(rm.force);
         del.send().wait(ws_);
       });
-      KJ_IF_MAYBE(e, error) { rc = Fail(id + ": " + ErrorText(*e)); }
+      KJ_IF_MAYBE (e, error) {
+        rc = Fail(id + ": " + ErrorText(*e));
+      }
     }
     return rc;
   }
@@ -305,7 +308,9 @@ int Execute(kj::AsyncIoContext& io, const CommandLine& line) {
     Commands commands(io, line);
     rc = std::visit(commands, line.command);
   });
-  KJ_IF_MAYBE(e, error) { return Fail(ErrorText(*e)); }
+  KJ_IF_MAYBE (e, error) {
+    return Fail(ErrorText(*e));
+  }
   return rc;
 }
 
