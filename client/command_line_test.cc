@@ -95,6 +95,21 @@ TEST(CommandLineTest, RunOptionsAsTheSuitesWriteThem) {
   EXPECT_THAT(run.argv, ElementsAre("true"));
 }
 
+// installer/quickstart's demo and the commands it suggests.
+TEST(CommandLineTest, QuickstartForms) {
+  ParsedCommandLine p = Parse({"--socket", "/run/q/supervisor.sock", "run", "--workspace",
+                               "/home/u/ws:/workspace:rw", "--", "sh", "-c", "\n  echo x\n"});
+  ASSERT_TRUE(p.command_line) << p.err;
+  EXPECT_EQ(p.command_line->socket, "/run/q/supervisor.sock");
+  auto& run = std::get<RunCommand>(p.command_line->command);
+  EXPECT_THAT(run.workspaces, ElementsAre(WorkspaceSpec{"/home/u/ws", "/workspace",
+                                                        api::AccessMode::READ_WRITE}));
+  EXPECT_THAT(run.argv, ElementsAre("sh", "-c", "\n  echo x\n"));
+  EXPECT_TRUE(Command<RunCommand>({"--socket", "/s", "run", "--keep", "--", "sleep", "60"}).keep);
+  EXPECT_THAT(Command<RmCommand>({"--socket", "/s", "rm", "sb-1"}).ids, ElementsAre("sb-1"));
+  Command<InfoCommand>({"--socket", "/s", "info"});
+}
+
 TEST(CommandLineTest, ExecWithOptionsOnEitherSideOfTheSandbox) {
   auto exec = Command<ExecCommand>({"exec", "sb-1", "--", "sh", "-c", "echo in-kept; exit 3"});
   EXPECT_EQ(exec.sandbox, "sb-1");
