@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <csignal>
 #include <initializer_list>
 #include <set>
 #include <utility>
@@ -57,8 +58,9 @@ std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg) {
 std::optional<int> ParseSignal(std::string_view name) {
   if (name.substr(0, 3) == "SIG") name.remove_prefix(3);
   static constexpr std::pair<std::string_view, int> kNames[] = {
-      {"HUP", 1},   {"INT", 2},   {"QUIT", 3},  {"KILL", 9},  {"USR1", 10},
-      {"USR2", 12}, {"TERM", 15}, {"CONT", 18}, {"STOP", 19}, {"WINCH", 28}};
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"KILL", SIGKILL},
+      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTERM}, {"CONT", SIGCONT},
+      {"STOP", SIGSTOP}, {"WINCH", SIGWINCH}};
   for (const auto& [n, v] : kNames) {
     if (name == n) return v;
   }

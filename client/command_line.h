@@ -6,6 +6,7 @@
 //   if (!p.command_line) { print p.out / p.err; return p.exit_code; }
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -82,7 +83,7 @@ struct WaitCommand {
 
 struct KillCommand {
   ProcessRef target;
-  int signal = 15;  // SIGTERM
+  int signal = SIGTERM;
 };
 
 struct PsCommand {};
