@@ -9,9 +9,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include <kj/async-unix.h>
 #include <kj/debug.h>
+
+#include "client/output_sink.h"
 
 namespace paseo::client {
 namespace {
@@ -19,63 +22,28 @@ namespace {
 constexpr char kDetachFirst = 0x10;   // Ctrl-P
 constexpr char kDetachSecond = 0x11;  // Ctrl-Q
 
-class StreamSink final : public api::OutputSink::Server {
+// Puts the local terminal in raw mode for the lifetime of the object.
+class RawTerminal {
  public:
-  StreamSink(int fd, kj::Own<kj::PromiseFulfiller<void>> done) : fd_(fd), done_(kj::mv(done)) {}
-
- protected:
-  kj::Promise<void> write(WriteContext context) override {
-    auto data = context.getParams().getData();
-    size_t off = 0;
-    while (off < data.size()) {
-      ssize_t n = ::write(fd_, data.begin() + off, data.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) {
-          usleep(1000);
-          continue;
-        }
-        break;  // our output is gone; keep draining so the process is not blocked by us
-      }
-      off += static_cast<size_t>(n);
-    }
-    return kj::READY_NOW;
+  explicit RawTerminal(int fd) : fd_(fd) {
+    if (!isatty(fd_) || tcgetattr(fd_, &saved_) != 0) return;
+    termios raw = saved_;
+    cfmakeraw(&raw);
+    active_ = tcsetattr(fd_, TCSANOW, &raw) == 0;
   }
-  kj::Promise<void> gap(GapContext context) override {
-    std::fprintf(stderr, "\r\npaseo-sandbox: %llu bytes of output were no longer kept\r\n",
-                 static_cast<unsigned long long>(context.getParams().getLostBytes()));
-    return kj::READY_NOW;
-  }
-  kj::Promise<void> end(EndContext context) override {
-    done_->fulfill();
-    return kj::READY_NOW;
+  ~RawTerminal() {
+    if (active_) tcsetattr(fd_, TCSANOW, &saved_);
   }
 
  private:
   int fd_;
-  kj::Own<kj::PromiseFulfiller<void>> done_;
-};
-
-// Puts the local terminal in raw mode for the lifetime of the object.
-class RawTerminal {
- public:
-  RawTerminal() {
-    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &saved_) != 0) return;
-    termios raw = saved_;
-    cfmakeraw(&raw);
-    active_ = tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0;
-  }
-  ~RawTerminal() {
-    if (active_) tcsetattr(STDIN_FILENO, TCSANOW, &saved_);
-  }
-
- private:
   termios saved_ = {};
   bool active_ = false;
 };
 
 // Copies stdin to the process; resolves true at a detach sequence, false at EOF (after
-// closeInput).
+// closeInput). What was typed before the sequence in the same read is still sent; the sequence
+// itself is not (a Ctrl-P sent in an earlier read has gone already).
 kj::Promise<bool> ForwardInput(kj::AsyncInputStream& in, api::Process::Client process,
                                bool detach_keys, bool* saw_first) {
   auto buf = kj::heapArray<capnp::byte>(16384);
@@ -83,19 +51,63 @@ kj::Promise<bool> ForwardInput(kj::AsyncInputStream& in, api::Process::Client pr
   return read.then([&in, process, detach_keys, saw_first,
                     buf = kj::mv(buf)](size_t n) mutable -> kj::Promise<bool> {
     if (n == 0) return process.closeInputRequest().send().then([](auto&&) { return false; });
-    size_t keep = n;
     if (detach_keys) {
       for (size_t i = 0; i < n; ++i) {
-        if (*saw_first && buf[i] == kDetachSecond) return true;
+        if (*saw_first && buf[i] == kDetachSecond) {
+          size_t before = i > 0 ? i - 1 : 0;  // without this read's Ctrl-P
+          if (before == 0) return true;
+          auto req = process.writeInputRequest();
+          req.setData(buf.slice(0, before));
+          // writeInput streams: its promise says nothing about delivery. A call after it
+          // returns once it has been delivered, before we hang up.
+          return req.send()
+              .then([process]() mutable { return process.infoRequest().send().ignoreResult(); })
+              .then([]() { return true; });
+        }
         *saw_first = buf[i] == kDetachFirst;
       }
     }
     auto req = process.writeInputRequest();
-    req.setData(buf.slice(0, keep));
+    req.setData(buf.slice(0, n));
     return req.send().then([&in, process, detach_keys, saw_first]() mutable {
       return ForwardInput(in, kj::mv(process), detach_keys, saw_first);
     });
   });
+}
+
+// Our stdin when epoll refuses it (a regular file, /dev/null): such an fd is always ready, so
+// a plain read() does not hold up the event loop. `run -i < file` and `attach < /dev/null`.
+class AlwaysReadyInput final : public kj::AsyncInputStream {
+ public:
+  explicit AlwaysReadyInput(int fd) : fd_(fd) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min_bytes, size_t max_bytes) override {
+    size_t total = 0;
+    while (total < min_bytes) {
+      ssize_t n = ::read(fd_, static_cast<char*>(buffer) + total, max_bytes - total);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
+                             kj::str("cannot read stdin: ", strerror(errno)));
+      }
+      if (n == 0) break;
+      total += static_cast<size_t>(n);
+    }
+    return total;
+  }
+
+ private:
+  int fd_;
+};
+
+kj::Own<kj::AsyncInputStream> WrapInput(kj::AsyncIoContext& io, int fd) {
+  kj::Own<kj::AsyncInputStream> input;
+  // epoll_ctl fails with EPERM for fds that cannot be polled.
+  if (kj::runCatchingExceptions([&] { input = io.lowLevelProvider->wrapInputFd(fd); }) !=
+      nullptr) {
+    input = kj::heap<AlwaysReadyInput>(fd);
+  }
+  return input;
 }
 
 kj::Promise<void> ForwardResizes(kj::UnixEventPort& events, api::Process::Client process) {
@@ -127,6 +139,12 @@ kj::Promise<void> ForwardInterrupts(kj::UnixEventPort& events, api::Process::Cli
 }
 
 }  // namespace
+
+void CaptureAttachSignals() {
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGWINCH);
+}
 
 void TerminalSize(uint16_t* rows, uint16_t* cols) {
   winsize ws = {};
@@ -161,25 +179,29 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
     auto req = process.subscribeRequest();
     req.setStream(stream);
     req.setFromOffset(from);
-    req.setSink(kj::heap<StreamSink>(fd, kj::mv(done.fulfiller)));
+    FdOutputSink::Options sink;
+    sink.fd = fd;
+    sink.raw_terminal = options.tty;
+    req.setSink(kj::heap<FdOutputSink>(sink, kj::mv(done.fulfiller)));
     subscriptions.add(req.send().wait(ws).getSubscription());
     ended.add(kj::mv(done.promise));
   };
   if (options.tty) {
-    subscribe(api::Stream::PTY, options.stdout_from, STDOUT_FILENO);
+    subscribe(api::Stream::PTY, options.stdout_from, options.stdout_fd);
   } else {
-    subscribe(api::Stream::STDOUT, options.stdout_from, STDOUT_FILENO);
-    subscribe(api::Stream::STDERR, options.stderr_from, STDERR_FILENO);
+    subscribe(api::Stream::STDOUT, options.stdout_from, options.stdout_fd);
+    subscribe(api::Stream::STDERR, options.stderr_from, options.stderr_fd);
   }
 
   kj::Maybe<RawTerminal> raw;
-  if (options.tty && options.forward_stdin) raw.emplace();
-  int stdin_flags = fcntl(STDIN_FILENO, F_GETFL);
+  if (options.tty && options.forward_stdin) raw.emplace(options.stdin_fd);
+  // wrapInputFd makes stdin non-blocking; a shell sharing the terminal would not expect that.
+  int stdin_flags = fcntl(options.stdin_fd, F_GETFL);
   kj::Own<kj::AsyncInputStream> input;
   bool saw_first = false;
   auto detached = kj::Promise<bool>(kj::NEVER_DONE);
   if (options.forward_stdin) {
-    input = io.lowLevelProvider->wrapInputFd(STDIN_FILENO);
+    input = WrapInput(io, options.stdin_fd);
     detached = ForwardInput(*input, process, options.detach_keys, &saw_first)
                    .then([](bool detach) -> kj::Promise<bool> {
                      if (detach) return true;
@@ -198,7 +220,7 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
                      .exclusiveJoin(resizes.then([] { return 3; }))
                      .wait(ws);
   input = nullptr;
-  if (stdin_flags >= 0) fcntl(STDIN_FILENO, F_SETFL, stdin_flags);
+  if (stdin_flags >= 0) fcntl(options.stdin_fd, F_SETFL, stdin_flags);
   raw = nullptr;
   if (outcome == 1) {
     std::fprintf(stderr, "\r\npaseo-sandbox: detached\n");

@@ -22,23 +22,28 @@ std::string DefaultSocketPath() {
 
 namespace {
 
+[[noreturn]] void ThrowCannotConnect(const std::string& message) {
+  kj::throwFatalException(kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                                        kj::heapString(message.c_str())));
+}
+
 int ConnectUnix(const std::string& path) {
   sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    KJ_FAIL_REQUIRE("socket path too long", path);
+    ThrowCannotConnect("cannot connect to " + path + ": a socket path has at most " +
+                       std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  KJ_SYSCALL(fd);
+  if (fd < 0) ThrowCannotConnect(std::string("socket(AF_UNIX): ") + std::strerror(errno));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int err = errno;
     close(fd);
     std::string msg = "cannot connect to " + path + ": " + std::strerror(err);
     if (err == EACCES) msg += " (is your user in the socket's group?)";
     if (err == ENOENT || err == ECONNREFUSED) msg += " (is the paseo-sandbox service running?)";
-    kj::throwFatalException(kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
-                                          kj::heapString(msg.c_str())));
+    ThrowCannotConnect(msg);
   }
   return fd;
 }

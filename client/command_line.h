@@ -1,0 +1,120 @@
+// The CLI's command line, parsed without touching the service: kj::MainBuilder sub-commands
+// fill one typed struct per command, so the whole grammar (options, `--`, per-command --help,
+// refusals and their exit code) is unit-tested without a socket. cli.cc runs what this returns.
+//
+//   ParsedCommandLine p = ParseCommandLine({"run", "-t", "--", "sh"}, DefaultSocketPath());
+//   if (!p.command_line) { print p.out / p.err; return p.exit_code; }
+#pragma once
+
+#include <csignal>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "schema/api.capnp.h"
+
+namespace paseo::client {
+
+// The exit code of a command line the CLI does not understand (the usage error).
+inline constexpr int kUsageError = 2;
+
+// --workspace PATH[:DEST][:ro|:rw]. PATH is made absolute against the current directory,
+// lexically (no symlink is resolved here: the service decides what the path means and refuses
+// symlinks). An empty destination lets the service choose (/workspace).
+struct WorkspaceSpec {
+  std::string path;
+  std::string destination;
+  api::AccessMode mode = api::AccessMode::READ_ONLY;
+  bool operator==(const WorkspaceSpec&) const = default;
+};
+std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg);
+
+// "TERM", "SIGTERM" or a number, 1..64.
+std::optional<int> ParseSignal(std::string_view name);
+
+// How a process is started (run and exec): -t, -i, --env, --cwd.
+struct ProcessOptions {
+  std::vector<std::string> env;
+  std::string cwd;
+  bool tty = false;
+  bool interactive = false;
+};
+
+struct RunCommand {
+  std::string deployment;  // empty: the only one the caller may use
+  std::string profile;
+  std::vector<WorkspaceSpec> workspaces;
+  std::vector<std::string> credentials;
+  ProcessOptions process;
+  bool keep = false;
+  std::vector<std::string> argv;
+};
+
+struct ExecCommand {
+  std::string sandbox;
+  ProcessOptions process;
+  std::vector<std::string> argv;
+};
+
+// SANDBOX PROCESS, the operands of the per-process commands.
+struct ProcessRef {
+  std::string sandbox;
+  std::string process;
+};
+
+struct AttachCommand {
+  ProcessRef target;
+  std::optional<uint64_t> from;  // none: from what comes next
+};
+
+struct LogsCommand {
+  ProcessRef target;
+  api::Stream stream = api::Stream::STDOUT;
+  uint64_t from = 0;
+  bool follow = false;
+};
+
+struct WaitCommand {
+  ProcessRef target;
+};
+
+struct KillCommand {
+  ProcessRef target;
+  int signal = SIGTERM;
+};
+
+struct PsCommand {};
+
+struct RmCommand {
+  std::vector<std::string> ids;
+  bool force = true;
+};
+
+struct InfoCommand {};
+
+using Command = std::variant<RunCommand, ExecCommand, AttachCommand, LogsCommand, WaitCommand,
+                             KillCommand, PsCommand, RmCommand, InfoCommand>;
+
+struct CommandLine {
+  std::string socket;  // --socket, before or after the command name
+  bool json = false;   // --json, before the command or after ps / info
+  Command command;
+};
+
+// Either a command to run, or what to print and how to exit: help and --version go to stdout
+// with 0, a usage error goes to stderr with kUsageError.
+struct ParsedCommandLine {
+  std::optional<CommandLine> command_line;
+  int exit_code = 0;
+  std::string out;
+  std::string err;
+};
+
+// `args` is argv without argv[0].
+ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args,
+                                   const std::string& default_socket);
+
+}  // namespace paseo::client

@@ -1,0 +1,343 @@
+// See fake_service.h. Errors are thrown the way the broker throws them (ThrowStatus), so a
+// client sees the same "<reason>: <message>" texts.
+#include "client/fake_service.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <kj/debug.h>
+
+#include "common/rpc_errors.h"
+
+namespace paseo::client {
+namespace {
+
+// Small, so that ordering across several write() calls is exercised.
+constexpr size_t kChunk = 4;
+
+capnp::Data::Reader AsData(const std::string& s) {
+  return capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(s.data()), s.size());
+}
+
+kj::Promise<void> Write(api::OutputSink::Client sink, uint64_t offset, std::string bytes) {
+  auto req = sink.writeRequest();
+  req.setOffset(offset);
+  req.setData(AsData(bytes));
+  return req.send();
+}
+
+kj::Promise<void> End(api::OutputSink::Client sink, const ProcessExit& exit, uint64_t end_offset) {
+  auto req = sink.endRequest();
+  ToCapnp(exit, req.initStatus());
+  req.setEndOffset(end_offset);
+  return req.send().ignoreResult();
+}
+
+// A stream's bytes [lost, lost + data.size()) from `from` on: gap() for what is no longer
+// kept, the rest in kChunk pieces in order, then end().
+kj::Promise<void> Deliver(api::OutputSink::Client sink, const std::string& data, uint64_t lost,
+                          uint64_t from, ProcessExit exit) {
+  kj::Promise<void> chain = kj::READY_NOW;
+  if (from < lost) {
+    auto req = sink.gapRequest();
+    req.setLostBytes(lost - from);
+    chain = req.send().ignoreResult();
+  }
+  uint64_t end = lost + data.size();
+  for (uint64_t off = std::max(from, lost); off < end; off += kChunk) {
+    std::string piece = data.substr(off - lost, kChunk);
+    chain = chain.then([sink, off, piece]() mutable { return Write(sink, off, piece); });
+  }
+  return chain.then([sink, exit, end]() mutable { return End(sink, exit, end); });
+}
+
+class Subscription final : public api::Subscription::Server {};
+
+}  // namespace
+
+struct FakeService::Deliveries final : public kj::TaskSet::ErrorHandler {
+  explicit Deliveries(FakeService& service) : service(service), tasks(*this) {}
+  void taskFailed(kj::Exception&& e) override {
+    service.errors.push_back(ClientFacingDescription(e));
+  }
+  FakeService& service;
+  kj::TaskSet tasks;
+};
+
+class FakeService::Process final : public api::Process::Server {
+ public:
+  Process(FakeService& service, std::string sandbox_id, std::string id)
+      : service_(service), sandbox_id_(kj::mv(sandbox_id)), id_(kj::mv(id)) {}
+
+  static void FillInfo(const FakeProcess& p, const std::string& sandbox_id,
+                       api::ProcessInfo::Builder info) {
+    info.setId(p.id);
+    info.setSandboxId(sandbox_id);
+    auto argv = info.initArgv(static_cast<unsigned>(p.argv.size()));
+    for (size_t i = 0; i < p.argv.size(); ++i) argv.set(static_cast<unsigned>(i), p.argv[i]);
+    bool running = p.script.echo_input && !p.input_closed;
+    ToCapnp(running ? ProcessExit{} : p.script.exit, info.initStatus());
+    uint64_t out = p.script.echo_input ? p.input.size() : p.script.stdout_data.size();
+    if (p.script.stdout_bytes_at_info) out = *p.script.stdout_bytes_at_info;
+    info.setStdoutBytes(p.script.lost_bytes + out);
+    info.setStderrBytes(p.script.lost_bytes + p.script.stderr_data.size());
+    info.setTty(p.script.tty);
+  }
+
+ protected:
+  kj::Promise<void> info(InfoContext context) override {
+    FillInfo(Get(), sandbox_id_, context.getResults().initInfo());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> writeInput(WriteInputContext context) override {
+    FakeProcess& p = Get();
+    auto data = context.getParams().getData();
+    std::string bytes(reinterpret_cast<const char*>(data.begin()), data.size());
+    uint64_t offset = p.script.lost_bytes + p.input.size();
+    p.input += bytes;
+    if (p.script.echo_input) {
+      for (auto& sink : p.sinks) service_.deliveries_->tasks.add(Write(sink, offset, bytes));
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> closeInput(CloseInputContext context) override {
+    FakeProcess& p = Get();
+    p.input_closed = true;
+    if (p.script.echo_input) {
+      for (auto& sink : p.sinks) {
+        service_.deliveries_->tasks.add(
+            End(sink, p.script.exit, p.script.lost_bytes + p.input.size()));
+      }
+      p.sinks.clear();
+      for (auto& waiter : p.waiters) waiter->fulfill();
+      p.waiters.clear();
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> signal(SignalContext context) override {
+    Get().signals.push_back(context.getParams().getSignal());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> wait(WaitContext context) override {
+    FakeProcess& p = Get();
+    kj::Promise<void> ended = kj::READY_NOW;
+    if (p.script.echo_input && !p.input_closed) {
+      auto paf = kj::newPromiseAndFulfiller<void>();
+      p.waiters.push_back(kj::mv(paf.fulfiller));
+      ended = kj::mv(paf.promise);
+    }
+    return ended.then([this, context]() mutable {
+      ToCapnp(Get().script.exit, context.getResults().initStatus());
+    });
+  }
+
+  kj::Promise<void> subscribe(SubscribeContext context) override {
+    FakeProcess& p = Get();
+    auto params = context.getParams();
+    p.subscriptions.emplace_back(params.getStream(), params.getFromOffset());
+    if (p.script.echo_input) {
+      p.sinks.push_back(params.getSink());
+    } else {
+      const std::string& data =
+          params.getStream() == api::Stream::STDERR ? p.script.stderr_data : p.script.stdout_data;
+      service_.deliveries_->tasks.add(Deliver(params.getSink(), data, p.script.lost_bytes,
+                                              params.getFromOffset(), p.script.exit));
+    }
+    context.getResults().setSubscription(kj::heap<Subscription>());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> resize(ResizeContext context) override {
+    auto params = context.getParams();
+    Get().resizes.emplace_back(params.getRows(), params.getCols());
+    return kj::READY_NOW;
+  }
+
+ private:
+  FakeProcess& Get() { return service_.sandboxes.at(sandbox_id_).processes.at(id_); }
+
+  FakeService& service_;
+  std::string sandbox_id_, id_;
+};
+
+class FakeService::Sandbox final : public api::Sandbox::Server {
+ public:
+  Sandbox(FakeService& service, std::string id) : service_(service), id_(kj::mv(id)) {}
+
+  static void FillInfo(const FakeSandbox& sb, api::SandboxInfo::Builder info) {
+    info.setId(sb.id);
+    info.setDeploymentId(sb.deployment);
+    info.setProfile(sb.profile);
+    info.setState("running");
+    info.setProcessCount(static_cast<uint32_t>(sb.processes.size()));
+    info.setOwnerUid(1000);
+  }
+
+ protected:
+  kj::Promise<void> startProcess(StartProcessContext context) override {
+    auto spec = context.getParams().getSpec();
+    FakeProcess p;
+    p.id = "p-" + std::to_string(service_.next_id_++);
+    for (auto a : spec.getArgv()) p.argv.emplace_back(a.cStr());
+    for (auto e : spec.getEnv()) p.env.emplace_back(e.cStr());
+    p.cwd = spec.getCwd();
+    p.tty = spec.getTty();
+    p.rows = spec.getRows();
+    p.cols = spec.getCols();
+    p.script = service_.script;
+    std::string id = p.id;
+    FakeProcess& stored = Get().processes[id] = kj::mv(p);
+    auto results = context.getResults();
+    results.setProcess(kj::heap<Process>(service_, id_, id));
+    Process::FillInfo(stored, id_, results.initInfo());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> getProcess(GetProcessContext context) override {
+    std::string id = context.getParams().getId();
+    if (Get().processes.count(id) == 0) ThrowStatus(absl::NotFoundError("no process " + id));
+    context.getResults().setProcess(kj::heap<Process>(service_, id_, id));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listProcesses(ListProcessesContext context) override {
+    FakeSandbox& sb = Get();
+    auto list = context.getResults().initProcesses(static_cast<unsigned>(sb.processes.size()));
+    unsigned i = 0;
+    for (const auto& [id, p] : sb.processes) Process::FillInfo(p, id_, list[i++]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> inspect(InspectContext context) override {
+    FillInfo(Get(), context.getResults().initInfo());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> delete_(DeleteContext context) override {
+    auto& undeletable = service_.undeletable;
+    if (std::find(undeletable.begin(), undeletable.end(), id_) != undeletable.end())
+      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " has running processes"));
+    FakeSandbox& sb = Get();
+    sb.deleted = true;
+    sb.delete_force = context.getParams().getForce();
+    return kj::READY_NOW;
+  }
+
+ private:
+  FakeSandbox& Get() { return service_.sandboxes.at(id_); }
+
+  FakeService& service_;
+  std::string id_;
+};
+
+class FakeService::Supervisor final : public api::Supervisor::Server {
+ public:
+  explicit Supervisor(FakeService& service) : service_(service) {}
+
+ protected:
+  kj::Promise<void> createSandbox(CreateSandboxContext context) override {
+    if (service_.refuse_create) ThrowStatus(*service_.refuse_create);
+    auto spec = context.getParams().getSpec();
+    FakeSandbox& sb = service_.AddSandbox("sb-" + std::to_string(service_.next_id_++));
+    sb.deployment = spec.getDeploymentId();
+    sb.profile = spec.getProfile();
+    for (auto w : spec.getWorkspaces())
+      sb.workspaces.emplace_back(w.getPath(), w.getDestination(), w.getMode());
+    for (auto c : spec.getCredentials()) sb.credentials.emplace_back(c.cStr());
+    auto results = context.getResults();
+    results.setSandbox(kj::heap<Sandbox>(service_, sb.id));
+    Sandbox::FillInfo(sb, results.initInfo());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> getSandbox(GetSandboxContext context) override {
+    std::string id = context.getParams().getId();
+    auto it = service_.sandboxes.find(id);
+    if (it == service_.sandboxes.end() || it->second.deleted)
+      ThrowStatus(absl::NotFoundError("no sandbox " + id));
+    context.getResults().setSandbox(kj::heap<Sandbox>(service_, id));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listSandboxes(ListSandboxesContext context) override {
+    std::vector<const FakeSandbox*> live;
+    for (const auto& [id, sb] : service_.sandboxes) {
+      if (!sb.deleted) live.push_back(&sb);
+    }
+    auto list = context.getResults().initSandboxes(static_cast<unsigned>(live.size()));
+    for (unsigned i = 0; i < live.size(); ++i) Sandbox::FillInfo(*live[i], list[i]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> info(InfoContext context) override {
+    auto results = context.getResults();
+    results.setVersion(service_.version);
+    results.setPeerUid(service_.peer_uid);
+    auto list = results.initDeployments(static_cast<unsigned>(service_.deployments.size()));
+    for (size_t i = 0; i < service_.deployments.size(); ++i)
+      list.set(static_cast<unsigned>(i), service_.deployments[i]);
+    return kj::READY_NOW;
+  }
+
+ private:
+  FakeService& service_;
+};
+
+FakeService::FakeService() : deliveries_(kj::heap<Deliveries>(*this)) {}
+FakeService::~FakeService() = default;
+
+api::Supervisor::Client FakeService::NewSupervisor() { return kj::heap<Supervisor>(*this); }
+
+FakeSandbox& FakeService::AddSandbox(const std::string& id) {
+  FakeSandbox& sb = sandboxes[id];
+  sb.id = id;
+  return sb;
+}
+
+FakeProcess& FakeService::AddProcess(const std::string& sandbox_id, const std::string& process_id,
+                                     const FakeProcessScript& script) {
+  FakeProcess& p = sandboxes.at(sandbox_id).processes[process_id];
+  p.id = process_id;
+  p.script = script;
+  return p;
+}
+
+UnixSocketServer::UnixSocketServer(kj::AsyncIoContext& io, const std::string& path,
+                                   capnp::Capability::Client bootstrap)
+    : server_(kj::mv(bootstrap)),
+      listener_(io.provider->getNetwork()
+                    .parseAddress(kj::str("unix:", path.c_str()))
+                    .wait(io.waitScope)
+                    ->listen()),
+      serving_(server_.listen(*listener_).eagerlyEvaluate([](kj::Exception&& e) {
+        KJ_LOG(ERROR, "fake service stopped listening", e);
+      })) {}
+
+SocketDir::SocketDir() {
+  const char* tmp = getenv("TEST_TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0' && std::strlen(tmp) < 64 ? tmp : "/tmp";
+  std::string templ = base + "/paseo-client.XXXXXX";
+  KJ_REQUIRE(mkdtemp(templ.data()) != nullptr, "mkdtemp", templ, strerror(errno));
+  path_ = templ;
+}
+
+SocketDir::~SocketDir() {
+  if (DIR* dir = opendir(path_.c_str())) {
+    while (dirent* e = readdir(dir)) {
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        unlink((path_ + "/" + e->d_name).c_str());
+    }
+    closedir(dir);
+  }
+  rmdir(path_.c_str());
+}
+
+}  // namespace paseo::client

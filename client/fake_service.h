@@ -1,0 +1,133 @@
+// In-process fakes of the public API for the client's unit tests: a Supervisor whose sandboxes
+// and processes answer from scripted state and record what the client asked, served over a real
+// Unix socket so client::Connection runs exactly as against the service. No root, no runsc.
+//
+//   FakeService service;
+//   service.script.stdout_data = "hello";
+//   UnixSocketServer server(io, dir.path() + "/s.sock", service.NewSupervisor());
+//   Connection conn(io, dir.path() + "/s.sock");
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+
+#include "absl/status/status.h"
+#include "common/process_exit.h"
+#include "schema/api.capnp.h"
+
+namespace paseo::client {
+
+// What a fake process did. Its streams are delivered to a subscriber in small chunks.
+struct FakeProcessScript {
+  std::string stdout_data;  // the pty stream's bytes too, for a tty process
+  std::string stderr_data;
+  // The first lost_bytes of each stream are no longer kept: a subscriber from below that
+  // gets gap() first, and the data above starts at offset lost_bytes.
+  uint64_t lost_bytes = 0;
+  bool tty = false;
+  ProcessExit exit = ProcessExit::Exited(0);
+  // `cat`: input is written back on stdout, and the streams end at closeInput.
+  bool echo_input = false;
+  // Still writing: info() counts only this many stdout bytes; a subscriber gets them all.
+  std::optional<uint64_t> stdout_bytes_at_info;
+};
+
+struct FakeProcess {
+  std::string id;
+  FakeProcessScript script;
+  std::vector<std::string> argv, env;
+  std::string cwd;
+  bool tty = false;
+  uint16_t rows = 0, cols = 0;
+  // What the client did to it.
+  std::string input;
+  bool input_closed = false;
+  std::vector<int> signals;
+  std::vector<std::pair<uint16_t, uint16_t>> resizes;
+  std::vector<std::pair<api::Stream, uint64_t>> subscriptions;  // stream, fromOffset
+  // Echo mode: the live stdout subscribers and who waits for the end.
+  std::vector<api::OutputSink::Client> sinks;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;
+};
+
+struct FakeSandbox {
+  std::string id;
+  std::string deployment, profile;
+  std::vector<std::tuple<std::string, std::string, api::AccessMode>> workspaces;
+  std::vector<std::string> credentials;
+  std::map<std::string, FakeProcess> processes;
+  bool deleted = false;
+  std::optional<bool> delete_force;  // the force flag of the delete, once deleted
+};
+
+class FakeService {
+ public:
+  FakeService();
+  ~FakeService();
+
+  // A new connection's bootstrap capability.
+  api::Supervisor::Client NewSupervisor();
+
+  // A sandbox that already exists (made by an earlier `run --keep`), and a process in it.
+  FakeSandbox& AddSandbox(const std::string& id);
+  FakeProcess& AddProcess(const std::string& sandbox_id, const std::string& process_id,
+                          const FakeProcessScript& script);
+
+  // What info() answers.
+  std::string version = "paseo-sandbox fake";
+  uint32_t peer_uid = 1000;
+  std::vector<std::string> deployments = {"alpha"};
+  // If set, createSandbox fails with it (a client sees "<reason>: <message>").
+  std::optional<absl::Status> refuse_create;
+  // Sandboxes whose delete fails (failed-precondition).
+  std::vector<std::string> undeletable;
+  // The script of every process startProcess starts.
+  FakeProcessScript script;
+
+  // Every sandbox ever created or added, by id, deleted ones included.
+  std::map<std::string, FakeSandbox> sandboxes;
+  // Failures of the fake's own deliveries (a sink that threw); a test expects none.
+  std::vector<std::string> errors;
+
+  class Supervisor;
+  class Sandbox;
+  class Process;
+  struct Deliveries;
+
+ private:
+  kj::Own<Deliveries> deliveries_;
+  int next_id_ = 1;
+};
+
+// Listens on a Unix socket at `path` and serves `bootstrap` to every connection, on the calling
+// thread's event loop (the client's own wait() turns it).
+class UnixSocketServer {
+ public:
+  UnixSocketServer(kj::AsyncIoContext& io, const std::string& path,
+                   capnp::Capability::Client bootstrap);
+
+ private:
+  capnp::TwoPartyServer server_;
+  kj::Own<kj::ConnectionReceiver> listener_;
+  kj::Promise<void> serving_;
+};
+
+// A fresh directory for sockets, removed with what is in it. Under $TEST_TMPDIR when a socket
+// path there fits in sun_path (108 bytes), else under /tmp.
+class SocketDir {
+ public:
+  SocketDir();
+  ~SocketDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace paseo::client
