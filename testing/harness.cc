@@ -143,12 +143,15 @@ void Service::Launch() {
   close(fd);
   privhelper_pid_ = pid;
   if (!options_.wait_for_socket) return;
-  for (int i = 0; i < 200 && !CanConnect(socket()); ++i) {
+  // The privhelper listens on the socket before it starts the broker: wait for both, so that
+  // broker_pid() is the broker as soon as this returns.
+  auto ready = [this] { return CanConnect(socket()) && broker_pid() > 0; };
+  for (int i = 0; i < 200 && !ready(); ++i) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) Die("privhelper exited: " + ReadFile(log));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (!CanConnect(socket())) Die("privhelper did not serve its socket: " + ReadFile(log));
+  if (!ready()) Die("privhelper did not serve its socket with a broker: " + ReadFile(log));
 }
 
 CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args) const {

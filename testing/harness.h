@@ -38,7 +38,8 @@ struct ServiceOptions {
   std::function<void(const std::string& base)> before_start;
   // Appended inside helper.json's object, e.g. `, "onRestart": "keep"`.
   std::string helper_json_extra;
-  // Wait for the client socket to accept connections (false for a broker that never serves).
+  // Wait for the client socket to accept connections and the broker to be running (false for a
+  // broker that never serves).
   bool wait_for_socket = true;
   // Size of the work area's tmpfs (used as needed).
   std::string tmpfs_size = "512m";
