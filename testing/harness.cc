@@ -44,7 +44,8 @@ void Service::RemoveWorkArea() {
 }
 
 void Service::Start() {
-  if (geteuid() != 0) Die("the integration suites need root");
+  if (geteuid() != 0) Die("the integration suites and the bench need root");
+  if (access("/usr/bin/runsc", X_OK) != 0) Die("/usr/bin/runsc is missing");
   passwd* pw = getpwnam("paseo-sandbox");
   group* gr = getgrnam("paseo-sandbox");
   if (pw == nullptr || gr == nullptr)
@@ -66,7 +67,8 @@ void Service::Start() {
   char templ[] = "/tmp/paseo-it.XXXXXX";
   Check(mkdtemp(templ) != nullptr, "mkdtemp");
   base_ = templ;
-  Check(mount("tmpfs", base_.c_str(), "tmpfs", 0, "mode=0755,size=512m") == 0, "mount tmpfs");
+  Check(mount("tmpfs", base_.c_str(), "tmpfs", 0, ("mode=0755,size=" + options_.tmpfs_size).c_str()) == 0,
+        "mount tmpfs");
   for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/state", "/run",
                         "/ws-alpha", "/ws-beta", "/outside", "/creds", "/creds/tokens", "/ws-docker",
                         "/ws-docker/proj", "/ws-io"}) {
@@ -85,14 +87,14 @@ void Service::Start() {
                  base_ + "/bin/paseo-sandbox-broker");
   CopyExecutable(Runfile("client/paseo-sandbox"), base_ + "/bin/paseo-sandbox");
   CopyExecutable(Runfile("sandbox/paseo-sandbox-shim"), base_ + "/bin/paseo-sandbox-shim");
-  std::string version =
+  rootfs_version_ =
       Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base_ + "/state/rootfs");
   std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
 
   WriteText(base_ + "/etc/helper.json",
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
                 "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
-                version + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"" +
+                rootfs_version_ + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"" +
                 options_.helper_json_extra + "}");
   WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");
   // World-writable on the host, so only the read-only mount can stop an agent's write.
@@ -130,29 +132,26 @@ void Service::Start() {
 
 void Service::Launch() {
   std::string log = base_ + "/privhelper.log";
-  pid_t pid = fork();
-  Check(pid >= 0, "fork");
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<std::string> args = {base_ + "/bin/paseo-sandbox-privhelper", "--config-dir",
-                                     base_ + "/etc"};
-    args.insert(args.end(), options_.privhelper_args.begin(), options_.privhelper_args.end());
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    execv(cargs[0], cargs.data());
-    _exit(127);
-  }
+  int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  Check(fd >= 0, "open " + log);
+  std::vector<std::string> args = {base_ + "/bin/paseo-sandbox-privhelper", "--config-dir",
+                                   base_ + "/etc"};
+  args.insert(args.end(), options_.privhelper_args.begin(), options_.privhelper_args.end());
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  pid_t pid = SpawnStdio(args, STDIN_FILENO, fd, fd, env);
+  close(fd);
   privhelper_pid_ = pid;
   if (!options_.wait_for_socket) return;
-  for (int i = 0; i < 200 && !CanConnect(socket()); ++i) {
+  // The privhelper listens on the socket before it starts the broker: wait for both, so that
+  // broker_pid() is the broker as soon as this returns.
+  auto ready = [this] { return CanConnect(socket()) && broker_pid() > 0; };
+  for (int i = 0; i < 200 && !ready(); ++i) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) Die("privhelper exited: " + ReadFile(log));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (!CanConnect(socket())) Die("privhelper did not serve its socket: " + ReadFile(log));
+  if (!ready()) Die("privhelper did not serve its socket with a broker: " + ReadFile(log));
 }
 
 CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args) const {
@@ -160,22 +159,13 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
   Check(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe2");
   std::vector<std::string> argv = {base_ + "/bin/paseo-sandbox", "--socket", socket()};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<char*> cargv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  pid_t pid = fork();
-  Check(pid >= 0, "fork");
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    if (chdir(base_.c_str()) != 0) _exit(126);
-    if (setgroups(who.groups.size(), who.groups.data()) != 0 || setresgid(who.gid, who.gid, who.gid) != 0 ||
-        setresuid(who.uid, who.uid, who.uid) != 0)
-      _exit(126);
-    char* envp[] = {nullptr};
-    execve(cargv[0], cargv.data(), envp);
-    _exit(127);
-  }
+  pid_t pid = SpawnStdio(argv, STDIN_FILENO, out[1], err[1], {}, [this, &who] {
+    if (chdir(base_.c_str()) != 0) return errno;
+    if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
+        setresgid(who.gid, who.gid, who.gid) != 0 || setresuid(who.uid, who.uid, who.uid) != 0)
+      return errno;
+    return 0;
+  });
   close(out[1]);
   close(err[1]);
   CliResult result;
@@ -196,8 +186,7 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
       }
     }
   }
-  int status;
-  waitpid(pid, &status, 0);
+  int status = WaitPid(pid);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
@@ -206,7 +195,17 @@ int Service::Stop() {
   if (privhelper_pid_ <= 0) return -1;
   kill(privhelper_pid_, SIGTERM);
   int status = -1;
-  waitpid(privhelper_pid_, &status, 0);
+  pid_t done = 0;
+  for (int i = 0; i < 6000; ++i) {
+    done = waitpid(privhelper_pid_, &status, WNOHANG);
+    if (done != 0 && !(done < 0 && errno == EINTR)) break;
+    usleep(10000);
+  }
+  if (done == 0) {
+    std::fprintf(stderr, "privhelper did not stop in 60 s; killing it\n");
+    kill(privhelper_pid_, SIGKILL);
+    status = WaitPid(privhelper_pid_);
+  }
   privhelper_pid_ = -1;
   RemoveCgroupParent();
   return status;
@@ -214,14 +213,13 @@ int Service::Stop() {
 
 void Service::RemoveCgroupParent() const {
   // Our parent cgroups are empty once every sandbox is gone (rmdir refuses otherwise).
-  for (const auto& hierarchy : ListDir("/sys/fs/cgroup"))
-    rmdir(("/sys/fs/cgroup/" + hierarchy + "/" + CgroupParent()).c_str());
+  RemoveCgroup("/" + CgroupParent());
 }
 
 void Service::Crash() {
   if (privhelper_pid_ <= 0) return;
   kill(privhelper_pid_, SIGKILL);
-  waitpid(privhelper_pid_, nullptr, 0);
+  WaitPid(privhelper_pid_);
   privhelper_pid_ = -1;
   // The broker ends when its helper socket closes; wait until nothing serves the socket.
   for (int i = 0; i < 100 && CanConnect(socket()); ++i) usleep(50000);
@@ -263,11 +261,7 @@ std::vector<std::string> Service::Leaks() const {
     if (privhelper_pid_ > 0 && point == base_ + "/run/control-netns") continue;
     if (point.rfind(base_ + "/", 0) == 0) leaks.push_back("mount " + point);
   }
-  for (const auto& n : ListDir("/proc")) {
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = ReadFile("/proc/" + n + "/cmdline");
-    if (cmdline.find(runsc_root()) != std::string::npos) leaks.push_back("process " + n);
-  }
+  for (pid_t pid : PidsMatching(runsc_root())) leaks.push_back("process " + std::to_string(pid));
   return leaks;
 }
 

@@ -33,20 +33,24 @@ struct ServiceOptions {
   // protocol directly. The broker shares the privhelper's stdout, so what it prints lands in
   // Log().
   std::string broker_runfile;
-  // Runs with the work area laid out, before the privhelper starts (for fixtures).
+  // Runs with the work area laid out and its config written, before the privhelper starts: for
+  // fixtures, or for more config (e.g. the bench's own deployment and profile under base/etc).
   std::function<void(const std::string& base)> before_start;
   // Appended inside helper.json's object, e.g. `, "onRestart": "keep"`.
   std::string helper_json_extra;
-  // Wait for the client socket to accept connections (false for a broker that never serves).
+  // Wait for the client socket to accept connections and the broker to be running (false for a
+  // broker that never serves).
   bool wait_for_socket = true;
+  // Size of the work area's tmpfs (used as needed).
+  std::string tmpfs_size = "512m";
 };
 
 class Service {
  public:
-  // The shared default service. The first call unshares mount+net namespaces for the whole
-  // test process; every service then gets its own tmpfs work area, binaries, rootfs, config
-  // and privhelper. Aborts with a clear message if anything is missing (root, the
-  // paseo-sandbox user, runsc).
+  // The shared default service. The first service made (this or any other) unshares mount+net
+  // namespaces for the whole process, so it must be made while the process is single-threaded;
+  // every service then gets its own tmpfs work area, binaries, rootfs, config and privhelper.
+  // Aborts with a clear message if anything is missing (root, the paseo-sandbox user, runsc).
   static Service& Get();
   explicit Service(ServiceOptions options);
   ~Service();
@@ -57,6 +61,8 @@ class Service {
   std::string socket() const { return base_ + "/run/supervisor.sock"; }
   std::string runsc_root() const { return base_ + "/run/runsc"; }
   std::string bundles() const { return base_ + "/state/bundles"; }
+  // The rootfs version built into base/state/rootfs/<version>/rootfs.
+  const std::string& rootfs_version() const { return rootfs_version_; }
   pid_t privhelper_pid() const { return privhelper_pid_; }
   pid_t broker_pid() const;  // the privhelper's broker child, or -1
   // This service's own cgroup parent (so concurrent services never see each other's).
@@ -67,7 +73,8 @@ class Service {
   // Runs `paseo-sandbox --socket <sock> args...` as `who`.
   CliResult Cli(const Identity& who, const std::vector<std::string>& args) const;
 
-  // Stops the privhelper (SIGTERM) and waits for it; returns its wait status.
+  // Stops the privhelper (SIGTERM) and waits for it (SIGKILL after 60 s); returns its wait
+  // status.
   int Stop();
   // SIGKILLs the privhelper (its broker follows), as a crash would; sandboxes stay.
   void Crash();
@@ -88,6 +95,7 @@ class Service {
   void RemoveCgroupParent() const;
   ServiceOptions options_;
   std::string base_;
+  std::string rootfs_version_;
   pid_t privhelper_pid_ = -1;
   gid_t socket_gid_ = 0;
   uid_t broker_uid_ = 0;

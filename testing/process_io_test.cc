@@ -485,15 +485,6 @@ TEST_F(ProcessIoTest, AClientKilledMidRunLosesNothing) {
   unlink((svc.base() + "/ws-io/out.pattern").c_str());
 }
 
-uint64_t RssKiB(pid_t pid) {
-  std::istringstream in(ReadFile("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
-
-
 // The broker is SIGKILLed in the middle of a 100 MiB stream. The privhelper restarts it, the
 // new broker takes the process over from the kept pipe and continues its output log, and a
 // client that reconnects gets every byte exactly once.

@@ -8,13 +8,18 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+
+#include "common/spawn.h"
 
 namespace paseo::testing {
 
@@ -109,6 +114,58 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
                                  std::to_string(parent) + "/children"));
   for (pid_t pid; in >> pid;) kids.push_back(pid);
   return kids;
+}
+
+std::string Cmdline(pid_t pid) {
+  std::string c = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+  std::replace(c.begin(), c.end(), '\0', ' ');
+  return c;
+}
+
+std::vector<pid_t> PidsMatching(const std::string& needle) {
+  std::vector<pid_t> pids;
+  for (const auto& n : ListDir("/proc")) {
+    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
+    pid_t pid = std::stoi(n);
+    if (Cmdline(pid).find(needle) != std::string::npos) pids.push_back(pid);
+  }
+  return pids;
+}
+
+uint64_t ProcKiB(pid_t pid, const std::string& file, const std::string& key) {
+  std::istringstream in(ReadFile("/proc/" + std::to_string(pid) + "/" + file));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) == 0) return std::strtoull(line.c_str() + key.size(), nullptr, 10);
+  }
+  return 0;
+}
+
+uint64_t RssKiB(pid_t pid) { return ProcKiB(pid, "status", "VmRSS:"); }
+
+pid_t SpawnStdio(const std::vector<std::string>& argv, int in, int out, int err,
+                 const std::vector<std::string>& env, std::function<int()> in_child) {
+  SpawnRequest request;
+  request.path = argv.at(0);
+  request.argv = argv;
+  request.env = env;
+  request.fds = {{0, in}, {1, out}, {2, err}};
+  request.in_child = std::move(in_child);
+  auto pid = Spawn(request);
+  if (!pid.ok()) Die(std::string(pid.status().message()));
+  return *pid;
+}
+
+int WaitPid(pid_t pid) {
+  int status = -1;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+void RemoveCgroup(const std::string& rel) {
+  for (const auto& hierarchy : ListDir("/sys/fs/cgroup"))
+    rmdir(("/sys/fs/cgroup/" + hierarchy + rel).c_str());
+  rmdir(("/sys/fs/cgroup" + rel).c_str());
 }
 
 }  // namespace paseo::testing

@@ -5,6 +5,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,5 +32,23 @@ void LoopbackUp();  // brings `lo` up in the current network namespace
 bool CanConnect(const std::string& unix_socket_path);
 // The pids of `parent`'s child processes (of its main thread).
 std::vector<pid_t> ChildrenOf(pid_t parent);
+// A process's command line, its arguments joined by spaces ("" once it is gone).
+std::string Cmdline(pid_t pid);
+// Every process whose command line contains `needle`.
+std::vector<pid_t> PidsMatching(const std::string& needle);
+// A `Key:  N kB` field of /proc/<pid>/<file> (e.g. "status", "VmRSS:"), in KiB; 0 if absent.
+uint64_t ProcKiB(pid_t pid, const std::string& file, const std::string& key);
+uint64_t RssKiB(pid_t pid);  // VmRSS
+
+// Starts argv (argv[0] is the path) through common/spawn: fds 0-2 are `in`, `out` and `err`
+// and nothing else is open, the environment is `env`, and `in_child` (errno or 0) runs just
+// before exec. Dies if it cannot.
+pid_t SpawnStdio(const std::vector<std::string>& argv, int in, int out, int err,
+                 const std::vector<std::string>& env, std::function<int()> in_child = nullptr);
+// waitpid, retried on EINTR; returns the wait status.
+int WaitPid(pid_t pid);
+
+// Removes the empty cgroup `rel` ("/a/b") from every v1 hierarchy and from a v2 tree.
+void RemoveCgroup(const std::string& rel);
 
 }  // namespace paseo::testing

@@ -3,21 +3,14 @@
 //
 //   bench [--quick] [--perf DIR] [--only NAME,NAME...]
 //
-// Needs root. Works in its own mount+network namespace on a tmpfs: a real privhelper (which
-// starts the real broker) with a config written here, and a raw runsc root beside it driven
-// with the privhelper's flags. Everything it creates is removed before it exits.
+// Needs root. Works in its own mount+network namespace on a tmpfs: the test harness's service
+// (testing/harness.h: a real privhelper, which starts the real broker) with the bench's own
+// deployment and profile added to its config, and a raw runsc root beside it driven with the
+// privhelper's flags. Everything it creates is removed before it exits.
 #include <fcntl.h>
-#include <grp.h>
-#include <poll.h>
-#include <pwd.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/ioctl.h>
-#include <sys/mount.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,7 +20,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -41,22 +33,27 @@
 #include <kj/debug.h>
 
 #include "client/client.h"
-#include "testing/util.h"
 #include "schema/api.capnp.h"
+#include "testing/harness.h"
+#include "testing/util.h"
 
 namespace paseo::bench {
 namespace {
 
 using api::OutputSink;
 using testing::Capture;
-using testing::CanConnect;
 using testing::Check;
-using testing::CopyExecutable;
+using testing::Cmdline;
 using testing::Die;
 using testing::ListDir;
-using testing::LoopbackUp;
+using testing::PidsMatching;
+using testing::ProcKiB;
 using testing::ReadFile;
-using testing::Runfile;
+using testing::RemoveCgroup;
+using testing::RssKiB;
+using testing::Service;
+using testing::SpawnStdio;
+using testing::WaitPid;
 using testing::WriteText;
 
 constexpr uid_t kAgentUid = 4242;
@@ -106,63 +103,25 @@ struct Mem {
   }
 };
 
-uint64_t FieldKib(const std::string& text, const std::string& key) {
-  size_t at = text.find("\n" + key);
-  if (at == std::string::npos) {
-    if (text.rfind(key, 0) != 0) return 0;
-    at = 0;
-  } else {
-    at += 1;
-  }
-  return std::strtoull(text.c_str() + at + key.size(), nullptr, 10);
-}
-
 Mem MemOf(pid_t pid) {
   Mem m;
-  std::string dir = "/proc/" + std::to_string(pid);
-  m.rss_kib = FieldKib(ReadFile(dir + "/status"), "VmRSS:");
-  m.pss_kib = FieldKib(ReadFile(dir + "/smaps_rollup"), "Pss:");
+  m.rss_kib = RssKiB(pid);
+  m.pss_kib = ProcKiB(pid, "smaps_rollup", "Pss:");
   m.processes = 1;
   return m;
 }
 
 double MiB(uint64_t kib) { return static_cast<double>(kib) / 1024.0; }
 
-std::string Cmdline(const std::string& pid) {
-  std::string c = ReadFile("/proc/" + pid + "/cmdline");
-  std::replace(c.begin(), c.end(), '\0', ' ');
-  return c;
-}
-
-pid_t ParentOf(const std::string& pid) {
-  std::string stat = ReadFile("/proc/" + pid + "/stat");
-  size_t close_paren = stat.rfind(')');
-  if (close_paren == std::string::npos) return -1;
-  std::istringstream rest(stat.substr(close_paren + 2));
-  std::string state;
-  pid_t ppid = -1;
-  rest >> state >> ppid;
-  return ppid;
-}
-
 // Sum over every process whose command line contains `needle`.
 Mem MemOfMatching(const std::string& needle) {
   Mem total;
-  for (const auto& n : ListDir("/proc")) {
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (Cmdline(n).find(needle) != std::string::npos) total += MemOf(std::stoi(n));
-  }
+  for (pid_t pid : PidsMatching(needle)) total += MemOf(pid);
   return total;
 }
 
-std::vector<pid_t> PidsMatching(const std::string& needle) {
-  std::vector<pid_t> pids;
-  for (const auto& n : ListDir("/proc")) {
-    if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (Cmdline(n).find(needle) != std::string::npos) pids.push_back(std::stoi(n));
-  }
-  return pids;
-}
+// What runsc and perf are started with.
+const std::vector<std::string> kToolEnv = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
 
 // utime + stime of one process, in seconds (0 if it is gone).
 double CpuSeconds(pid_t pid) {
@@ -228,16 +187,15 @@ class Perf {
     std::string list;
     for (pid_t p : pids) list += (list.empty() ? "" : ",") + std::to_string(p);
     int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-    pid_ = SpawnFdsPublic({"/usr/bin/perf", "record", "-F", "499", "-g", "-o", Data(), "-p", list},
-                          null_fd, null_fd, null_fd);
+    pid_ = SpawnStdio({"/usr/bin/perf", "record", "-F", "499", "-g", "-o", Data(), "-p", list},
+                      null_fd, null_fd, null_fd, kToolEnv);
     close(null_fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   void Stop() {
     if (pid_ <= 0) return;
     kill(pid_, SIGINT);
-    int status;
-    waitpid(pid_, &status, 0);
+    WaitPid(pid_);
     pid_ = -1;
     std::string report = dir_ + "/" + name_ + ".txt";
     std::system(("/usr/bin/perf report --stdio --no-children -i " + Data() +
@@ -249,7 +207,6 @@ class Perf {
 
  private:
   std::string Data() const { return dir_ + "/" + name_ + ".data"; }
-  static pid_t SpawnFdsPublic(const std::vector<std::string>& argv, int in, int out, int err);
   std::string dir_, name_;
   pid_t pid_ = -1;
 };
@@ -343,41 +300,6 @@ struct Options {
   bool Wants(const std::string& s) const { return only.empty() || only.count(s) > 0; }
 };
 
-// Spawns /usr/bin/runsc (or anything) with exactly fds 0-2 and nothing else open.
-pid_t SpawnFds(const std::vector<std::string>& argv, int in, int out, int err) {
-  std::vector<char*> cargv;
-  std::vector<std::string> copy = argv;
-  for (auto& a : copy) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  pid_t pid = fork();
-  Check(pid >= 0, "fork");
-  if (pid == 0) {
-    // Move the wanted fds above 2 first so dup2 order cannot clobber them.
-    int fds[3] = {fcntl(in, F_DUPFD, 10), fcntl(out, F_DUPFD, 10), fcntl(err, F_DUPFD, 10)};
-    for (int i = 0; i < 3; ++i) dup2(fds[i], i);
-    syscall(SYS_close_range, 3, ~0u, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    char* envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"),
-                    const_cast<char*>("LC_ALL=C"), nullptr};
-    execve(cargv[0], cargv.data(), envp);
-    _exit(127);
-  }
-  return pid;
-}
-
-pid_t Perf::SpawnFdsPublic(const std::vector<std::string>& argv, int in, int out, int err) {
-  return SpawnFds(argv, in, out, err);
-}
-
-int WaitPid(pid_t pid) {
-  int status = -1;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return status;
-}
-
 // Drives /usr/bin/runsc directly, with the privhelper's fixed flags, on a root of its own.
 class RawRunsc {
  public:
@@ -398,8 +320,9 @@ class RawRunsc {
     return argv;
   }
 
+  // Starts runsc with exactly fds 0-2 and nothing else open.
   pid_t Start(const std::vector<std::string>& args, int in, int out, int err) const {
-    return SpawnFds(Argv(args), in, out, err);
+    return SpawnStdio(Argv(args), in, out, err, kToolEnv);
   }
 
   // Runs to completion with stdio on /dev/null and stderr kept; dies if it fails.
@@ -497,16 +420,10 @@ class RawRunsc {
     }
     for (const auto& id : ListDir(Bundles())) Delete(id);
     RemoveCgroup("/paseo-bench");
-    RemoveCgroup("/paseo-bench-service");  // the service's parent (helper.json cgroupParent)
   }
 
   void Forget(const std::string& id) { live_.erase(id); }
   void Remember(const std::string& id) { live_.insert(id); }
-
-  static void RemoveCgroup(const std::string& rel) {
-    for (const auto& h : ListDir("/sys/fs/cgroup")) rmdir(("/sys/fs/cgroup/" + h + rel).c_str());
-    rmdir(("/sys/fs/cgroup" + rel).c_str());
-  }
 
  private:
   static constexpr char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -567,95 +484,6 @@ class RawRunsc {
 };
 
 constexpr char RawRunsc::kPath[];
-
-// A real privhelper (and its broker) on a config written here.
-class Service {
- public:
-  Service(const std::string& base, const std::string& rootfs_version, uint64_t buffer_bytes)
-      : base_(base) {
-    for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/run"})
-      Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
-    CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
-                   base_ + "/bin/paseo-sandbox-privhelper");
-    CopyExecutable(Runfile("broker/paseo-sandbox-broker"), base_ + "/bin/paseo-sandbox-broker");
-    CopyExecutable(Runfile("sandbox/paseo-sandbox-shim"), base_ + "/bin/paseo-sandbox-shim");
-    std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
-    WriteText(base_ + "/etc/helper.json",
-              "{\"stateDir\": " + Quote(base_ + "/state") + ", \"runDir\": " +
-                  Quote(base_ + "/run") + ", \"runsc\": {\"sha256\": " + Quote(sha) +
-                  "}, \"rootfsVersion\": " + Quote(rootfs_version) +
-                  ", \"cgroupParent\": \"/paseo-bench-service\"}");
-    // The bench connects as root; agents still run as 4242:4242.
-    WriteText(base_ + "/etc/deployments/bench.json",
-              "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
-                  Quote(base_ + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
-                  ", \"gid\": " + std::to_string(kAgentGid) + "}, \"maxSandboxes\": 160}");
-    WriteText(base_ + "/etc/profiles/default.json",
-              "{\"name\": \"default\", \"outputBufferBytes\": " + std::to_string(buffer_bytes) +
-                  "}");
-    std::string log = base_ + "/privhelper.log";
-    pid_t pid = fork();
-    Check(pid >= 0, "fork");
-    if (pid == 0) {
-      int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      syscall(SYS_close_range, 3, ~0u, 0);
-      std::string bin = base_ + "/bin/paseo-sandbox-privhelper";
-      std::string dir = base_ + "/etc";
-      char* argv[] = {bin.data(), const_cast<char*>("--config-dir"), dir.data(), nullptr};
-      execv(argv[0], argv);
-      _exit(127);
-    }
-    pid_ = pid;
-    for (int i = 0; i < 400 && !CanConnect(socket()); ++i) {
-      int status;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid_ = -1;
-        Die("privhelper exited: " + ReadFile(log));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
-    }
-    if (!CanConnect(socket())) Die("privhelper did not serve its socket: " + ReadFile(log));
-  }
-
-  ~Service() { Stop(); }
-
-  void Stop() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    for (int i = 0; i < 1200; ++i) {
-      int status;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    Progress("privhelper did not stop in 60 s; killing it");
-    kill(pid_, SIGKILL);
-    WaitPid(pid_);
-    pid_ = -1;
-  }
-
-  std::string socket() const { return base_ + "/run/supervisor.sock"; }
-  std::string runsc_root() const { return base_ + "/run/runsc"; }
-  pid_t pid() const { return pid_; }
-  std::string Log() const { return ReadFile(base_ + "/privhelper.log"); }
-
-  pid_t BrokerPid() const {
-    for (const auto& n : ListDir("/proc")) {
-      if (n.find_first_not_of("0123456789") != std::string::npos) continue;
-      if (ParentOf(n) == pid_ && Cmdline(n).find("paseo-sandbox-broker") != std::string::npos)
-        return std::stoi(n);
-    }
-    return -1;
-  }
-
- private:
-  std::string base_;
-  pid_t pid_ = -1;
-};
 
 // ------------------------------------------------------------------ API helpers
 
@@ -764,6 +592,12 @@ struct Env {
 
 void Sleep(double seconds) {
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// `dd` of `bytes` zeros to stdout in 1 MiB writes, so a rate is the output path's, not gVisor's
+// per-syscall cost.
+std::vector<std::string> DdArgv(uint64_t bytes) {
+  return {"dd", "if=/dev/zero", "bs=1048576", "count=" + std::to_string(bytes / kMiB)};
 }
 
 // Reads fd until the first byte (returns its time) and then to EOF.
@@ -927,17 +761,15 @@ void Throughput(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_
   int n = env.opts.quick ? 3 : 5;
   Progress("throughput: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
            " samples per side");
-  // 1 MiB writes, so the figure is the output path's, not gVisor's per-syscall cost.
-  std::vector<std::string> argv = {"dd", "if=/dev/zero", "bs=1048576",
-                                   "count=" + std::to_string(bytes / kMiB)};
+  std::vector<std::string> argv = DdArgv(bytes);
   Result r{"throughput", "MiB/s",
            "dd bs=1M of N bytes, stdout -> subscribe sink in this client (delivered bytes / time)",
            "runsc exec of the same, stdout = host /dev/null", {}, {}, "ratio >= 0.80",
            [](double ratio, double, double) { return ratio >= 0.80; }, {}};
   auto& ws = env.ws_();
   uint64_t lost_total = 0, short_total = 0;
-  pid_t broker = env.service->BrokerPid();
-  pid_t helper = env.service->pid();
+  pid_t broker = env.service->broker_pid();
+  pid_t helper = env.service->privhelper_pid();
   std::string our_root = env.service->runsc_root();
   std::string raw_root = env.raw->Root();
   CpuWindow ours_cpu, raw_cpu;
@@ -1081,8 +913,7 @@ void Replay(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) 
     {
       int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
       double t0 = Now();
-      pid_t pid = env.raw->Exec(raw_id, {"dd", "if=/dev/zero", "bs=1048576", "count=64"},
-                                null_fd, null_fd, null_fd);
+      pid_t pid = env.raw->Exec(raw_id, DdArgv(64 * kMiB), null_fd, null_fd, null_fd);
       close(null_fd);
       WaitPid(pid);
       catchup.baseline.push_back((Now() - t0) * 1000);
@@ -1103,9 +934,9 @@ void Density(Env& env) {
   int rounds = env.opts.quick ? 1 : 2;
   Progress("density: " + std::to_string(n) + " idle sandboxes, " + std::to_string(rounds) +
            " round(s) per side");
-  pid_t broker = env.service->BrokerPid();
+  pid_t broker = env.service->broker_pid();
   if (broker < 0) Die("cannot find the broker process");
-  Mem broker0 = MemOf(broker), helper0 = MemOf(env.service->pid());
+  Mem broker0 = MemOf(broker), helper0 = MemOf(env.service->privhelper_pid());
   Result per{"density_per_sandbox", "MiB", "(runsc procs + broker + privhelper) RSS / N",
              "raw runsc procs RSS / N", {}, {}, "(report; see extra)", nullptr, {}};
   Result brk{"density_broker_rss", "MiB", "broker VmRSS with N idle sandboxes",
@@ -1120,7 +951,7 @@ void Density(Env& env) {
       for (int i = 0; i < n; ++i) sandboxes.push_back(env.CreateSandbox());
       create_ms.push_back((Now() - t0) * 1000 / n);
       Sleep(2);
-      Mem b = MemOf(broker), h = MemOf(env.service->pid());
+      Mem b = MemOf(broker), h = MemOf(env.service->privhelper_pid());
       Mem r = MemOfMatching(env.service->runsc_root());
       per.ours.push_back(MiB(r.rss_kib + b.rss_kib + h.rss_kib) / n);
       brk.ours.push_back(MiB(b.rss_kib));
@@ -1245,7 +1076,7 @@ void FanOut(Env& env, api::Sandbox::Client& sandbox) {
       // Let every subscriber receive a live tick after the join.
       env.io->provider->getTimer().afterDelay(1500 * kj::MILLISECONDS).wait(ws);
       measure(r.ours);
-      pid_t broker = env.service->BrokerPid();
+      pid_t broker = env.service->broker_pid();
       if (broker > 0) broker_rss.push_back(MiB(MemOf(broker).rss_kib));
       for (auto& fc : fan) min_bytes = std::min(min_bytes, fc->state.bytes);
       fan.clear();
@@ -1512,8 +1343,7 @@ void StuckSubscriber(Env& env) {
   int n = env.opts.quick ? 3 : 10;
   Progress("stuck subscriber: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
            " samples per side");
-  std::vector<std::string> argv = {"dd", "if=/dev/zero", "bs=1048576",
-                                   "count=" + std::to_string(bytes / kMiB)};
+  std::vector<std::string> argv = DdArgv(bytes);
   Result r{"stuck_subscriber", "MiB/s",
            "dd bs=1M of N bytes -> a live subscriber, with a second subscriber (another "
            "connection) whose write() never completes",
@@ -1575,6 +1405,22 @@ void StuckSubscriber(Env& env) {
   Report(r);
 }
 
+// The bench's part of the service config (ServiceOptions::before_start): deployment `bench`
+// (clients uid 0, agents 4242:4242 over base/ws, up to 160 sandboxes) whose one profile keeps
+// kOutputBufferBytes of each stream.
+void WriteBenchConfig(const std::string& base) {
+  Check(mkdir((base + "/ws").c_str(), 0755) == 0, "mkdir ws");
+  Check(chown((base + "/ws").c_str(), kAgentUid, kAgentGid) == 0, "chown ws");
+  WriteText(base + "/etc/deployments/bench.json",
+            "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
+                Quote(base + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
+                ", \"gid\": " + std::to_string(kAgentGid) +
+                "}, \"profiles\": [\"bench\"], \"maxSandboxes\": 160}");
+  WriteText(base + "/etc/profiles/bench.json",
+            "{\"name\": \"bench\", \"outputBufferBytes\": " +
+                std::to_string(kOutputBufferBytes) + "}");
+}
+
 Options ParseArgs(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -1601,10 +1447,6 @@ Options ParseArgs(int argc, char** argv) {
 int Main(int argc, char** argv) {
   Options opts = ParseArgs(argc, argv);
   double started = Now();
-  if (geteuid() != 0) Die("run as root (testing/bench/run)");
-  if (getpwnam("paseo-sandbox") == nullptr || getgrnam("paseo-sandbox") == nullptr)
-    Die("user and group paseo-sandbox must exist (installer/install-deps creates them)");
-  if (access("/usr/bin/runsc", X_OK) != 0) Die("/usr/bin/runsc is missing");
   // 1000 client connections need more than the usual 1024 fds (here and in the broker, which
   // inherits the limit through the privhelper).
   rlimit nofile;
@@ -1612,24 +1454,20 @@ int Main(int argc, char** argv) {
   nofile.rlim_cur = nofile.rlim_max;
   Check(setrlimit(RLIMIT_NOFILE, &nofile) == 0, "setrlimit(RLIMIT_NOFILE)");
   if (nofile.rlim_cur < 4096) Die("RLIMIT_NOFILE hard limit below 4096: raise it (ulimit -Hn)");
-  Check(unshare(CLONE_NEWNS | CLONE_NEWNET) == 0, "unshare(CLONE_NEWNS|CLONE_NEWNET)");
-  Check(mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0, "make / private");
-  LoopbackUp();
-
-  char templ[] = "/tmp/paseo-bench.XXXXXX";
-  Check(mkdtemp(templ) != nullptr, "mkdtemp");
-  std::string base = templ;
-  Check(mount("tmpfs", base.c_str(), "tmpfs", 0, "mode=0755,size=4g") == 0, "mount tmpfs");
-  Check(mkdir((base + "/state").c_str(), 0755) == 0, "mkdir state");
-  Check(mkdir((base + "/ws").c_str(), 0755) == 0, "mkdir ws");
-  Check(chown((base + "/ws").c_str(), kAgentUid, kAgentGid) == 0, "chown ws");
-  std::string version =
-      Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base + "/state/rootfs");
 
   int rc = 0;
   {
+    // The harness's service: it checks for root, the paseo-sandbox user and runsc, moves this
+    // process into its own mount and network namespaces, lays out a tmpfs work area with the
+    // binaries, the rootfs and its config, adds the bench's (WriteBenchConfig) and starts the
+    // privhelper.
+    testing::ServiceOptions service_options;
+    service_options.tmpfs_size = "4g";
+    service_options.before_start = WriteBenchConfig;
+    Service service(std::move(service_options));
+    std::string base = service.base();
+    std::string version = service.rootfs_version();
     RawRunsc raw(base + "/raw", base + "/state/rootfs/" + version + "/rootfs", base + "/ws");
-    Service service(base, version, kOutputBufferBytes);
     Progress(std::string(opts.quick ? "quick" : "full") + " run; work area " + base +
              ", rootfs " + version);
     try {
@@ -1648,10 +1486,10 @@ int Main(int argc, char** argv) {
                std::to_string(info.getPeerUid()));
 
       auto checkpoint = [&](const std::string& when) {
-        pid_t b = service.BrokerPid();
+        pid_t b = service.broker_pid();
         auto list = conn.supervisor().listSandboxesRequest().send().wait(io.waitScope);
         Progress("after " + when + ": broker VmRSS " + Num(b > 0 ? MiB(MemOf(b).rss_kib) : NAN, 1) +
-                 " MiB, privhelper VmRSS " + Num(MiB(MemOf(service.pid()).rss_kib), 1) +
+                 " MiB, privhelper VmRSS " + Num(MiB(MemOf(service.privhelper_pid()).rss_kib), 1) +
                  " MiB, listSandboxes: " + std::to_string(list.getSandboxes().size()) +
                  ", broker state dir " + Capture("du -sm " + base + "/state/broker | cut -f1") +
                  " MiB");
@@ -1674,7 +1512,7 @@ int Main(int argc, char** argv) {
         if (opts.probe_trim) {
           // Is the broker's RSS after the delete garbage it still holds, or free heap that
           // glibc has not returned? Ask glibc to return it and look again.
-          std::system(("gdb -p " + std::to_string(service.BrokerPid()) +
+          std::system(("gdb -p " + std::to_string(service.broker_pid()) +
                        " -batch -ex 'call (int)malloc_trim(0)' >/dev/null 2>&1")
                           .c_str());
           checkpoint("malloc_trim(0) in the broker");
@@ -1698,12 +1536,14 @@ int Main(int argc, char** argv) {
     raw.DeleteAll();
     service.Stop();
     for (pid_t p : PidsMatching(base + "/")) {
-      Progress("leftover process " + std::to_string(p) + ": " + Cmdline(std::to_string(p)));
+      Progress("leftover process " + std::to_string(p) + ": " + Cmdline(p));
       rc = 1;
     }
-  }
-  umount2(base.c_str(), MNT_DETACH);
-  rmdir(base.c_str());
+    for (const auto& leak : service.Leaks()) {
+      Progress("left behind: " + leak);
+      rc = 1;
+    }
+  }  // ~Service removes the work area
   PrintTable();
   std::printf("total wall time: %.1f s (%s)\n", Now() - started, opts.quick ? "quick" : "full");
   return rc;
