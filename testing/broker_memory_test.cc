@@ -27,11 +27,7 @@ constexpr uint64_t kMiB = 1024;  // in KiB
 
 Identity Alpha(const Service& svc) { return {4242, 4242, {4242, svc.socket_gid()}}; }
 
-uint64_t BrokerRssKiB(const Service& svc) {
-  std::string status = ReadFile("/proc/" + std::to_string(svc.broker_pid()) + "/status");
-  size_t at = status.find("VmRSS:");
-  return at == std::string::npos ? 0 : std::stoull(status.substr(at + 6));
-}
+uint64_t BrokerRssKiB(const Service& svc) { return RssKiB(svc.broker_pid()); }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
