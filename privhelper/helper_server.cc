@@ -282,7 +282,7 @@ kj::Promise<void> SandboxHost::Create(ValidatedCreate request) {
   spec.uid = uid;
   spec.gid = gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
-  spec.memory_limit_bytes = request.profile->getMemoryLimitBytes();
+  spec.limits = config_.LimitsOf(*request.profile);
   spec.cgroups_path = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
   for (size_t i = 0; i < resolved.size(); ++i) {
     std::string staging = absl::StrCat(mounts_dir, "/", i);
