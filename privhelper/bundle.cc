@@ -48,18 +48,56 @@ void WriteNoCapabilities(JsonWriter& w) {
   w.Bool(true);
 }
 
-void WriteRlimits(JsonWriter& w) {
-  w.Key("rlimits");
-  w.BeginArray();
+void WriteRlimit(JsonWriter& w, const char* type, uint64_t value) {
   w.BeginObject();
   w.Key("type");
-  w.String("RLIMIT_NOFILE");
+  w.String(type);
   w.Key("hard");
-  w.Int(65536);
+  w.Int(static_cast<int64_t>(value));
   w.Key("soft");
-  w.Int(65536);
+  w.Int(static_cast<int64_t>(value));
   w.EndObject();
+}
+
+// `max_processes` (0: left out) becomes RLIMIT_NPROC, which gVisor's sentry enforces on the
+// agent's uid across the sandbox. A `runsc exec` process whose rlimits leave it out inherits
+// the container's (measured on runsc 20221219), so process.json does not repeat it.
+void WriteRlimits(JsonWriter& w, uint32_t max_processes) {
+  w.Key("rlimits");
+  w.BeginArray();
+  WriteRlimit(w, "RLIMIT_NOFILE", 65536);
+  if (max_processes > 0) WriteRlimit(w, "RLIMIT_NPROC", max_processes);
   w.EndArray();
+}
+
+// linux.resources: what runsc applies to the sandbox's host cgroup.
+void WriteResources(JsonWriter& w, const SandboxLimits& limits) {
+  w.Key("resources");
+  w.BeginObject();
+  if (limits.memory_bytes > 0) {
+    w.Key("memory");
+    w.BeginObject();
+    w.Key("limit");
+    w.Int(static_cast<int64_t>(limits.memory_bytes));
+    w.EndObject();
+  }
+  if (limits.cpu_millis > 0) {
+    w.Key("cpu");
+    w.BeginObject();
+    w.Key("quota");
+    w.Int(static_cast<int64_t>(limits.cpu_millis * kCpuPeriodMicros / 1000));
+    w.Key("period");
+    w.Int(static_cast<int64_t>(kCpuPeriodMicros));
+    w.EndObject();
+  }
+  if (limits.max_host_tasks > 0) {
+    w.Key("pids");
+    w.BeginObject();
+    w.Key("limit");
+    w.Int(static_cast<int64_t>(limits.max_host_tasks));
+    w.EndObject();
+  }
+  w.EndObject();
 }
 
 void WriteMount(JsonWriter& w, const std::string& destination, const std::string& type,
@@ -123,7 +161,7 @@ std::string RenderOciConfig(const BundleSpec& spec) {
   w.Key("cwd");
   w.String("/");
   WriteNoCapabilities(w);
-  WriteRlimits(w);
+  WriteRlimits(w, spec.limits.max_processes);
   w.EndObject();
 
   w.Key("root");
@@ -176,16 +214,7 @@ std::string RenderOciConfig(const BundleSpec& spec) {
     w.Key("cgroupsPath");
     w.String(spec.cgroups_path);
   }
-  if (spec.memory_limit_bytes > 0) {
-    w.Key("resources");
-    w.BeginObject();
-    w.Key("memory");
-    w.BeginObject();
-    w.Key("limit");
-    w.Int(static_cast<int64_t>(spec.memory_limit_bytes));
-    w.EndObject();
-    w.EndObject();
-  }
+  WriteResources(w, spec.limits);
   w.Key("maskedPaths");
   w.StringArray(kMaskedPaths);
   w.Key("readonlyPaths");
@@ -209,7 +238,7 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);
-  WriteRlimits(w);
+  WriteRlimits(w, 0);
   w.EndObject();
   return w.Take();
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "privhelper/resource_limits.h"
+
 namespace paseo {
 
 struct StagedMount {
@@ -22,7 +24,9 @@ struct BundleSpec {
   uint32_t gid = 0;
   std::vector<StagedMount> mounts;
   uint64_t tmpfs_bytes = 64ull << 20;
-  uint64_t memory_limit_bytes = 0;  // 0: no limit
+  // The sandbox's bounds (Config::LimitsOf). A 0 is left out of the spec; the config never
+  // yields one.
+  SandboxLimits limits;
   std::string cgroups_path;         // linux.cgroupsPath, e.g. /paseo-sandbox/<id>
   std::string shim;                 // host path of the sandbox shim, mounted at kShimPath
 };

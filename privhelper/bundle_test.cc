@@ -259,7 +259,10 @@ BundleSpec TypicalBundle() {
       {"/var/lib/paseo-sandbox/bundles/sb-1234/mounts/1", "/home/agent/.config/creds", true},
   };
   spec.tmpfs_bytes = 128ull << 20;
-  spec.memory_limit_bytes = 0;
+  spec.limits.memory_bytes = 6ull << 30;
+  spec.limits.cpu_millis = 1000;
+  spec.limits.max_processes = 512;
+  spec.limits.max_host_tasks = 8192;
   spec.shim = "/run/paseo-sandbox/paseo-sandbox-shim";
   return spec;
 }
@@ -456,23 +459,79 @@ TEST(RenderOciConfigTest, FreshNamespacesAndMaskedPaths) {
   EXPECT_TRUE(Contains(readonly, "/proc/sysrq-trigger"));
 }
 
-TEST(RenderOciConfigTest, MemoryLimitOnlyWhenSet) {
+// The rlimit of `type` in a process object; fails the test if it is missing or repeated.
+struct Rlimit {
+  double soft = -1;
+  double hard = -1;
+  int count = 0;
+};
+Rlimit FindRlimit(JsonValue::Reader process, const std::string& type) {
+  Rlimit r;
+  for (auto l : Array(Field(process, "rlimits"))) {
+    if (Str(Field(l, "type")) != type) continue;
+    ++r.count;
+    r.soft = Num(Field(l, "soft"));
+    r.hard = Num(Field(l, "hard"));
+  }
+  return r;
+}
+
+TEST(RenderOciConfigTest, EveryBoundIsRendered) {
   BundleSpec spec = TypicalBundle();
-  spec.memory_limit_bytes = 0;
-  {
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  JsonValue::Reader resources = Get(doc->root, {"linux", "resources"});
+  EXPECT_EQ(Num(Get(resources, {"memory", "limit"})), double(6ull << 30));
+  // One CPU: a quota of one period.
+  EXPECT_EQ(Num(Get(resources, {"cpu", "quota"})), 100000.0);
+  EXPECT_EQ(Num(Get(resources, {"cpu", "period"})), 100000.0);
+  EXPECT_EQ(Num(Get(resources, {"pids", "limit"})), 8192.0);
+  // Soft and hard alike: without CAP_SYS_RESOURCE the agent cannot raise either.
+  Rlimit nproc = FindRlimit(Field(doc->root, "process"), "RLIMIT_NPROC");
+  EXPECT_EQ(nproc.count, 1);
+  EXPECT_EQ(nproc.soft, 512.0);
+  EXPECT_EQ(nproc.hard, 512.0);
+  Rlimit nofile = FindRlimit(Field(doc->root, "process"), "RLIMIT_NOFILE");
+  EXPECT_EQ(nofile.count, 1);
+  EXPECT_EQ(nofile.hard, 65536.0);
+}
+
+TEST(RenderOciConfigTest, BoundsAreRenderedExactly) {
+  BundleSpec spec = TypicalBundle();
+  for (uint32_t millis : {10u, 250u, 1500u, 1024000u}) {
+    SCOPED_TRACE(millis);
+    spec.limits.cpu_millis = millis;
     auto doc = Parse(RenderOciConfig(spec));
     ASSERT_TRUE(doc->ok);
-    JsonValue::Reader linux_ = Field(doc->root, "linux");
-    EXPECT_FALSE(Has(linux_, "resources") && Has(Field(linux_, "resources"), "memory"))
-        << "memory limit rendered although memory_limit_bytes == 0";
+    EXPECT_EQ(Num(Get(doc->root, {"linux", "resources", "cpu", "quota"})), millis * 100.0);
+    EXPECT_EQ(Num(Get(doc->root, {"linux", "resources", "cpu", "period"})), 100000.0);
   }
-  for (uint64_t limit : {uint64_t{1}, uint64_t{512} << 20, uint64_t{1} << 40}) {
+  for (uint64_t limit : {uint64_t{64} << 20, uint64_t{512} << 20, uint64_t{1} << 50}) {
     SCOPED_TRACE(limit);
-    spec.memory_limit_bytes = limit;
+    spec.limits.memory_bytes = limit;
     auto doc = Parse(RenderOciConfig(spec));
     ASSERT_TRUE(doc->ok);
     EXPECT_EQ(Num(Get(doc->root, {"linux", "resources", "memory", "limit"})), double(limit));
   }
+  for (uint32_t n : {16u, 4096u, 1u << 22}) {
+    SCOPED_TRACE(n);
+    spec.limits.max_processes = n;
+    spec.limits.max_host_tasks = n + 1;
+    auto doc = Parse(RenderOciConfig(spec));
+    ASSERT_TRUE(doc->ok);
+    EXPECT_EQ(FindRlimit(Field(doc->root, "process"), "RLIMIT_NPROC").hard, double(n));
+    EXPECT_EQ(Num(Get(doc->root, {"linux", "resources", "pids", "limit"})), double(n + 1));
+  }
+}
+
+TEST(RenderOciConfigTest, AZeroBoundIsLeftOut) {
+  BundleSpec spec = TypicalBundle();
+  spec.limits = {};
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  JsonValue::Reader resources = Get(doc->root, {"linux", "resources"});
+  for (const char* r : {"memory", "cpu", "pids"}) EXPECT_FALSE(Has(resources, r)) << r;
+  EXPECT_EQ(FindRlimit(Field(doc->root, "process"), "RLIMIT_NPROC").count, 0);
 }
 
 // Strings that break naive JSON writers.
@@ -521,6 +580,9 @@ TEST(RenderProcessJsonTest, FieldsAreRenderedFromTheSpec) {
   EXPECT_FALSE(Bool(Field(doc->root, "terminal")));
   ExpectUser(doc->root, 1000, 1000);
   ExpectNoCapabilities(doc->root);
+  // RLIMIT_NPROC is left to the container's (inherited, and never raised by an exec).
+  EXPECT_EQ(FindRlimit(doc->root, "RLIMIT_NPROC").count, 0);
+  EXPECT_EQ(FindRlimit(doc->root, "RLIMIT_NOFILE").count, 1);
 }
 
 TEST(RenderProcessJsonTest, NastyStringsRoundTripExactly) {

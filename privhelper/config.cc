@@ -205,8 +205,17 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
         return Bad(file, where + ".destination", absl::StrCat("may not be under ", reserved));
     }
   }
-  if (p.getMemoryLimitBytes() > (1ull << 50))
-    return Bad(file, "memoryLimitBytes", "must be at most 2^50 (0 means no limit)");
+  // 0 = the host-derived default; explicit values must leave a sandbox able to run.
+  uint64_t memory = p.getMemoryLimitBytes();
+  if (memory != 0 && (memory < (64ull << 20) || memory > (1ull << 50)))
+    return Bad(file, "memoryLimitBytes",
+               "must be between 67108864 (64 MiB) and 2^50, or 0 for the host-derived default");
+  if (p.getCpuMillis() != 0 && (p.getCpuMillis() < 10 || p.getCpuMillis() > 1024000))
+    return Bad(file, "cpuMillis", "must be between 10 and 1024000, or 0 for the default");
+  if (p.getMaxProcesses() != 0 && (p.getMaxProcesses() < 16 || p.getMaxProcesses() > (1u << 22)))
+    return Bad(file, "maxProcesses", "must be between 16 and 4194304, or 0 for the default");
+  if (p.getMaxHostTasks() != 0 && (p.getMaxHostTasks() < 256 || p.getMaxHostTasks() > (1u << 22)))
+    return Bad(file, "maxHostTasks", "must be between 256 and 4194304, or 0 for the default");
   return absl::OkStatus();
 }
 
@@ -239,6 +248,20 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
       return Bad(file, where + ".hostPath", "must be a normalized absolute path other than /");
   }
   return absl::OkStatus();
+}
+
+// Replaces each resource bound the profile left at 0 with the host-derived default.
+void ResolveProfileLimits(config::LaunchProfile::Builder p, const HostResources& host) {
+  SandboxLimits requested;
+  requested.memory_bytes = p.getMemoryLimitBytes();
+  requested.cpu_millis = p.getCpuMillis();
+  requested.max_processes = p.getMaxProcesses();
+  requested.max_host_tasks = p.getMaxHostTasks();
+  SandboxLimits limits = ResolveLimits(requested, host);
+  p.setMemoryLimitBytes(limits.memory_bytes);
+  p.setCpuMillis(limits.cpu_millis);
+  p.setMaxProcesses(limits.max_processes);
+  p.setMaxHostTasks(limits.max_host_tasks);
 }
 
 }  // namespace
@@ -301,8 +324,24 @@ std::string Config::SandboxShimBinary(absl::string_view privhelper_path) const {
   return absl::StrCat(dir, "paseo-sandbox-shim");
 }
 
+SandboxLimits Config::LimitsOf(const config::LaunchProfile::Reader& profile) const {
+  SandboxLimits limits;
+  limits.memory_bytes = profile.getMemoryLimitBytes();
+  limits.cpu_millis = profile.getCpuMillis();
+  limits.max_processes = profile.getMaxProcesses();
+  limits.max_host_tasks = profile.getMaxHostTasks();
+  return limits;
+}
+
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {
+  ASSIGN_OR_RETURN(HostResources host, ReadHostResources());
+  return LoadConfig(dir, host);
+}
+
+absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
+                                                   const HostResources& host) {
   auto config = std::unique_ptr<Config>(new Config);
+  config->host_ = host;
   std::string helper_file = dir + "/helper.json";
   ASSIGN_OR_RETURN(config->helper_,
                    Decode<config::HelperConfig>(helper_file, config->messages_));
@@ -314,12 +353,15 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {
     RETURN_IF_ERROR(ValidateProfile(file, p));
     if (config->FindProfile(p.getName().cStr()) != nullptr)
       return Bad(file, "name", absl::StrCat("profile \"", p.getName().cStr(), "\" defined twice"));
+    // Decode keeps the profile's message last; its reader sees what is set here.
+    ResolveProfileLimits(config->messages_.back()->getRoot<config::LaunchProfile>(), host);
     config->profiles_.push_back(p);
   }
   if (config->FindProfile("default") == nullptr) {
     // An implicit default profile with the schema's defaults, so a minimal config works.
     auto message = std::make_unique<capnp::MallocMessageBuilder>();
     message->initRoot<config::LaunchProfile>().setName("default");
+    ResolveProfileLimits(message->getRoot<config::LaunchProfile>(), host);
     config->profiles_.push_back(message->getRoot<config::LaunchProfile>().asReader());
     config->messages_.push_back(std::move(message));
   }

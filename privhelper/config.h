@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/request_checks.h"  // IsNormalizedAbsolutePath
+#include "privhelper/resource_limits.h"
 #include "schema/config.capnp.h"
 
 namespace paseo {
@@ -30,11 +31,17 @@ class Config {
   std::vector<std::string> ProfilesOf(const config::Deployment::Reader& d) const;
   // <stateDir>/rootfs/<version>/rootfs for the profile's (or the default) rootfs version.
   std::string RootfsPath(const config::LaunchProfile::Reader& profile) const;
+  // The profile's resource bounds. LoadConfig has already replaced each bound the profile left
+  // at 0 with the host-derived default, so none is 0 here.
+  SandboxLimits LimitsOf(const config::LaunchProfile::Reader& profile) const;
+  const HostResources& host() const { return host_; }
   std::string BrokerBinary(absl::string_view privhelper_path) const;
   std::string SandboxShimBinary(absl::string_view privhelper_path) const;
 
  private:
-  friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
+  friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
+                                                             const HostResources& host);
+  HostResources host_;
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages_;
   config::HelperConfig::Reader helper_;
   std::vector<config::Deployment::Reader> deployments_;
@@ -43,8 +50,11 @@ class Config {
 
 // Reads <dir>/helper.json, <dir>/deployments/*.json and <dir>/profiles/*.json, decodes and
 // validates them. Errors: "<file>: <field>: <problem>" as InvalidArgument (NotFound when a
-// required file is missing).
+// required file is missing). Resource bounds a profile leaves at 0 get the defaults for `host`
+// (the first form reads this host's).
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
+absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
+                                                   const HostResources& host);
 
 // The config directory, its subdirectories and every file in them must be owned by root and
 // not writable by group or others: they decide what the privhelper may mount.

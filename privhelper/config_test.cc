@@ -110,7 +110,9 @@ TEST_F(ConfigTest, MinimalConfigLoadsWithDefaults) {
   EXPECT_EQ(std::string(p->getName().cStr()), "default");
   EXPECT_EQ(p->getRootfsVersion().size(), 0u);
   EXPECT_EQ(p->getOutputBufferBytes(), 8388608u);
-  EXPECT_EQ(p->getMemoryLimitBytes(), 0u);
+  // No bound is left off: each one the profile omits is this host's default.
+  EXPECT_EQ(c.LimitsOf(*p), DefaultLimits(c.host()));
+  EXPECT_GT(p->getMemoryLimitBytes(), 0u);
   EXPECT_EQ(p->getTmpfsBytes(), 67108864u);
   EXPECT_EQ(c.FindProfile("gpu"), nullptr);
   EXPECT_EQ(c.RootfsPath(*p), "/var/lib/paseo-sandbox/rootfs/v1/rootfs");
@@ -175,6 +177,70 @@ TEST_F(ConfigTest, FullConfigLoadsEveryField) {
   ASSERT_EQ(b->getWorkspaceRoots().size(), 2u);
   EXPECT_EQ(b->getWorkspaceRoots()[0].getClientPath().size(), 0u);
   EXPECT_EQ(std::string(b->getWorkspaceRoots()[1].getClientPath().cStr()), "/w");
+}
+
+// The development machine's figures, so the expected defaults are fixed.
+HostResources TestHost() {
+  HostResources host;
+  host.cpus = 2;
+  host.memory_bytes = uint64_t{24} << 30;
+  host.pid_max = 32768;
+  host.threads_max = 192730;
+  return host;
+}
+
+TEST_F(ConfigTest, EveryProfileGetsEveryBoundFromTheHostUnlessItSetsOne) {
+  WriteMinimal();
+  Write("profiles/default.json", R"({"name": "default", "tmpfsBytes": 2097152})");
+  Write("profiles/mixed.json", R"({"name": "mixed", "memoryLimitBytes": 1073741824,
+    "maxProcesses": 64})");
+  Write("profiles/all.json", R"({"name": "all", "memoryLimitBytes": "67108864",
+    "cpuMillis": 250, "maxProcesses": 16, "maxHostTasks": 256})");
+  auto config = LoadConfig(dir_, TestHost());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Config& c = **config;
+  EXPECT_EQ(c.host().pid_max, 32768u);
+
+  const config::LaunchProfile::Reader* def = c.FindProfile("default");
+  ASSERT_NE(def, nullptr);
+  SandboxLimits d = c.LimitsOf(*def);
+  EXPECT_EQ(d.memory_bytes, uint64_t{6} << 30);  // a quarter of 24 GiB
+  EXPECT_EQ(d.cpu_millis, 1000u);               // half of 2 CPUs
+  EXPECT_EQ(d.max_processes, 512u);             // 32768 / 64
+  EXPECT_EQ(d.max_host_tasks, 8192u);           // 32768 / 4
+  EXPECT_EQ(def->getMaxProcesses(), 512u);      // the reader itself carries the value
+
+  const config::LaunchProfile::Reader* mixed = c.FindProfile("mixed");
+  ASSERT_NE(mixed, nullptr);
+  SandboxLimits m = c.LimitsOf(*mixed);
+  EXPECT_EQ(m.memory_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(m.max_processes, 64u);
+  EXPECT_EQ(m.cpu_millis, 1000u);
+  EXPECT_EQ(m.max_host_tasks, 8192u);
+
+  const config::LaunchProfile::Reader* all = c.FindProfile("all");
+  ASSERT_NE(all, nullptr);
+  SandboxLimits a = c.LimitsOf(*all);
+  EXPECT_EQ(a.memory_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(a.cpu_millis, 250u);
+  EXPECT_EQ(a.max_processes, 16u);
+  EXPECT_EQ(a.max_host_tasks, 256u);
+}
+
+TEST_F(ConfigTest, TheImplicitDefaultProfileIsBoundedToo) {
+  WriteMinimal();
+  HostResources host = TestHost();
+  host.cpus = 8;
+  host.pid_max = 4194304;
+  auto config = LoadConfig(dir_, host);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const config::LaunchProfile::Reader* p = (*config)->FindProfile("default");
+  ASSERT_NE(p, nullptr);
+  SandboxLimits d = (*config)->LimitsOf(*p);
+  EXPECT_EQ(d, DefaultLimits(host));
+  EXPECT_EQ(d.cpu_millis, 4000u);
+  EXPECT_EQ(d.max_host_tasks, 192730u / 4);  // threads-max is the smaller one here
+  EXPECT_EQ(d.max_processes, 3011u);
 }
 
 TEST_F(ConfigTest, OnlyAllowedGidsIsEnough) {
@@ -433,6 +499,33 @@ std::vector<BadCase> BadCases() {
       {"ProfileOutputBufferTooLarge",
        {{"profiles/p.json", R"({"name": "p", "outputBufferBytes": 4294967297})"}},
        "profiles/p.json", {}, "outputBufferBytes: "},
+      {"ProfileMemoryTooSmall",
+       {{"profiles/p.json", R"({"name": "p", "memoryLimitBytes": 67108863})"}},
+       "profiles/p.json", {}, "memoryLimitBytes: "},
+      {"ProfileMemoryTooLarge",
+       {{"profiles/p.json", R"({"name": "p", "memoryLimitBytes": "1125899906842625"})"}},
+       "profiles/p.json", {}, "memoryLimitBytes: "},
+      {"ProfileCpuTooSmall", {{"profiles/p.json", R"({"name": "p", "cpuMillis": 9})"}},
+       "profiles/p.json", {}, "cpuMillis: "},
+      {"ProfileCpuTooLarge", {{"profiles/p.json", R"({"name": "p", "cpuMillis": 1024001})"}},
+       "profiles/p.json", {}, "cpuMillis: "},
+      {"ProfileCpuNegative", {{"profiles/p.json", R"({"name": "p", "cpuMillis": -1})"}},
+       "profiles/p.json", {}},
+      {"ProfileMaxProcessesTooSmall",
+       {{"profiles/p.json", R"({"name": "p", "maxProcesses": 15})"}}, "profiles/p.json", {},
+       "maxProcesses: "},
+      {"ProfileMaxProcessesTooLarge",
+       {{"profiles/p.json", R"({"name": "p", "maxProcesses": 4194305})"}}, "profiles/p.json",
+       {}, "maxProcesses: "},
+      {"ProfileMaxHostTasksTooSmall",
+       {{"profiles/p.json", R"({"name": "p", "maxHostTasks": 255})"}}, "profiles/p.json", {},
+       "maxHostTasks: "},
+      {"ProfileMaxHostTasksTooLarge",
+       {{"profiles/p.json", R"({"name": "p", "maxHostTasks": 4194305})"}}, "profiles/p.json",
+       {}, "maxHostTasks: "},
+      {"ProfileMaxHostTasksNotANumber",
+       {{"profiles/p.json", R"({"name": "p", "maxHostTasks": "many"})"}}, "profiles/p.json",
+       {"maxHostTasks"}},
       {"DuplicateProfiles",
        {{"profiles/a.json", R"({"name": "p"})"}, {"profiles/b.json", R"({"name": "p"})"}},
        "profiles/b.json", {"defined twice"}, "name: "},

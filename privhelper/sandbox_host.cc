@@ -286,7 +286,7 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   spec.uid = sb.uid;
   spec.gid = sb.gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
-  spec.memory_limit_bytes = request.profile->getMemoryLimitBytes();
+  spec.limits = config_.LimitsOf(*request.profile);
   spec.cgroups_path = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
   // Recorded as soon as mounted, so the teardown unmounts exactly what exists.
   auto stage = [&](const ResolvedWorkspace& source, const std::string& staging,

@@ -84,11 +84,26 @@ struct LaunchProfile {
   outputBufferBytes @2 :UInt64 = 8388608;
   # Output kept in broker memory per stream.
   memoryLimitBytes @3 :UInt64 = 0;
-  # Sandbox memory limit; 0 = none.
+  # Memory limit of the whole sandbox (host memory cgroup; the sandbox sees it as MemTotal).
+  # 0 = the host-derived default: a quarter of the host's RAM, at least 256 MiB. Every sandbox
+  # has all four bounds (this one, cpuMillis, maxProcesses, maxHostTasks); there is no
+  # "unlimited" (privhelper/resource_limits.h, docs/threat-model.md).
   tmpfsBytes @4 :UInt64 = 67108864;
   # Size of the sandbox's /tmp.
   credentials @5 :List(CredentialMount);
   # Where each credential a sandbox of this profile may ask for is mounted.
+  cpuMillis @6 :UInt32 = 0;
+  # CPU the sandbox may use, in thousandths of a CPU (1000 = one CPU: a cfs quota of 100 ms
+  # per 100 ms period on the host cgroup). 0 = half the host's CPUs.
+  maxProcesses @7 :UInt32 = 0;
+  # RLIMIT_NPROC of the agent: gVisor's sentry counts the agent's tasks (threads and processes)
+  # in the sandbox and fails fork/clone beyond it with EAGAIN. 0 = 1/64 of min(pid_max,
+  # threads-max), between 128 and 4096 (512 with pid_max 32768).
+  maxHostTasks @8 :UInt32 = 0;
+  # Host pids cgroup limit on the sandbox's host tasks (sentry and gofer threads and, under
+  # ptrace, stub processes and threads, many per sandboxed task). Reaching it ends the sandbox:
+  # the sentry cannot create a thread. 0 = a quarter of min(pid_max, threads-max), at least
+  # 1024 (8192 with pid_max 32768).
 }
 
 struct CredentialRoot {

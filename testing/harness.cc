@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -155,6 +156,14 @@ void Service::Launch() {
 }
 
 CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args) const {
+  return Cli(who, args, std::chrono::milliseconds::max());
+}
+
+CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args,
+                       std::chrono::milliseconds deadline) const {
+  using Clock = std::chrono::steady_clock;
+  const bool bounded = deadline != std::chrono::milliseconds::max();
+  const Clock::time_point end = bounded ? Clock::now() + deadline : Clock::time_point::max();
   int out[2], err[2];
   Check(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "pipe2");
   std::vector<std::string> argv = {base_ + "/bin/paseo-sandbox", "--socket", socket()};
@@ -172,8 +181,22 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
+  bool killed = false;
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    int timeout_ms = -1;
+    if (bounded) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+      if (left.count() <= 0) {
+        kill(pid, SIGKILL);  // its pipe ends close with it: the CLI has no children
+        killed = true;
+        for (auto& f : fds) {
+          if (f.fd >= 0) close(f.fd);
+        }
+        break;
+      }
+      timeout_ms = static_cast<int>(std::min<int64_t>(left.count(), 1000));
+    }
+    if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) break;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = read(fds[i].fd, buf, sizeof(buf));
@@ -188,6 +211,10 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
   }
   int status = WaitPid(pid);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (killed) {
+    result.exit_code = -1;
+    result.err += "(killed at the deadline)";
+  }
   return result;
 }
 

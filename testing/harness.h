@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -72,6 +73,10 @@ class Service {
 
   // Runs `paseo-sandbox --socket <sock> args...` as `who`.
   CliResult Cli(const Identity& who, const std::vector<std::string>& args) const;
+  // The same, but SIGKILLs the CLI if it has not ended within `deadline`: exit_code is then -1
+  // and err ends with "(killed at the deadline)".
+  CliResult Cli(const Identity& who, const std::vector<std::string>& args,
+                std::chrono::milliseconds deadline) const;
 
   // Stops the privhelper (SIGTERM) and waits for it (SIGKILL after 60 s); returns its wait
   // status.
