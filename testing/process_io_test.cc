@@ -805,6 +805,50 @@ TEST_F(ProcessIoTest, InputAndCtrlCSentWithStartProcessReachTheProgram) {
   Delete(sandbox);
 }
 
+// A job-control shell moves the terminal's foreground to its job: Ctrl-C and Ctrl-Z reach the
+// job, not the shell (regression: the relay could not see the foreground group and signalled
+// the shell's, so `sleep 1000` typed at `sh -i` could not be interrupted).
+TEST_F(ProcessIoTest, CtrlCAndCtrlZReachTheForegroundJobOfAnInteractiveShell) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  auto shell = Start(sandbox, {"sh", "-i"}, /*tty=*/true);
+  auto out = Subscribe(shell, api::Stream::PTY, 0, nullptr);
+  // The job prints once the shell has made it the foreground (ash does before exec). The
+  // arithmetic keeps the typed line's echo from matching.
+  const std::string job = "sh -c 'echo fg-$((40+2)); exec sleep 1000'\r";
+  Type(shell, job);
+  AwaitOutput(out.sink, "fg-42");
+  Type(shell, "\x03");
+  Type(shell, "echo after-$((1+1))\r");
+  AwaitOutput(out.sink, "after-2");
+  size_t seen = out.sink->bytes_.size();
+  Type(shell, job);
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       out.sink->bytes_.find("fg-42", seen) == std::string::npos;) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << out.sink->bytes_;
+    Io().provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(Io().waitScope);
+  }
+  Type(shell, "\x1a");
+  AwaitOutput(out.sink, "Stopped");
+  // The shell has the terminal back.
+  Type(shell, "echo back-$((2+3))\r");
+  AwaitOutput(out.sink, "back-5");
+  Delete(sandbox);
+}
+
+// With no job control above it, a program that suspends itself (vim's and less's Ctrl-Z)
+// is continued at once instead of hanging its terminal.
+TEST_F(ProcessIoTest, AProgramThatSuspendsItselfOnATerminalContinues) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  auto p = Start(sandbox, {"sh", "-c", "kill -TSTP $$; echo continued"}, /*tty=*/true);
+  auto out = Subscribe(p, api::Stream::PTY, 0, nullptr);
+  Await(kj::mv(out.done), "the terminal to end");
+  EXPECT_EQ(Wait(p, "a self-suspended program to continue and end", 20).getExitCode(), 0);
+  EXPECT_NE(out.sink->bytes_.find("continued"), std::string::npos) << out.sink->bytes_;
+  Delete(sandbox);
+}
+
 TEST_F(ProcessIoTest, TerminalOutputIsCookedUntilRawThenEveryByteValuePassesUnchanged) {
   std::string all;
   for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
