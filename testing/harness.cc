@@ -182,8 +182,18 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
   pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[65536];
+  // Bounded: a CLI that hangs is killed, and its result says so, instead of hanging the suite.
+  constexpr int kCliSeconds = 120;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kCliSeconds);
+  bool killed = false;
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    int ready = poll(fds, 2, 100);
+    if ((ready < 0 && errno != EINTR) || (ready <= 0 && killed)) break;
+    if (!killed && std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      killed = true;
+      result.err += "\n[harness: the CLI ran " + std::to_string(kCliSeconds) + " s; killed]\n";
+    }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       ssize_t n = read(fds[i].fd, buf, sizeof(buf));
@@ -196,8 +206,11 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
       }
     }
   }
-  int status;
-  waitpid(pid, &status, 0);
+  for (auto& f : fds) {
+    if (f.fd >= 0) close(f.fd);
+  }
+  int status = 0;
+  WaitPidWithin(pid, 10, &status);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
@@ -206,7 +219,8 @@ int Service::Stop() {
   if (privhelper_pid_ <= 0) return -1;
   kill(privhelper_pid_, SIGTERM);
   int status = -1;
-  waitpid(privhelper_pid_, &status, 0);
+  if (!WaitPidWithin(privhelper_pid_, 120, &status))
+    std::fprintf(stderr, "the privhelper did not stop within 120 s of SIGTERM: killed\n");
   privhelper_pid_ = -1;
   RemoveCgroupParent();
   return status;

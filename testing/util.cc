@@ -4,12 +4,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <net/if.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -109,6 +112,20 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
                                  std::to_string(parent) + "/children"));
   for (pid_t pid; in >> pid;) kids.push_back(pid);
   return kids;
+}
+
+bool WaitPidWithin(pid_t pid, int seconds, int* status) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno != EINTR) return false;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+  }
+  return false;
 }
 
 }  // namespace paseo::testing

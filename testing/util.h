@@ -31,4 +31,8 @@ bool CanConnect(const std::string& unix_socket_path);
 // The pids of `parent`'s child processes (of its main thread).
 std::vector<pid_t> ChildrenOf(pid_t parent);
 
+// Waits at most `seconds` for child `pid` to end and stores its wait status. If it takes
+// longer, SIGKILLs and reaps it and returns false: a hung child fails a test in seconds.
+bool WaitPidWithin(pid_t pid, int seconds, int* status);
+
 }  // namespace paseo::testing
