@@ -217,7 +217,8 @@ class ProcessIoTest : public ::testing::Test {
     return res.getProcess();
   }
 
-  api::ExitStatus::Reader Wait(api::Process::Client& p, const std::string& what = "the process to end",
+  api::ExitStatus::Reader Wait(api::Process::Client& p,
+                               const std::string& what = "the process to end",
                                int seconds = kCallSeconds) {
     waited_ = std::make_unique<capnp::Response<api::Process::WaitResults>>(
         Await(p.waitRequest().send(), what, seconds));
