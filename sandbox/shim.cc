@@ -20,6 +20,13 @@
 // does what Linux's n_tty does with ISIG set: it signals the terminal's foreground process
 // group instead of passing the character on.
 //
+// To know that group the relay leads the terminal's session (gVisor, unlike Linux, answers
+// TIOCGPGRP only to a process of the terminal's session, on the master not at all; measured)
+// and the program runs as its own process group, made the foreground group before it is
+// exec'd. A job-control shell then moves the foreground to its jobs and Ctrl-C reaches them.
+// The relay reads no input until the program is exec'd, so a Ctrl-C typed before the program
+// runs still reaches it, never nobody.
+//
 // Signals sent to the relay (the supervisor's signal() targets the process runsc started) go
 // on to the program; SIGKILL cannot be passed on, so the program is made to die with the
 // relay (PR_SET_PDEATHSIG).
@@ -84,7 +91,8 @@ uint16_t ParseSize(const char* text, uint16_t fallback) {
 
 class Relay {
  public:
-  Relay(int master, pid_t child) : master_(master), child_(child) {}
+  // `slave`: the relay's own descriptor of the terminal, its controlling terminal.
+  Relay(int master, int slave, pid_t child) : master_(master), slave_(slave), child_(child) {}
 
   // Applies one frame from the broker.
   void Apply(const paseo::tty::Frame& frame) {
@@ -135,8 +143,8 @@ class Relay {
       if (isig && c != static_cast<char>(_POSIX_VDISABLE)) {
         if (c == static_cast<char>(t.c_cc[VINTR])) sig = SIGINT;
         else if (c == static_cast<char>(t.c_cc[VQUIT])) sig = SIGQUIT;
-        // A stop signal for an orphaned process group is discarded by the kernel (nobody
-        // could continue it); the program's own group, which leads its session, is one.
+        // The relay has no job control: stopping the program's own group would leave nobody
+        // to continue it (a job-control shell's jobs are its business, so those are stopped).
         else if (c == static_cast<char>(t.c_cc[VSUSP]) && Foreground() != child_) sig = SIGTSTP;
       }
       if (sig == 0) {
@@ -161,13 +169,14 @@ class Relay {
   }
 
   pid_t Foreground() const {
-    pid_t group = tcgetpgrp(master_);
-    return group > 0 ? group : child_;  // the program leads its own session and group
+    pid_t group = tcgetpgrp(slave_);
+    return group > 0 ? group : child_;  // the program leads its own group
   }
 
   void SignalForeground(int sig) { kill(-Foreground(), sig); }
 
   int master_;
+  int slave_;
   pid_t child_;
   std::string pending_;  // typed bytes the program has not read yet
   bool eof_sent_ = false;
@@ -208,21 +217,18 @@ sigset_t ForwardedSignals() {
   return set;
 }
 
-[[noreturn]] void RunChild(const char* slave_name, char** argv, const sigset_t& old_mask,
-                           pid_t relay) {
-  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  signal(SIGPIPE, SIG_DFL);
+// Runs in the forked child: becomes its own process group, the terminal's foreground group,
+// then the program. Every signal the relay handles is still blocked here, SIGTTOU included,
+// which is what lets a background group take the foreground.
+[[noreturn]] void RunChild(int slave, char** argv, const sigset_t& old_mask, pid_t relay) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != relay) _exit(126);
-  if (setsid() < 0) Die("setsid");
-  // Opening the slave as a session leader makes it the controlling terminal; TIOCSCTTY is
-  // for kernels that want it asked explicitly (gVisor answers EINVAL when it is already).
-  int slave = open(slave_name, O_RDWR);
-  if (slave < 0) Die("open the terminal");
-  (void)ioctl(slave, TIOCSCTTY, 0);
+  if (setpgid(0, 0) != 0) Die("setpgid");
+  if (tcsetpgrp(slave, getpid()) != 0) Die("make the program the terminal's foreground");
   for (int fd = 0; fd < 3; ++fd) {
     if (dup2(slave, fd) < 0) Die("dup2");
   }
-  if (slave > 2) close(slave);
+  sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+  signal(SIGPIPE, SIG_DFL);
   execvp(argv[0], argv);
   int err = errno;
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\r\n", argv[0], strerror(err));
@@ -259,6 +265,14 @@ int RunTty(int argc, char** argv) {
   char slave_name[128];
   if (ptsname_r(master, slave_name, sizeof(slave_name)) != 0) Die("ptsname");
   if (ioctl(master, TIOCSWINSZ, &ws) != 0) Die("set the window size");
+  // The relay leads the terminal's session (runsc starts every process in a session of its
+  // own). Opening the slave makes it the controlling terminal; TIOCSCTTY is for kernels that
+  // want it asked explicitly (gVisor answers EINVAL when it is already).
+  if (getsid(0) != getpid() && setsid() < 0) Die("setsid");
+  int slave = open(slave_name, O_RDWR | O_CLOEXEC);
+  if (slave < 0) Die("open the terminal");
+  (void)ioctl(slave, TIOCSCTTY, 0);
+  if (tcgetpgrp(slave) != getpgrp()) Die("make the terminal the controlling terminal");
 
   sigset_t handled = ForwardedSignals(), old_mask;
   sigaddset(&handled, SIGCHLD);
@@ -266,8 +280,8 @@ int RunTty(int argc, char** argv) {
   int sfd = signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK);
   if (sfd < 0) Die("signalfd");
 
-  // Closed by the child's exec: until then the terminal has no session and no foreground
-  // group, and a Ctrl-C typed early would signal nobody.
+  // Closed by the child's exec, after it made itself the terminal's foreground group: until
+  // then no input is read, so a Ctrl-C typed early signals the program, not the relay.
   int started[2];
   if (pipe2(started, O_CLOEXEC) != 0) Die("pipe");
   pid_t self = getpid();
@@ -275,7 +289,7 @@ int RunTty(int argc, char** argv) {
   if (child < 0) Die("fork");
   if (child == 0) {
     close(started[0]);
-    RunChild(slave_name, argv + 3, old_mask, self);
+    RunChild(slave, argv + 3, old_mask, self);
   }
   close(started[1]);
   char ignored;
@@ -285,10 +299,10 @@ int RunTty(int argc, char** argv) {
 
   signal(SIGPIPE, SIG_IGN);
   fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
-  Relay relay(master, child);
+  Relay relay(master, slave, child);
   FrameReader frames;
   bool input_open = true;
-  bool hung_up = false;  // every slave fd is closed while the program runs: stop polling
+  bool hung_up = false;  // the terminal hung up while the program runs: stop polling
   int status = 0;
   char buf[65536];
   for (;;) {
@@ -325,7 +339,16 @@ int RunTty(int argc, char** argv) {
       while (read(sfd, &info, sizeof(info)) == sizeof(info)) {
         if (info.ssi_signo != SIGCHLD) kill(child, static_cast<int>(info.ssi_signo));
       }
-      if (waitpid(child, &status, WNOHANG) == child) break;
+      bool ended = false;
+      while (!ended && waitpid(child, &status, WNOHANG | WUNTRACED) == child) {
+        ended = !WIFSTOPPED(status);
+        // The program suspended its own group (vim's and less's Ctrl-Z do): the relay has no
+        // job control to return to, so it continues it, as if the stop had been discarded
+        // (what Linux does for the orphaned group of a program that leads its session).
+        if (!ended && WSTOPSIG(status) == SIGTSTP && kill(-child, SIGCONT) != 0)
+          kill(child, SIGCONT);
+      }
+      if (ended) break;
     }
   }
   // What the program wrote before it ended is still in the terminal: pass it on.

@@ -156,7 +156,8 @@ void Service::Launch() {
 }
 
 CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args) const {
-  return Cli(who, args, std::chrono::milliseconds::max());
+  // Bounded, so a CLI that hangs fails its test instead of hanging the suite.
+  return Cli(who, args, std::chrono::seconds(120));
 }
 
 CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args,

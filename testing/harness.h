@@ -71,7 +71,7 @@ class Service {
   gid_t socket_gid() const { return socket_gid_; }
   uid_t broker_uid() const { return broker_uid_; }
 
-  // Runs `paseo-sandbox --socket <sock> args...` as `who`.
+  // Runs `paseo-sandbox --socket <sock> args...` as `who`, killing it after 120 s.
   CliResult Cli(const Identity& who, const std::vector<std::string>& args) const;
   // The same, but SIGKILLs the CLI if it has not ended within `deadline`: exit_code is then -1
   // and err ends with "(killed at the deadline)".

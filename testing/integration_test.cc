@@ -98,9 +98,10 @@ struct CliOnPty {
     }
     return seen.find(needle, from) != std::string::npos;
   }
+  // Its exit code; -1 if it did not exit by itself within 60 s (then it is killed).
   int Wait() {
     int status = 0;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+    if (!WaitPidWithin(pid, 60, &status) || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
   }
 };
@@ -441,8 +442,8 @@ TEST_F(IntegrationTest, RunscControlSocketsAreUnreachableFromOutsideTheControlNe
     }
     _exit(reached);
   }
-  int status;
-  waitpid(child, &status, 0);
+  int status = 0;
+  EXPECT_TRUE(WaitPidWithin(child, 30, &status)) << "connecting to abstract sockets hung";
   EXPECT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "abstract runsc sockets reachable from outside";
 
@@ -527,8 +528,8 @@ TEST_F(IntegrationTest, RunscAndTheBrokerInheritNoFdTheyShouldNotHave) {
       }
     }
   }
-  int status;
-  waitpid(cli, &status, 0);
+  int status = 0;
+  EXPECT_TRUE(WaitPidWithin(cli, 60, &status)) << "`run -- sleep 3` did not end";
   EXPECT_EQ(WEXITSTATUS(status), 0);
 
   for (pid_t kid : ChildrenOf(svc.privhelper_pid())) {

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <net/if.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -166,6 +168,18 @@ void RemoveCgroup(const std::string& rel) {
   for (const auto& hierarchy : ListDir("/sys/fs/cgroup"))
     rmdir(("/sys/fs/cgroup/" + hierarchy + rel).c_str());
   rmdir(("/sys/fs/cgroup" + rel).c_str());
+bool WaitPidWithin(pid_t pid, int seconds, int* status) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid) return true;
+    if (r < 0 && errno != EINTR) return false;
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+  }
+  return false;
 }
 
 }  // namespace paseo::testing

@@ -51,4 +51,8 @@ int WaitPid(pid_t pid);
 // Removes the empty cgroup `rel` ("/a/b") from every v1 hierarchy and from a v2 tree.
 void RemoveCgroup(const std::string& rel);
 
+// Waits at most `seconds` for child `pid` to end and stores its wait status. If it takes
+// longer, SIGKILLs and reaps it and returns false: a hung child fails a test in seconds.
+bool WaitPidWithin(pid_t pid, int seconds, int* status);
+
 }  // namespace paseo::testing
