@@ -168,6 +168,8 @@ void RemoveCgroup(const std::string& rel) {
   for (const auto& hierarchy : ListDir("/sys/fs/cgroup"))
     rmdir(("/sys/fs/cgroup/" + hierarchy + rel).c_str());
   rmdir(("/sys/fs/cgroup" + rel).c_str());
+}
+
 bool WaitPidWithin(pid_t pid, int seconds, int* status) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
