@@ -659,6 +659,33 @@ TEST_F(IntegrationTest, AFifoWorkspaceIsRefusedWithoutBlocking) {
   unlink(fifo.c_str());
 }
 
+// Regression: the CLI could not name a workspace whose path contains ':' (PATH:DEST:MODE read
+// "/ws/a:b" as PATH "/ws/a" with DEST "b"). --mount names any path; --workspace refuses the
+// ambiguous form and points at --mount. And the one spelling rule: the CLI sends "ws/" and
+// "ws//sub/." normalized, which the service accepts.
+TEST_F(IntegrationTest, AWorkspaceWhoseNameHasAColonIsMountedWithMount) {
+  std::string dir = AlphaWs() + "/a:b";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(chown(dir.c_str(), 4242, 4242), 0);
+  std::ofstream(dir + "/f") << "colon";
+  auto r = svc.Cli(Alpha(), {"run", "--mount", "src=" + dir + ",dst=/workspace", "--", "cat",
+                             "/workspace/f"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "colon");
+  auto old_syntax = svc.Cli(Alpha(), {"run", "--workspace", dir, "--", "true"});
+  EXPECT_EQ(old_syntax.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(old_syntax.err, "needs --mount")) << old_syntax.err;
+  auto slashes = svc.Cli(Alpha(), {"run", "--workspace", AlphaWs() + "//a:b/./:/w/", "--", "cat",
+                                   "/w/f"});
+  EXPECT_EQ(slashes.exit_code, 2) << "still a ':' in the path";
+  auto trailing = svc.Cli(Alpha(), {"run", "--mount", "src=" + AlphaWs() + "//a:b/./,dst=/w/",
+                                    "--", "cat", "/w/f"});
+  EXPECT_EQ(trailing.exit_code, 0) << trailing.err;
+  EXPECT_EQ(trailing.out, "colon");
+  unlink((dir + "/f").c_str());
+  rmdir(dir.c_str());
+}
+
 // Regression: the public socket listened with a backlog of 128, so in a burst of 300 clients
 // connecting without blocking (as an event-loop client such as Paseo's daemon does) the ones
 // past the backlog got EAGAIN while the broker was busy. The broker is stopped during the burst
