@@ -738,6 +738,56 @@ TEST_F(IntegrationTest, ABurstOf300NonBlockingConnectsIsServed) {
   for (uint32_t uid : uids) EXPECT_EQ(uid, 0u);
 }
 
+// Regression: a text field with an embedded NUL ("w\0...") was read up to the NUL. Every name a
+// client sends must be free of NUL bytes and valid UTF-8, or the call is refused, and nothing
+// is created.
+TEST_F(IntegrationTest, NamesWithNulOrInvalidUtf8AreRefused) {
+  Service& svc = Service::Get();
+  auto io = kj::setupAsyncIo();
+  client::Connection conn(io, svc.socket());  // as root: deployment io allows uid 0
+  auto count = [&] {
+    return conn.supervisor().listSandboxesRequest().send().wait(io.waitScope).getSandboxes().size();
+  };
+  size_t before = count();
+  struct Case {
+    std::string name;
+    std::function<void(api::SandboxSpec::Builder)> fill;
+  };
+  std::vector<Case> cases = {
+      {"NUL in the deployment id",
+       [](auto s) { s.setDeploymentId(capnp::Text::Reader("io\0beta", 7)); }},
+      {"deployment id not UTF-8", [](auto s) { s.setDeploymentId("io\xff"); }},
+      {"NUL in the profile",
+       [](auto s) {
+         s.setDeploymentId("io");
+         s.setProfile(capnp::Text::Reader("default\0x", 9));
+       }},
+      {"NUL in a credential name",
+       [](auto s) {
+         s.setDeploymentId("io");
+         s.initCredentials(1).set(0, capnp::Text::Reader("c\0x", 3));
+       }},
+      {"label key not UTF-8",
+       [](auto s) {
+         s.setDeploymentId("io");
+         auto l = s.initLabels(1)[0];
+         l.setKey("\xc0\xaf");
+         l.setValue("v");
+       }},
+  };
+  for (auto& c : cases) {
+    auto req = conn.supervisor().createSandboxRequest();
+    c.fill(req.initSpec());
+    std::string error = "(created)";
+    auto failed = kj::runCatchingExceptions([&] {
+      io.provider->getTimer().timeoutAfter(60 * kj::SECONDS, req.send()).wait(io.waitScope);
+    });
+    KJ_IF_MAYBE(e, failed) { error = client::ErrorText(*e); }
+    EXPECT_EQ(error.rfind("invalid-argument: ", 0), 0u) << c.name << ": " << error;
+  }
+  EXPECT_EQ(count(), before) << "a refused create leaves nothing";
+}
+
 }  // namespace
 }  // namespace paseo::testing
 
