@@ -43,6 +43,7 @@ bool PeerIdentity::InGroup(gid_t gid) const {
 }
 
 std::string PeerIdentity::Describe() const {
+  if (gids.empty()) return absl::StrCat("uid ", uid, " (no gids)");
   return absl::StrCat("uid ", uid, " (gids ", absl::StrJoin(gids, ", "), ")");
 }
 
