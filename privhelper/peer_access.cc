@@ -28,9 +28,7 @@ uint32_t Le32(const unsigned char* p) {
   return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
          static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
 }
-uint16_t Le16(const unsigned char* p) {
-  return static_cast<uint16_t>(p[0] | p[1] << 8);
-}
+uint16_t Le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
 
 bool Grants(unsigned perm, int want) {
   return (perm & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
@@ -60,13 +58,24 @@ absl::StatusOr<PosixAcl> ParsePosixAcl(absl::string_view xattr) {
     AclEntry e{Le16(p + off), Le16(p + off + 2), Le32(p + off + 4)};
     if (e.perm & ~7u) return bad("unknown permission bits");
     switch (e.tag) {
-      case kAclUserObj: ++user_obj; break;
-      case kAclGroupObj: ++group_obj; break;
-      case kAclOther: ++other; break;
-      case kAclMask: ++mask; break;
+      case kAclUserObj:
+        ++user_obj;
+        break;
+      case kAclGroupObj:
+        ++group_obj;
+        break;
+      case kAclOther:
+        ++other;
+        break;
+      case kAclMask:
+        ++mask;
+        break;
       case kAclUser:
-      case kAclGroup: ++named; break;
-      default: return bad("unknown entry tag");
+      case kAclGroup:
+        ++named;
+        break;
+      default:
+        return bad("unknown entry tag");
     }
     acl.push_back(e);
   }

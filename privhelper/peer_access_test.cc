@@ -35,8 +35,8 @@ std::string Xattr(const PosixAcl& entries, uint32_t version = 2) {
   return out;
 }
 
-constexpr uint16_t kUserObj = 0x01, kUser = 0x02, kGroupObj = 0x04, kGroup = 0x08,
-                   kMask = 0x10, kOther = 0x20;
+constexpr uint16_t kUserObj = 0x01, kUser = 0x02, kGroupObj = 0x04, kGroup = 0x08, kMask = 0x10,
+                   kOther = 0x20;
 constexpr uint32_t kUndefined = 0xffffffff;
 
 PeerIdentity Peer(uid_t uid, std::vector<gid_t> gids) { return PeerIdentity{uid, std::move(gids)}; }
@@ -57,8 +57,8 @@ TEST(ParsePosixAclTest, DecodesWhatTheKernelStores) {
 }
 
 TEST(ParsePosixAclTest, RefusesAnythingMalformed) {
-  const PosixAcl minimal = {{kUserObj, 7, kUndefined}, {kGroupObj, 5, kUndefined},
-                            {kOther, 5, kUndefined}};
+  const PosixAcl minimal = {
+      {kUserObj, 7, kUndefined}, {kGroupObj, 5, kUndefined}, {kOther, 5, kUndefined}};
   ASSERT_TRUE(ParsePosixAcl(Xattr(minimal)).ok());
   struct Case {
     const char* name;
@@ -72,8 +72,8 @@ TEST(ParsePosixAclTest, RefusesAnythingMalformed) {
       {"permission bits above rwx", Xattr({{kUserObj, 8, 0}, {kGroupObj, 5, 0}, {kOther, 5, 0}})},
       {"no owner entry", Xattr({{kGroupObj, 5, 0}, {kOther, 5, 0}})},
       {"no other entry", Xattr({{kUserObj, 7, 0}, {kGroupObj, 5, 0}})},
-      {"two group entries", Xattr({{kUserObj, 7, 0}, {kGroupObj, 5, 0}, {kGroupObj, 7, 0},
-                                   {kOther, 5, 0}})},
+      {"two group entries",
+       Xattr({{kUserObj, 7, 0}, {kGroupObj, 5, 0}, {kGroupObj, 7, 0}, {kOther, 5, 0}})},
       {"named user without a mask",
        Xattr({{kUserObj, 7, 0}, {kUser, 7, 5}, {kGroupObj, 5, 0}, {kOther, 5, 0}})},
   };
@@ -92,8 +92,8 @@ struct ModeCase {
 TEST(PermitsTest, ModeBitsAreJudgedForThePeerAlone) {
   const ModeCase cases[] = {
       {"owner, 0700, rwx", 0700, Peer(1000, {1000}), kR | kW | kX, true},
-      {"owner denied by the owner bits even where group and other grant", 0077,
-       Peer(1000, {100}), kX, false},
+      {"owner denied by the owner bits even where group and other grant", 0077, Peer(1000, {100}),
+       kX, false},
       {"locked 0700 directory of another owner", 0700, Peer(2101, {2101}), kX, false},
       {"other may search 0701", 0701, Peer(2101, {2101}), kX, true},
       {"other may read but not search 0704", 0704, Peer(2101, {2101}), kX, false},
@@ -118,7 +118,7 @@ TEST(PermitsTest, ModeBitsAreJudgedForThePeerAlone) {
 TEST(PermitsTest, PosixAclsAreEvaluatedAsTheKernelDoes) {
   // owner 1000 rwx, user 2101 r-x, owning group 100 r-x, group 27 rwx, mask r-x, other ---:
   // the mode shows the mask in the group bits, 0750.
-  PosixAcl acl = {{kUserObj, 7, kUndefined}, {kUser, 5, 2101}, {kGroupObj, 5, kUndefined},
+  PosixAcl acl = {{kUserObj, 7, kUndefined}, {kUser, 5, 2101},       {kGroupObj, 5, kUndefined},
                   {kGroup, 7, 27},           {kMask, 5, kUndefined}, {kOther, 0, kUndefined}};
   const mode_t mode = S_IFDIR | 0750;
   auto permits = [&](const PeerIdentity& p, int want) {
@@ -134,13 +134,17 @@ TEST(PermitsTest, PosixAclsAreEvaluatedAsTheKernelDoes) {
   EXPECT_TRUE(permits(Peer(1000, {1000}), kR | kW | kX)) << "the owner";
 
   // A matching group entry that does not grant denies, even if other would grant.
-  PosixAcl deny = {{kUserObj, 7, kUndefined}, {kGroupObj, 0, kUndefined}, {kGroup, 0, 27},
-                   {kMask, 7, kUndefined},     {kOther, 5, kUndefined}};
+  PosixAcl deny = {{kUserObj, 7, kUndefined},
+                   {kGroupObj, 0, kUndefined},
+                   {kGroup, 0, 27},
+                   {kMask, 7, kUndefined},
+                   {kOther, 5, kUndefined}};
   EXPECT_FALSE(Permits(1000, 100, S_IFDIR | 0775, &deny, Peer(3000, {27}), kX));
   EXPECT_TRUE(Permits(1000, 100, S_IFDIR | 0775, &deny, Peer(3000, {3000}), kX));
   // One of several matching group entries granting is enough.
-  PosixAcl either = {{kUserObj, 7, kUndefined}, {kGroupObj, 0, kUndefined}, {kGroup, 0, 26},
-                     {kGroup, 5, 27},           {kMask, 7, kUndefined},     {kOther, 0, kUndefined}};
+  PosixAcl either = {{kUserObj, 7, kUndefined}, {kGroupObj, 0, kUndefined},
+                     {kGroup, 0, 26},           {kGroup, 5, 27},
+                     {kMask, 7, kUndefined},    {kOther, 0, kUndefined}};
   EXPECT_TRUE(Permits(1000, 100, S_IFDIR | 0770, &either, Peer(3000, {26, 27}), kX));
   // With the group bits (the mask) at 0 the kernel does not look at the ACL.
   EXPECT_FALSE(Permits(1000, 100, S_IFDIR | 0700, &acl, Peer(2101, {2101}), kX));

@@ -77,9 +77,9 @@ absl::Status RequireAccess(int fd, const PeerIdentity& peer, int want,
                            absl::string_view client_path, absl::string_view seen) {
   absl::StatusOr<bool> may = PeerMayAccess(fd, peer, want);
   if (may.ok() && *may) return absl::OkStatus();
-  absl::string_view what = want == kMayExec                       ? "search"
-                           : (want & kMayWrite) != 0             ? "open read-write"
-                                                                 : "open read-only";
+  absl::string_view what = want == kMayExec          ? "search"
+                           : (want & kMayWrite) != 0 ? "open read-write"
+                                                     : "open read-only";
   std::string message = absl::StrCat("workspace \"", client_path, "\": ", peer.Describe(),
                                      " may not ", what, " ", seen);
   if (!may.ok()) absl::StrAppend(&message, " (", may.status().message(), ")");

@@ -5,6 +5,7 @@
 // same cases on root-owned trees: testing/workspace_attack_test.cc.
 #include "privhelper/workspace_resolver.h"
 
+#include <capnp/message.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +15,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <capnp/message.h>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -32,10 +31,15 @@ class WorkspaceResolverTest : public ::testing::Test {
     root_ = templ;
     ASSERT_EQ(chmod(root_.c_str(), 0755), 0);
     // Every directory is the test user's, in its primary group.
-    for (auto [dir, mode] : std::vector<std::pair<std::string, mode_t>>{
-             {"locked", 0700}, {"locked/inner", 0755}, {"readable", 0744},
-             {"readable/inner", 0755}, {"shared", 0755}, {"team", 0770}, {"team/inner", 0755},
-             {"open", 0757}, {"writeonly", 0733}}) {
+    for (auto [dir, mode] : std::vector<std::pair<std::string, mode_t>>{{"locked", 0700},
+                                                                        {"locked/inner", 0755},
+                                                                        {"readable", 0744},
+                                                                        {"readable/inner", 0755},
+                                                                        {"shared", 0755},
+                                                                        {"team", 0770},
+                                                                        {"team/inner", 0755},
+                                                                        {"open", 0757},
+                                                                        {"writeonly", 0733}}) {
       std::string path = root_ + "/" + dir;
       ASSERT_EQ(mkdir(path.c_str(), 0700), 0) << path;
       ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
