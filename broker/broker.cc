@@ -95,6 +95,10 @@ absl::StatusOr<kj::Promise<std::string>> Broker::CreateSandbox(const Peer& peer,
   r.setProfile(sb->profile);
   r.setWorkspaces(spec.getWorkspaces());
   r.setCredentials(spec.getCredentials());
+  // Who asks: the privhelper gives a workspace only if this client could open it itself.
+  r.setPeerUid(peer.uid);
+  auto gids = r.initPeerGids(static_cast<unsigned>(peer.gids.size()));
+  for (unsigned i = 0; i < gids.size(); ++i) gids.set(i, peer.gids[i]);
   std::string id = sb->id;
   return ToCompletion(req.send().then(
       [this, id](auto&&) -> kj::Promise<std::string> {

@@ -127,6 +127,7 @@ TEST_F(BrokerTest, CreateListInspectDelete) {
   Created sb = Create(sup);
   ASSERT_EQ(helper_->calls.size(), 1u);
   EXPECT_EQ(helper_->calls[0], "create " + sb.id + " work default");
+  EXPECT_EQ(helper_->create_peers, std::vector<std::string>{"1000:1000"});
   auto list_response = sup.listSandboxesRequest().send().wait(ws());
   auto listed = list_response.getSandboxes();
   ASSERT_EQ(listed.size(), 1u);
@@ -148,6 +149,14 @@ TEST_F(BrokerTest, CreateListInspectDelete) {
   EXPECT_EQ(sup.listSandboxesRequest().send().wait(ws()).getSandboxes().size(), 0u);
   struct stat st;
   EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
+}
+
+// The privhelper checks the client's own permissions on each workspace (attack run item 1), so
+// it must learn who the client is: its uid and every gid, primary first.
+TEST_F(BrokerTest, ACreateCarriesTheClientsUidAndGroupsToThePrivhelper) {
+  auto sup = Connect(Peer{1000, {1000, 27, 44}});
+  Create(sup);
+  EXPECT_EQ(helper_->create_peers, std::vector<std::string>{"1000:1000,27,44"});
 }
 
 TEST_F(BrokerTest, RefusedCreatesNeverReachThePrivhelper) {

@@ -103,6 +103,9 @@ kj::Promise<void> FakeHelper::createSandbox(CreateSandboxContext context) {
   auto r = context.getParams().getRequest();
   calls.push_back(std::string("create ") + r.getSandboxId().cStr() + " " +
                   r.getDeploymentId().cStr() + " " + r.getProfile().cStr());
+  std::string peer = std::to_string(r.getPeerUid()) + ":";
+  for (uint32_t g : r.getPeerGids()) peer += (peer.back() == ':' ? "" : ",") + std::to_string(g);
+  create_peers.push_back(peer);
   return Held(create_error);
 }
 

@@ -31,6 +31,8 @@ class FakeHelper final : public helper::Helper::Server {
 
   // Every call, as "method sandbox-id [process-id] [signal]".
   std::vector<std::string> calls;
+  // The client each create was made for, as "uid:gid,gid...".
+  std::vector<std::string> create_peers;
 
   // Set to make the next creates / deletes fail with this description ("<reason>: text").
   std::string create_error, delete_error;

@@ -110,6 +110,24 @@ absl::StatusOr<std::vector<ValidatedCredential>> CheckCredentials(
   return out;
 }
 
+// The client the broker says it acts for, if the deployment allows it (broker/authorization.cc
+// MayUse makes the same decision on the real SO_PEERCRED).
+absl::StatusOr<PeerIdentity> CheckPeer(const config::Deployment::Reader& deployment,
+                                       uint32_t uid, capnp::List<uint32_t>::Reader gids) {
+  if (gids.size() > kMaxPeerGids) return Invalid("peerGids", "too many groups");
+  PeerIdentity peer;
+  peer.uid = uid;
+  for (uint32_t g : gids) peer.gids.push_back(g);
+  for (uint32_t allowed : deployment.getAllowedUids()) {
+    if (allowed == peer.uid) return peer;
+  }
+  for (uint32_t allowed : deployment.getAllowedGids()) {
+    if (peer.InGroup(allowed)) return peer;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "peerUid: deployment ", deployment.getId().cStr(), " does not allow ", peer.Describe()));
+}
+
 }  // namespace
 
 absl::StatusOr<ValidatedPolicy> ValidatePolicy(helper::Helper::PolicyParams::Reader) {
@@ -126,6 +144,8 @@ absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
   if (out.deployment == nullptr)
     return absl::PermissionDeniedError(absl::StrCat("deploymentId: no deployment \"",
                                                     View(request.getDeploymentId()), "\""));
+  ASSIGN_OR_RETURN(out.peer,
+                   CheckPeer(*out.deployment, request.getPeerUid(), request.getPeerGids()));
   RETURN_IF_ERROR(CheckName("profile", request.getProfile()));
   ASSIGN_OR_RETURN(std::string profile,
                    ChooseProfile(config.ProfilesOf(*out.deployment), View(request.getProfile()),

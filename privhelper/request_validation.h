@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "common/request_checks.h"
 #include "privhelper/config.h"
+#include "privhelper/peer_access.h"
 #include "schema/helper.capnp.h"
 
 namespace paseo {
@@ -54,12 +55,17 @@ struct ValidatedCredential {
 
 inline constexpr size_t kMaxMounts = 16;
 inline constexpr size_t kMaxCredentials = 8;
+// The primary gid and NGROUPS_MAX supplementary ones.
+inline constexpr size_t kMaxPeerGids = 65537;
 
 // Points into the root-owned config, which outlives every request.
 struct ValidatedCreate {
   std::string sandbox_id;
   const config::Deployment::Reader* deployment = nullptr;
   const config::LaunchProfile::Reader* profile = nullptr;
+  // The client the broker created this for, one the deployment allows; workspaces are given
+  // only if it could open them itself (workspace_resolver.h).
+  PeerIdentity peer;
   std::vector<ValidatedMount> mounts;
   std::vector<ValidatedCredential> credentials;
 };
@@ -75,7 +81,11 @@ absl::StatusOr<ValidatedPolicy> ValidatePolicy(helper::Helper::PolicyParams::Rea
 // profile one it may use (ChooseProfile); at most kMaxMounts workspaces, each path absolute,
 // bounded and without NUL, each destination normalized absolute, not /, not under /proc, /sys,
 // /dev, /tmp or /.paseo, not overlapping another; at most kMaxCredentials credentials, each a
-// valid name the deployment has and the profile places, once, not overlapping a workspace.
+// valid name the deployment has and the profile places, once, not overlapping a workspace; the
+// peer (peerUid, peerGids) one the deployment allows -- its uid in allowedUids or one of its
+// gids in allowedGids, as the broker's MayUse decides -- with at most kMaxPeerGids gids. The
+// claim itself cannot be verified here: a compromised broker can name any identity the
+// deployment allows, and no other.
 absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
                                                helper::Helper::CreateSandboxParams::Reader params);
 

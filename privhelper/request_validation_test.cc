@@ -44,6 +44,8 @@ class RequestValidationTest : public ::testing::Test {
     Write("deployments/b.json",
           R"({"id": "beta", "allowedUids": [2000], "workspaceRoots": [{"hostPath": "/srv/b"}],
               "profiles": ["big"]})");
+    Write("deployments/t.json",
+          R"({"id": "team", "allowedGids": [27], "workspaceRoots": [{"hostPath": "/srv/t"}]})");
     auto config = LoadConfig(dir_);
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = std::move(*config);
@@ -61,6 +63,10 @@ class RequestValidationTest : public ::testing::Test {
     auto r = params.initRequest();
     r.setSandboxId("sb-0123456789abcdef01234567");
     r.setDeploymentId("alpha");
+    r.setPeerUid(1000);
+    auto gids = r.initPeerGids(2);
+    gids.set(0, 1000);
+    gids.set(1, 27);
     auto ws = r.initWorkspaces(1);
     ws[0].setPath("/srv/a/project");
     ws[0].setDestination("/workspace");
@@ -96,6 +102,21 @@ TEST_F(RequestValidationTest, AcceptsAWellFormedCreate) {
   ASSERT_EQ(v->mounts.size(), 1u);
   EXPECT_FALSE(v->mounts[0].read_only);
   EXPECT_EQ(v->mounts[0].destination, "/workspace");
+  EXPECT_EQ(v->peer.uid, 1000u);
+  EXPECT_EQ(v->peer.gids, (std::vector<gid_t>{1000, 27}));
+}
+
+// A deployment that allows a group takes any uid holding it, and the claimed gids are the
+// ones the workspace check then uses.
+TEST_F(RequestValidationTest, APeerAllowedThroughAGroupIsAccepted) {
+  auto v = Create([](auto r) {
+    r.setDeploymentId("team");
+    r.setPeerUid(5555);
+    r.getWorkspaces()[0].setPath("/srv/t/x");
+  });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->peer.uid, 5555u);
+  EXPECT_TRUE(v->peer.InGroup(27));
 }
 
 TEST_F(RequestValidationTest, EmptyDestinationMeansWorkspaceAndModeDefaultsToReadOnly) {
@@ -219,6 +240,28 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
          for (unsigned i = 0; i < c.size(); ++i) c.set(i, "claude");
        },
        absl::StatusCode::kInvalidArgument, "too many"},
+      // Regression (attack run item 1): the broker now names the client, so a compromised one
+      // could name anybody; only an identity the deployment allows is accepted.
+      {"peer uid the deployment does not allow", [](auto r) { r.setPeerUid(0); },
+       absl::StatusCode::kPermissionDenied, "does not allow uid 0"},
+      {"another deployment's peer uid", [](auto r) { r.setPeerUid(2000); },
+       absl::StatusCode::kPermissionDenied, "does not allow uid 2000"},
+      {"no peer at all (defaults)",
+       [](auto r) {
+         r.setPeerUid(0);
+         r.initPeerGids(0);
+       },
+       absl::StatusCode::kPermissionDenied, "does not allow"},
+      {"a group-allowed deployment, without its group",
+       [](auto r) {
+         r.setDeploymentId("team");
+         r.setPeerUid(1000);
+         r.initPeerGids(1).set(0, 1000);
+         r.getWorkspaces()[0].setPath("/srv/t/x");
+       },
+       absl::StatusCode::kPermissionDenied, "does not allow uid 1000 (gids 1000)"},
+      {"too many peer gids", [](auto r) { r.initPeerGids(kMaxPeerGids + 1); },
+       absl::StatusCode::kInvalidArgument, "peerGids"},
       {"NUL in a workspace path",
        [](auto r) {
          // capnp Text may carry an embedded NUL; it must never reach a syscall.
@@ -363,6 +406,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
             auto r = p.initRequest();
             r.setSandboxId(kSandbox);
             r.setDeploymentId("alpha");
+            r.setPeerUid(1000);
             auto ws = r.initWorkspaces(1);
             ws[0].setPath("/srv/a/project");
             edit(r);
@@ -376,7 +420,8 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
         create([](auto r) { r.setDeploymentId(capnp::Text::Reader("alpha\0x", 7)); })},
        {"another deployment's profile", create([](auto r) { r.setProfile("big"); })},
        {"destination over /proc",
-        create([](auto r) { r.getWorkspaces()[0].setDestination("/proc"); })}}};
+        create([](auto r) { r.getWorkspaces()[0].setDestination("/proc"); })},
+       {"a peer the deployment does not allow", create([](auto r) { r.setPeerUid(4343); })}}};
   auto start = [](std::function<void(helper::StartProcessRequest::Builder)> edit) {
     return [edit] {
       return Check<H::StartProcessParams>(ValidateStart, [&](auto p) {

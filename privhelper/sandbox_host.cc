@@ -203,7 +203,8 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
   for (const auto& c : request.credentials)
     RETURN_IF_ERROR(CheckDestination(plan.rootfs, c.destination));
   for (const auto& m : request.mounts) {
-    ASSIGN_OR_RETURN(ResolvedWorkspace ws, ResolveWorkspace(deployment, m.client_path));
+    ASSIGN_OR_RETURN(ResolvedWorkspace ws,
+                     ResolveWorkspace(deployment, m.client_path, request.peer, m.read_only));
     plan.workspaces.push_back(std::move(ws));
   }
   for (const auto& c : request.credentials) {
@@ -215,12 +216,9 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
     plan.gid = deployment.getRunAs().getGid();
   } else {
     // Default: the owner of the first workspace root.
-    auto first = deployment.getWorkspaceRoots()[0];
-    std::string mapped = first.getClientPath().size() > 0 ? first.getClientPath().cStr()
-                                                          : first.getHostPath().cStr();
-    ASSIGN_OR_RETURN(ResolvedWorkspace root, ResolveWorkspace(deployment, mapped));
-    plan.uid = root.root_owner_uid;
-    plan.gid = root.root_owner_gid;
+    ASSIGN_OR_RETURN(RootOwner owner, FirstRootOwner(deployment));
+    plan.uid = owner.uid;
+    plan.gid = owner.gid;
   }
   if (plan.uid == 0 || plan.gid == 0)
     return absl::FailedPreconditionError(absl::StrCat(

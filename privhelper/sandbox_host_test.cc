@@ -107,6 +107,7 @@ class SandboxHostTest : public ::testing::Test {
     fs::create_symlink("/tmp", state_ + "/rootfs/v1/rootfs/var/run");
     fs::create_directories(cgroups_ + "/memory");
     fs::create_directories(dir_ + "/ws/project");
+    fs::permissions(dir_ + "/ws", fs::perms::owner_all);  // 0700: the test user's alone
     Write("etc/helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", std::string(64, 'a'),
                                           R"("}, "rootfsVersion": "v1", "stateDir": ")", state_,
                                           R"(", "runDir": ")", dir_, R"(/run"})"));
@@ -247,8 +248,11 @@ class SandboxHostTest : public ::testing::Test {
     c.deployment = config_->FindDeployment(deployment);
     c.profile = config_->FindProfile(profile);
     std::string root = deployment == "alpha" ? dir_ + "/ws" : "/usr";
+    // Read-write on the test user's own directory; read-only on /usr/share, which the test user
+    // can read but not write.
     c.mounts.push_back({root + (deployment == "alpha" ? "/project" : "/share"), destination,
-                        false});
+                        deployment != "alpha"});
+    c.peer = PeerIdentity{getuid(), {getgid()}};
     return c;
   }
 
@@ -539,6 +543,11 @@ TEST_F(SandboxHostTest, CreateRefusalsChangeNothing) {
   cases.push_back({"workspace with ..", std::move(escape), absl::StatusCode::kInvalidArgument, ""});
   cases.push_back({"agents would run as root", Create("sb-2", "/workspace", "rooted"),
                    absl::StatusCode::kFailedPrecondition, "uid or gid 0"});
+  // Regression (attack run item 1): a workspace the client could not open itself.
+  ValidatedCreate locked = Create("sb-2");
+  locked.peer = PeerIdentity{getuid() + 1000, {getgid() + 1000}};
+  cases.push_back({"workspace in a directory the client may not search", std::move(locked),
+                   absl::StatusCode::kPermissionDenied, "may not search"});
   for (auto& c : cases) {
     auto created = host_->Create(std::move(c.request));
     ASSERT_FALSE(created.ok()) << c.name;

@@ -52,10 +52,45 @@ absl::StatusOr<uint64_t> MountId(int fd, absl::string_view what) {
   return stx.stx_mnt_id;
 }
 
+// The registered root, reached without any symlink: a root swapped for a symlink after
+// registration would otherwise move the whole deployment elsewhere.
+absl::StatusOr<kj::AutoCloseFd> OpenRoot(const config::Deployment::Reader& deployment,
+                                         absl::string_view host_root) {
+  int fd = Openat2(AT_FDCWD, std::string(host_root).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (fd < 0) {
+    int err = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "workspace root ", host_root, " of deployment ", deployment.getId().cStr(),
+        " cannot be opened safely: ", std::strerror(err)));
+  }
+  return kj::AutoCloseFd(fd);
+}
+
+kj::AutoCloseFd Dup(const kj::AutoCloseFd& fd) {
+  return kj::AutoCloseFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+}
+
+// Permission-denied unless `peer` may `want` on the directory `fd`, which the client calls
+// `seen`. An ACL that cannot be read or understood refuses too.
+absl::Status RequireAccess(int fd, const PeerIdentity& peer, int want,
+                           absl::string_view client_path, absl::string_view seen) {
+  absl::StatusOr<bool> may = PeerMayAccess(fd, peer, want);
+  if (may.ok() && *may) return absl::OkStatus();
+  absl::string_view what = want == kMayExec          ? "search"
+                           : (want & kMayWrite) != 0 ? "open read-write"
+                                                     : "open read-only";
+  std::string message = absl::StrCat("workspace \"", client_path, "\": ", peer.Describe(),
+                                     " may not ", what, " ", seen);
+  if (!may.ok()) absl::StrAppend(&message, " (", may.status().message(), ")");
+  return absl::PermissionDeniedError(message);
+}
+
 }  // namespace
 
 absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
-                                                   absl::string_view client_path) {
+                                                   absl::string_view client_path,
+                                                   const PeerIdentity& peer, bool read_only) {
   if (client_path.size() > 4095) return Refuse(client_path.substr(0, 64), "path is too long");
   if (client_path.find('\0') != absl::string_view::npos) return Refuse("?", "path contains NUL");
   if (client_path.empty() || client_path[0] != '/') return Refuse(client_path, "must be absolute");
@@ -81,57 +116,66 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
     ResolvedWorkspace ws;
     ws.host_root = std::string(host_root);
     ws.relative = std::string(rest);
-    // The registered root must itself be reached without any symlink: a root swapped for a
-    // symlink after registration would otherwise move the whole deployment elsewhere.
-    int root_fd = Openat2(AT_FDCWD, std::string(host_root).c_str(),
-                          O_PATH | O_DIRECTORY | O_CLOEXEC,
-                          RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
-    if (root_fd < 0) {
-      int err = errno;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "workspace root ", host_root, " of deployment ", deployment.getId().cStr(),
-          " cannot be opened safely: ", std::strerror(err)));
-    }
-    kj::AutoCloseFd root_owned(root_fd);
-    struct stat root_st;
-    if (fstat(root_fd, &root_st) != 0) return ErrnoStatus("fstat", host_root);
-    ws.root_owner_uid = root_st.st_uid;
-    ws.root_owner_gid = root_st.st_gid;
+    ASSIGN_OR_RETURN(kj::AutoCloseFd root_fd, OpenRoot(deployment, host_root));
 
-    if (rest.empty()) {
-      ws.fd = std::move(root_owned);
-      return ws;
-    }
-    int fd = Openat2(root_fd, std::string(rest).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
-                     RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
-                         RESOLVE_NO_MAGICLINKS);
-    if (fd < 0) {
-      int err = errno;
-      switch (err) {
-        case ELOOP:
-          return Refuse(client_path, "a path component is a symlink");
-        case EXDEV:
-          return Refuse(client_path, "crosses a mount point or leaves the workspace root");
-        case ENOTDIR:
-          return Refuse(client_path, "a path component is not a directory");
-        case ENOENT:
-          return absl::NotFoundError(
-              absl::StrCat("workspace \"", client_path, "\": does not exist"));
-        default:
-          return Refuse(client_path, std::strerror(err));
+    // Walk one component at a time so the client's own permissions can be checked on exactly
+    // the directories walked: the privhelper's CAP_DAC_OVERRIDE would otherwise hand out a
+    // 0700 directory of another user. Each directory is checked before anything is opened from
+    // it, as the kernel would for the client, so a refusal says nothing about what lies below.
+    std::string seen(mapped);  // what the client calls the current directory
+    kj::AutoCloseFd dir = Dup(root_fd);
+    if (dir.get() < 0) return ErrnoStatus("dup", host_root);
+    for (absl::string_view part : absl::StrSplit(rest, '/', absl::SkipEmpty())) {
+      RETURN_IF_ERROR(RequireAccess(dir.get(), peer, kMayExec, client_path, seen));
+      std::string name(part);
+      int fd = Openat2(dir.get(), name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                       RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
+                           RESOLVE_NO_MAGICLINKS);
+      if (fd < 0) {
+        int err = errno;
+        switch (err) {
+          case ELOOP:
+            return Refuse(client_path, "a path component is a symlink");
+          case EXDEV:
+            return Refuse(client_path, "crosses a mount point or leaves the workspace root");
+          case ENOTDIR:
+            return Refuse(client_path, "a path component is not a directory");
+          case ENOENT:
+            return absl::NotFoundError(
+                absl::StrCat("workspace \"", client_path, "\": does not exist"));
+          default:
+            return Refuse(client_path, std::strerror(err));
+        }
       }
+      dir = kj::AutoCloseFd(fd);
+      seen = seen == "/" ? absl::StrCat("/", part) : absl::StrCat(seen, "/", part);
     }
-    ws.fd = kj::AutoCloseFd(fd);
-    // RESOLVE_NO_XDEV already refuses mount crossings; the mount id check states the invariant
-    // the bind relies on in one place.
-    ASSIGN_OR_RETURN(uint64_t root_mnt, MountId(root_fd, host_root));
-    ASSIGN_OR_RETURN(uint64_t ws_mnt, MountId(fd, client_path));
+    RETURN_IF_ERROR(RequireAccess(dir.get(), peer,
+                                  read_only ? kMayRead | kMayExec : kMayRead | kMayWrite | kMayExec,
+                                  client_path, seen));
+    // RESOLVE_NO_XDEV already refuses mount crossings at every step; the mount id check states
+    // the invariant the bind relies on in one place.
+    ASSIGN_OR_RETURN(uint64_t root_mnt, MountId(root_fd.get(), host_root));
+    ASSIGN_OR_RETURN(uint64_t ws_mnt, MountId(dir.get(), client_path));
     if (root_mnt != ws_mnt) return Refuse(client_path, "is on a different mount than its root");
+    ws.fd = kj::mv(dir);
     return ws;
   }
   return absl::PermissionDeniedError(absl::StrCat(
       "workspace \"", client_path, "\" is not beneath any workspace root of deployment ",
       deployment.getId().cStr()));
+}
+
+absl::StatusOr<RootOwner> FirstRootOwner(const config::Deployment::Reader& deployment) {
+  if (deployment.getWorkspaceRoots().size() == 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("deployment ", deployment.getId().cStr(), " has no workspace root"));
+  ASSIGN_OR_RETURN(kj::AutoCloseFd root_fd,
+                   OpenRoot(deployment, deployment.getWorkspaceRoots()[0].getHostPath().cStr()));
+  struct stat st;
+  if (fstat(root_fd.get(), &st) != 0)
+    return ErrnoStatus("fstat", deployment.getWorkspaceRoots()[0].getHostPath().cStr());
+  return RootOwner{st.st_uid, st.st_gid};
 }
 
 absl::StatusOr<ResolvedWorkspace> ResolveCredential(const std::string& name,

@@ -1,8 +1,10 @@
-// WorkspaceResolver: turns (deployment, workspace path as the client sees it) into an O_PATH fd
-// of a directory that is provably beneath one of the deployment's registered roots, and stages
-// it as a root-owned bind mount that runsc can be given instead of any user-controlled path.
+// WorkspaceResolver: turns (deployment, workspace path as the client sees it, the client) into
+// an O_PATH fd of a directory that is provably beneath one of the deployment's registered roots
+// and that the client could open itself, and stages it as a root-owned bind mount that runsc
+// can be given instead of any user-controlled path.
 //
-//   ASSIGN_OR_RETURN(ResolvedWorkspace ws, ResolveWorkspace(deployment, "/home/u/proj"));
+//   ASSIGN_OR_RETURN(ResolvedWorkspace ws,
+//                    ResolveWorkspace(deployment, "/home/u/proj", peer, /*read_only=*/true));
 //   RETURN_IF_ERROR(StageBind(ws, bundle_dir + "/mounts/0", /*read_only=*/true));
 #pragma once
 
@@ -14,6 +16,7 @@
 #include <kj/io.h>
 
 #include "absl/status/statusor.h"
+#include "privhelper/peer_access.h"
 #include "schema/config.capnp.h"
 
 namespace paseo {
@@ -22,20 +25,40 @@ struct ResolvedWorkspace {
   kj::AutoCloseFd fd;    // O_PATH, directory, beneath the root
   std::string host_root;  // the registered root it is beneath (for messages only)
   std::string relative;   // path below the root ("" for the root itself)
-  uid_t root_owner_uid = 0;
-  gid_t root_owner_gid = 0;
 };
 
 // Maps the client's path through the deployment's roots (clientPath, or hostPath when the
-// deployment has no client mapping), rejects any "..", "." or empty component, and resolves
-// the rest with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
-// RESOLVE_NO_MAGICLINKS). The root itself is opened with RESOLVE_NO_SYMLINKS from "/", so a
-// root replaced by a symlink after registration is refused too.
+// deployment has no client mapping), rejects any "..", "." or empty component, and walks the
+// rest one component at a time, each opened from the previous one's fd with
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS).
+// The root itself is opened with RESOLVE_NO_SYMLINKS from "/", so a root replaced by a symlink
+// after registration is refused too.
+//
+// The privhelper walks with CAP_DAC_OVERRIDE, so it checks the client's own permissions on the
+// way (peer_access.h): search on the root and on every directory beneath it that the path goes
+// through, each checked before the next component is opened from it, and on the workspace
+// itself read and search (`read_only`) or read, write and search. A refusal is
+// permission-denied naming the first directory denied, as the client sees it; it reveals
+// nothing beneath a directory the client may not search. Directories above the registered root
+// are not checked: registering the root is the operator's grant (a Docker volume's host path
+// lies under a root-only directory, for example).
 absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
-                                                   absl::string_view client_path);
+                                                   absl::string_view client_path,
+                                                   const PeerIdentity& peer, bool read_only);
+
+// The owner of the deployment's first workspace root, opened as ResolveWorkspace opens roots:
+// who agents run as when the deployment names no runAs. It grants no path to anyone.
+struct RootOwner {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+absl::StatusOr<RootOwner> FirstRootOwner(const config::Deployment::Reader& deployment);
 
 // Opens a registered credential directory (an absolute host path from the root-owned config)
 // with RESOLVE_NO_SYMLINKS from "/", so a credential dir swapped for a symlink is refused.
+// The client's permissions on it are not checked: a credential is granted by the deployment
+// that lists it (by name, never by a client's path), not by the filesystem; it is typically
+// the run-as user's or root's and unreadable by the client.
 absl::StatusOr<ResolvedWorkspace> ResolveCredential(const std::string& name,
                                                     const std::string& host_path);
 

@@ -34,6 +34,11 @@ struct CreateSandboxRequest {
   workspaces @3 :List(Api.WorkspaceMount);
   credentials @4 :List(Text);
   # Credential names; the privhelper maps them through its own config.
+  peerUid @5 :UInt32;
+  peerGids @6 :List(UInt32);
+  # The requesting client as the broker saw it (SO_PEERCRED uid; SO_PEERCRED gid first, then
+  # SO_PEERGROUPS). The privhelper refuses an identity the deployment does not allow, and gives
+  # a workspace only if this identity could reach it itself (privhelper/peer_access.h).
 }
 
 struct StartProcessRequest {

@@ -72,13 +72,22 @@ void Service::Start() {
         "mount tmpfs");
   for (const char* d : {"/bin", "/etc", "/etc/deployments", "/etc/profiles", "/state", "/run",
                         "/ws-alpha", "/ws-beta", "/outside", "/creds", "/creds/tokens", "/ws-docker",
-                        "/ws-docker/proj", "/ws-io"}) {
+                        "/ws-docker/proj", "/ws-io", "/ws-shared", "/creds/locked"}) {
     Check(mkdir((base_ + d).c_str(), 0755) == 0, std::string("mkdir ") + d);
   }
   Check(chown((base_ + "/ws-alpha").c_str(), 4242, 4242) == 0, "chown ws-alpha");
   Check(chown((base_ + "/ws-beta").c_str(), 4343, 4343) == 0, "chown ws-beta");
   Check(chown((base_ + "/ws-docker/proj").c_str(), 1000, 1000) == 0, "chown ws-docker/proj");
-  Check(chown((base_ + "/ws-io").c_str(), 4242, 4242) == 0, "chown ws-io");
+  // The in-process clients of deployment "io" are uid 0, which the privhelper judges by the
+  // mode bits like any uid (privhelper/peer_access.h): they write to ws-io through group 0.
+  Check(chown((base_ + "/ws-io").c_str(), 4242, 0) == 0 && chmod((base_ + "/ws-io").c_str(), 0775) == 0,
+        "chown ws-io");
+  // A root shared by several clients (its owner 2101, and 2102), for the suites that check
+  // the privhelper gives only what a client could open itself.
+  Check(chown((base_ + "/ws-shared").c_str(), 2101, 2101) == 0, "chown ws-shared");
+  // A credential root only root may enter: credentials are granted by the deployment, not by
+  // the client's own permissions, so it is still mounted.
+  Check(chmod((base_ + "/creds/locked").c_str(), 0700) == 0, "chmod creds/locked");
   // Binaries must be executable by the broker user and the test uids: copy them out of
   // Bazel's runfiles (which live under root's 0700 home).
   CopyExecutable(Runfile("privhelper/paseo-sandbox-privhelper"),
@@ -123,6 +132,10 @@ void Service::Start() {
   WriteText(base_ + "/etc/profiles/default.json",
             "{\"name\": \"default\", \"credentials\": [{\"name\": \"tokens\", "
             "\"destination\": \"/credentials/tokens\"}]}");
+  WriteText(base_ + "/etc/deployments/shared.json",
+            "{\"id\": \"shared\", \"allowedUids\": [2101, 2102], \"workspaceRoots\": [{\"hostPath\": \"" +
+                base_ + "/ws-shared\"}], \"credentialRoots\": [{\"name\": \"tokens\", \"hostPath\": \"" +
+                base_ + "/creds/locked\"}]}");
   WriteText(base_ + "/etc/deployments/beta.json",
             "{\"id\": \"beta\", \"allowedUids\": [4343], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-beta\"}]}");

@@ -46,11 +46,19 @@ int main() {
   auto helper = client.bootstrap().castAs<paseo::helper::Helper>();
   auto& ws = io.waitScope;
 
+  // Every create names a client the way the real broker does; unless a case says otherwise,
+  // alpha's allowed uid 4242. A compromised broker can name any client, so the privhelper
+  // checks the claim against the deployment (and then the workspace against the claim).
   auto create = [&](const std::string& name, const std::string& id, const std::string& deployment,
-                    const std::string& profile, const std::string& path, const std::string& dest) {
+                    const std::string& profile, const std::string& path, const std::string& dest,
+                    uint32_t peer_uid = 4242, bool name_peer = true) {
     Report(name, kj::runCatchingExceptions([&] {
       auto req = helper.createSandboxRequest();
       auto r = req.initRequest();
+      if (name_peer) {
+        r.setPeerUid(peer_uid);
+        r.initPeerGids(1).set(0, peer_uid);
+      }
       r.setSandboxId(id);
       r.setDeploymentId(capnp::Text::Reader(deployment.data(), deployment.size()));
       r.setProfile(profile);
@@ -77,6 +85,12 @@ int main() {
   create("nul-in-path", "sb-h9", "alpha", "", alpha + std::string("\0/../outside", 12), "/workspace");
   create("proc-magic-link", "sb-h10", "alpha", "", "/proc/self/root/etc", "/workspace");
   create("nul-in-deployment", "sb-h11", std::string("alpha\0x", 7), "", alpha, "/workspace");
+  // Regression (attack run item 1): the client a create is for.
+  create("peer-root", "sb-h12", "alpha", "", alpha, "/workspace", 0);
+  create("peer-of-another-deployment", "sb-h13", "alpha", "", alpha, "/workspace", 4343);
+  create("peer-not-named", "sb-h14", "alpha", "", alpha, "/workspace", 0, false);
+  create("peer-allowed-but-locked-out", "sb-h15", "alpha", "", alpha + "/locked/inner",
+         "/workspace");
 
   // What an authorized client may do still works, and no more.
   create("legit-create", "sb-legit", "alpha", "", alpha, "/workspace");

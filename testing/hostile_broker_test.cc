@@ -34,6 +34,9 @@ TEST(HostileBrokerTest, EveryRequestOutsidePolicyIsRefusedByThePrivhelper) {
   options.wait_for_socket = false;
   options.before_start = [](const std::string& base) {
     ASSERT_EQ(symlink((base + "/outside").c_str(), (base + "/ws-alpha/escape").c_str()), 0);
+    // Root's own 0700 directory inside alpha's root, with an open one beneath it.
+    ASSERT_EQ(mkdir((base + "/ws-alpha/locked").c_str(), 0700), 0);
+    ASSERT_EQ(mkdir((base + "/ws-alpha/locked/inner").c_str(), 0755), 0);
   };
   Service svc(options);
   // The hostile broker exits when done (and the privhelper would restart it): wait for its
@@ -68,6 +71,10 @@ TEST(HostileBrokerTest, EveryRequestOutsidePolicyIsRefusedByThePrivhelper) {
       {"reattach-traversal", "invalid-argument"},
       {"close-input-nul", "invalid-argument"},
       {"nul-in-deployment", "invalid-argument"},
+      {"peer-root", "permission-denied: peerUid: deployment alpha does not allow uid 0"},
+      {"peer-of-another-deployment", "does not allow uid 4343"},
+      {"peer-not-named", "does not allow uid 0 (no gids)"},
+      {"peer-allowed-but-locked-out", "uid 4242 (gids 4242) may not search"},
       {"delete-traversal", "invalid-argument"},
       {"delete-twice", "not-found"},
   };

@@ -788,6 +788,153 @@ TEST_F(IntegrationTest, NamesWithNulOrInvalidUtf8AreRefused) {
   EXPECT_EQ(count(), before) << "a refused create leaves nothing";
 }
 
+// ---------------------------------------------------------------- the client's own permissions
+//
+// Regression (attack run item 1): the privhelper resolves workspaces with CAP_DAC_OVERRIDE, so
+// a client was given a directory it could not open itself. Deployment "shared" (root ws-shared,
+// owned by 2101; clients 2101 and 2102) exercises it through the real CLI.
+
+class ClientPermissionTest : public IntegrationTest {
+ protected:
+  Identity Owner() const { return {2101, 2101, {2101, svc.socket_gid()}}; }
+  Identity Other() const { return {2102, 2102, {2102, svc.socket_gid()}}; }
+  Identity Member() const { return {2102, 2102, {2102, 2200, svc.socket_gid()}}; }
+  std::string SharedWs() const { return svc.base() + "/ws-shared"; }
+
+  // Makes a directory as root with this owner, group and mode.
+  void MakeDir(const std::string& path, uid_t owner, gid_t group, mode_t mode) {
+    ASSERT_EQ(mkdir(path.c_str(), 0700), 0) << path;
+    ASSERT_EQ(chown(path.c_str(), owner, group), 0) << path;
+    ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
+    made_.push_back(path);
+  }
+  void Put(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+    made_.push_back(path);
+  }
+
+  // errno of open(path, O_RDONLY) as `who` (0 if it opened): what the client can do itself.
+  int OpenErrnoAs(const Identity& who, const std::string& path) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
+          setresgid(who.gid, who.gid, who.gid) != 0 || setresuid(who.uid, who.uid, who.uid) != 0)
+        _exit(255);
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      _exit(fd >= 0 ? 0 : errno);
+    }
+    int status = WaitPid(pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  CliResult Run(const Identity& who, const std::string& workspace, const std::string& script,
+                const std::string& deployment = "shared") {
+    return svc.Cli(who, {"run", "--deployment", deployment, "--workspace", workspace, "--", "sh",
+                         "-c", script});
+  }
+
+  // The refusal every case expects: permission-denied, naming the directory, nothing printed.
+  void ExpectDenied(const CliResult& r, const std::string& part) {
+    EXPECT_EQ(r.exit_code, 125) << r.out << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, "permission-denied: ")) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, part)) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+
+  void TearDown() override {
+    for (auto it = made_.rbegin(); it != made_.rend(); ++it) remove(it->c_str());
+    IntegrationTest::TearDown();
+  }
+
+  std::vector<std::string> made_;
+};
+
+// The report, step by step: `install -d -m0700 $ROOT/locked; install -d -m0755
+// $ROOT/locked/inner; echo X > $ROOT/locked/inner/marker` as root; the client, owner of $ROOT,
+// cannot cat the marker, and must not get it through a sandbox either.
+TEST_F(ClientPermissionTest, TheReportedLockedDirectoryIsRefusedAndNothingIsLeft) {
+  MakeDir(SharedWs() + "/locked", 0, 0, 0700);
+  MakeDir(SharedWs() + "/locked/inner", 0, 0, 0755);
+  Put(SharedWs() + "/locked/inner/marker", "X\n");
+  ASSERT_EQ(OpenErrnoAs(Owner(), SharedWs() + "/locked/inner/marker"), EACCES);
+  for (const char* mode : {":/workspace:ro", ":/workspace:rw"}) {
+    auto r = Run(Owner(), SharedWs() + "/locked/inner" + mode, "cat /workspace/marker");
+    ExpectDenied(r, "may not search " + SharedWs() + "/locked");
+  }
+  // Refused before anything was made: no sandbox listed, and (TearDown) no bundle, mount,
+  // runsc state or cgroup left.
+  auto ps = svc.Cli(Owner(), {"ps"});
+  EXPECT_EQ(ps.exit_code, 0) << ps.err;
+  EXPECT_FALSE(absl::StrContains(ps.out, "sb-")) << ps.out;
+}
+
+TEST_F(ClientPermissionTest, AClientGetsWhatItCouldOpenItselfAndNoMore) {
+  MakeDir(SharedWs() + "/mine", 2101, 2101, 0700);
+  MakeDir(SharedWs() + "/team", 0, 2200, 0770);
+  MakeDir(SharedWs() + "/public", 0, 0, 0755);
+  MakeDir(SharedWs() + "/listable", 0, 0, 0744);
+  MakeDir(SharedWs() + "/listable/inner", 0, 0, 0755);
+  Put(SharedWs() + "/public/marker", "PUBLIC\n");
+
+  // Its own 0700 directory: the owner reads and writes; another client may not even open it.
+  auto mine = Run(Owner(), SharedWs() + "/mine:/workspace:rw", "echo m > /workspace/f && cat /workspace/f");
+  EXPECT_EQ(mine.exit_code, 0) << mine.err;
+  EXPECT_EQ(mine.out, "m\n");
+  made_.push_back(SharedWs() + "/mine/f");
+  ExpectDenied(Run(Other(), SharedWs() + "/mine:/workspace:ro", "ls /workspace"),
+               "uid 2102 (gids 2102, " + std::to_string(svc.socket_gid()) +
+                   ") may not open read-only " + SharedWs() + "/mine");
+  // A group directory: granted through a supplementary gid, refused without it. (Inside, the
+  // agent runs as the deployment's run-as user, 2101, whom the directory does not admit: what
+  // the agent may do there is its own uid's business.)
+  auto team = Run(Member(), SharedWs() + "/team:/workspace:rw", "stat -c %a /workspace");
+  EXPECT_EQ(team.exit_code, 0) << team.err;
+  EXPECT_EQ(team.out, "770\n");
+  ExpectDenied(Run(Other(), SharedWs() + "/team:/workspace:ro", "true"),
+               "may not open read-only " + SharedWs() + "/team");
+  // Other permission: read-only is granted, read-write is not.
+  auto pub = Run(Other(), SharedWs() + "/public:/workspace:ro", "cat /workspace/marker");
+  EXPECT_EQ(pub.exit_code, 0) << pub.err;
+  EXPECT_EQ(pub.out, "PUBLIC\n");
+  ExpectDenied(Run(Other(), SharedWs() + "/public:/workspace:rw", "true"),
+               "may not open read-write " + SharedWs() + "/public");
+  // Readable but not searchable: no way through.
+  ExpectDenied(Run(Other(), SharedWs() + "/listable/inner:/workspace:ro", "true"),
+               "may not search " + SharedWs() + "/listable");
+}
+
+// Paseo's Docker image runs its client as uid 1000; SO_PEERCRED reports the uid as the host
+// sees it (1000, without user-namespace remapping), and the host directories beneath the mapped
+// root are judged for that uid. The refusal names the path as the container sees it.
+TEST_F(ClientPermissionTest, DockerClientsAreJudgedAsTheirHostUid) {
+  Identity docker{1000, 1000, {1000, svc.socket_gid()}};
+  std::string root = svc.base() + "/ws-docker";
+  MakeDir(root + "/locked", 0, 0, 0700);
+  MakeDir(root + "/locked/inner", 0, 0, 0755);
+  Put(root + "/locked/inner/marker", "SECRET\n");
+  MakeDir(root + "/someone-else", 1001, 1001, 0700);
+  ExpectDenied(Run(docker, "/workspace/locked/inner:/workspace:ro", "cat /workspace/marker",
+                   "docker"),
+               "uid 1000 (gids 1000, " + std::to_string(svc.socket_gid()) +
+                   ") may not search /workspace/locked");
+  ExpectDenied(Run(docker, "/workspace/someone-else:/workspace:ro", "true", "docker"),
+               "may not open read-only /workspace/someone-else");
+  auto own = Run(docker, "/workspace/proj:/workspace:rw", "id -u", "docker");
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(own.out, "1000\n");
+}
+
+// Credentials are granted by the deployment that lists them, not by the client's own
+// permissions: a root-only 0700 credential root is still mounted (what the agent may read in
+// it is then up to its own uid, inside the sandbox).
+TEST_F(ClientPermissionTest, ALockedCredentialRootIsStillMounted) {
+  ASSERT_EQ(OpenErrnoAs(Owner(), svc.base() + "/creds/locked"), EACCES);
+  auto r = svc.Cli(Owner(), {"run", "--deployment", "shared", "--credential", "tokens", "--",
+                             "stat", "-c", "%a %u", "/credentials/tokens"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "700 0\n");
+}
+
 }  // namespace
 }  // namespace paseo::testing
 

@@ -1409,8 +1409,10 @@ void StuckSubscriber(Env& env) {
 // (clients uid 0, agents 4242:4242 over base/ws, up to 160 sandboxes) whose one profile keeps
 // kOutputBufferBytes of each stream.
 void WriteBenchConfig(const std::string& base) {
-  Check(mkdir((base + "/ws").c_str(), 0755) == 0, "mkdir ws");
-  Check(chown((base + "/ws").c_str(), kAgentUid, kAgentGid) == 0, "chown ws");
+  // The clients are uid 0, judged by the mode bits like any uid: they write through group 0.
+  Check(mkdir((base + "/ws").c_str(), 0775) == 0, "mkdir ws");
+  Check(chown((base + "/ws").c_str(), kAgentUid, 0) == 0 && chmod((base + "/ws").c_str(), 0775) == 0,
+        "chown ws");
   WriteText(base + "/etc/deployments/bench.json",
             "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
                 Quote(base + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
