@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -133,14 +134,85 @@ int64_t NowUnixMs() {
       .count();
 }
 
+// A JSON object's top-level fields (capnp's codec, as for `runsc list`); nullopt if `text` is
+// not one.
+std::optional<std::map<std::string, capnp::JsonValue::Reader>> JsonFields(
+    const std::string& text, capnp::MallocMessageBuilder& message) {
+  auto root = message.initRoot<capnp::JsonValue>();
+  capnp::JsonCodec codec;
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
+  if (error != nullptr || !root.isObject()) return std::nullopt;
+  std::map<std::string, capnp::JsonValue::Reader> fields;
+  for (auto field : root.asReader().getObject())
+    fields.emplace(field.getName().cStr(), field.getValue());
+  return fields;
+}
+
+// What `runsc state <id>` says: {"status": "running", "pid": N, ...}. On this runsc (20221219,
+// measured) the pid is the sandbox's own process, runsc-sandbox `boot`: the sentry.
+struct RunscState {
+  std::string status;
+  pid_t pid = 0;
+};
+
+absl::StatusOr<RunscState> ParseRunscState(const std::string& text) {
+  capnp::MallocMessageBuilder message;
+  auto fields = JsonFields(text, message);
+  if (!fields || !fields->count("status") || !fields->at("status").isString())
+    return absl::InternalError("unreadable runsc state output");
+  RunscState state;
+  state.status = fields->at("status").getString().cStr();
+  if (fields->count("pid") && fields->at("pid").isNumber())
+    state.pid = static_cast<pid_t>(fields->at("pid").getNumber());
+  return state;
+}
+
+// The gofer's pid, which `runsc state` does not report: runsc's own record of the container,
+// <runsc root>/<id>_sandbox:<id>.state (root-only, written by the pinned runsc), has it as
+// "goferPid". 0 if it is not there.
+pid_t ReadGoferPid(const std::string& state_file) {
+  std::ifstream in(state_file);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  if (text.size() > (1 << 20)) return 0;
+  capnp::MallocMessageBuilder message;
+  auto fields = JsonFields(text, message);
+  if (!fields || !fields->count("goferPid") || !fields->at("goferPid").isNumber()) return 0;
+  return static_cast<pid_t>(fields->at("goferPid").getNumber());
+}
+
+constexpr char kSentryExited[] = "its gVisor kernel (runsc-sandbox) exited";
+constexpr char kGoferExited[] = "its gVisor file server (runsc-gofer) exited";
+
+// " (killed by signal 9)", " (exit status 2)", or "" if the status is unknown.
+std::string DescribeWaitStatus(std::optional<int> status) {
+  if (!status) return "";
+  if (WIFSIGNALED(*status)) return absl::StrCat(" (killed by signal ", WTERMSIG(*status), ")");
+  if (WIFEXITED(*status)) return absl::StrCat(" (exit status ", WEXITSTATUS(*status), ")");
+  return "";
+}
+
+// Why a sandbox stopped, from which of its processes was seen to exit first and their statuses.
+// Either one's death takes the other (measured: a killed sentry's gofer exits 0 within 3 ms; a
+// killed gofer's sentry exits 137), so both may be seen at once, in either order: a killed one
+// is the cause rather than one that exited by itself.
+std::string DescribeStop(bool sentry_first, std::optional<int> sentry, std::optional<int> gofer) {
+  auto killed = [](std::optional<int> s) { return s && WIFSIGNALED(*s); };
+  bool sentry_caused = sentry_first ? !(killed(gofer) && !killed(sentry))
+                                    : killed(sentry) && !killed(gofer);
+  return sentry_caused ? absl::StrCat(kSentryExited, DescribeWaitStatus(sentry))
+                       : absl::StrCat(kGoferExited, DescribeWaitStatus(gofer));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- records and lookups
 
-SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, std::string shim,
-                         std::string cgroup_root)
+SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher,
+                         std::string shim, std::string cgroup_root)
     : config_(config),
       runsc_(runsc),
+      watcher_(watcher),
       shim_(std::move(shim)),
       cgroup_root_(std::move(cgroup_root)),
       reaper_(reap_errors_) {}
@@ -331,6 +403,7 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
           return StatusToException(
               absl::FailedPreconditionError("sandbox was deleted while being created"));
         sb->running = true;
+        sb->watch = WatchHostProcesses(id, generation);
         return kj::READY_NOW;
       })
       .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
@@ -351,6 +424,7 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   const std::string& process_id = request.process.process_id;
   const ProcessCommand& command = request.command;
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.process.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
   if (sb->processes.count(process_id))
     return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
   if (sb->processes.size() >= kMaxProcessesPerSandbox)
@@ -438,6 +512,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Signal(const ValidatedSignal& req
   ASSIGN_OR_RETURN(Process * p, FindProcess(request.process, Need::kRunning));
   // `exited` is set as soon as the exit is reaped, so a stale pid file is never used.
   if (p->exited) return absl::FailedPreconditionError("process has ended");
+  RETURN_IF_ERROR(RequireNotStopped(*Find(request.process.sandbox_id)));
   ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p->pid_file));
   return runsc_
       .Run({"kill", absl::StrCat("--pid=", internal_pid), request.process.sandbox_id,
@@ -481,6 +556,9 @@ void SandboxHost::Inventory(const ValidatedInventory&,
     o.setCreatedAtUnixMs(sb->created_ms);
     o.setUnattached(sb->unattached);
     o.setOomKilled(sb->oom_killed);
+    o.setStopped(sb->stopped || sb->oom_killed);
+    o.setStopReason(sb->stopped ? sb->stop_reason
+                                : sb->oom_killed ? kOomKilledSandboxReason : "");
     for (const auto& [pid, p] : sb->processes) {
       auto po = kept[k++];
       po.setSandboxId(sb->id);
@@ -490,6 +568,117 @@ void SandboxHost::Inventory(const ValidatedInventory&,
       // record; an inventory must stay small enough for any number of processes.
     }
   }
+}
+
+// ---------------------------------------------------------------- a sandbox that stops
+
+absl::Status SandboxHost::RequireNotStopped(const Sandbox& sb) {
+  if (sb.stopped)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox ", sb.id, " is stopped: ", sb.stop_reason));
+  if (sb.oom_killed)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox ", sb.id, " is oom-killed: ", kOomKilledSandboxReason));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kj::Promise<SandboxHost::Stop>> SandboxHost::WaitStopped(
+    const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
+  if (sb->stop_known) return kj::Promise<Stop>(Stop{sb->stop_reason, sb->oom_killed});
+  auto paf = kj::newPromiseAndFulfiller<Stop>();
+  sb->stop_waiters.push_back(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void SandboxHost::MarkStopped(Sandbox& sb, std::string reason, bool oom_killed) {
+  if (sb.stop_known) return;
+  KJ_LOG(WARNING, "sandbox stopped", sb.id, reason);
+  sb.stopped = true;
+  sb.stop_known = true;
+  sb.stop_reason = std::move(reason);
+  sb.oom_killed = sb.oom_killed || oom_killed;
+  for (auto& waiter : sb.stop_waiters) waiter->fulfill(Stop{sb.stop_reason, sb.oom_killed});
+  sb.stop_waiters.clear();
+}
+
+kj::Promise<void> SandboxHost::WatchHostProcesses(const std::string& id, uint64_t generation) {
+  return runsc_.Run({"state", id})
+      .then([this, id, generation](RunscResult answer) -> kj::Promise<void> {
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr || sb->stop_known) return kj::READY_NOW;
+        std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
+        // Gone already (it died between start and now): no status to wait for.
+        auto gone = [&](const char* which) {
+          bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
+          MarkStopped(*sb, oom ? kOomKilledSandboxReason : which, oom);
+          return kj::READY_NOW;
+        };
+        if (!answer.ok()) {
+          if (answer.stderr_text.find("does not exist") != std::string::npos)
+            return gone(kSentryExited);
+          // Not knowing is not stopping: a sandbox is never marked dead on a runsc hiccup.
+          KJ_LOG(ERROR, "cannot watch sandbox: runsc state failed", id, answer.Describe());
+          return kj::READY_NOW;
+        }
+        auto state = ParseRunscState(answer.stdout_text);
+        if (!state.ok()) {
+          KJ_LOG(ERROR, "cannot watch sandbox", id, state.status().ToString());
+          return kj::READY_NOW;
+        }
+        if (state->status != "running") return gone(kSentryExited);
+        auto sentry = watcher_.Watch(state->pid, cgroup);
+        if (!sentry.ok()) {
+          KJ_LOG(ERROR, "cannot watch sandbox", id, sentry.status().ToString());
+          return kj::READY_NOW;
+        }
+        if (sentry->get() == nullptr) return gone(kSentryExited);
+        std::string state_file = absl::StrCat(config_.helper().getRunDir().cStr(), "/runsc/", id,
+                                              "_sandbox:", id, ".state");
+        kj::Own<WatchedProcess> gofer;
+        auto watched_gofer = watcher_.Watch(ReadGoferPid(state_file), cgroup);
+        if (watched_gofer.ok() && watched_gofer->get() != nullptr) {
+          gofer = kj::mv(*watched_gofer);
+        } else {
+          // The sentry ends with its gofer (measured), so the sandbox is still watched.
+          KJ_LOG(WARNING, "cannot watch a sandbox's gofer; watching its sentry only", id,
+                 state_file);
+        }
+        // OOM kills counted before now are not this stop's cause.
+        uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
+        kj::Promise<bool> sentry_first = (*sentry)->Exited().then([] { return true; });
+        if (gofer.get() != nullptr)
+          sentry_first = sentry_first.exclusiveJoin(gofer->Exited().then([] { return false; }));
+        WatchedProcess* s = sentry->get();
+        WatchedProcess* g = gofer.get();
+        return sentry_first
+            .then([this, id, generation, cgroup, ooms_before, s, g](bool first) {
+              Sandbox* sb = Find(id, generation);
+              if (sb == nullptr) return kj::Promise<void>(kj::READY_NOW);
+              // Read at once: the cgroup goes when the sandbox is deleted.
+              bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > ooms_before;
+              // Nothing new starts in it from now on; the reason waits for the statuses.
+              sb->stopped = true;
+              sb->stop_reason = oom ? kOomKilledSandboxReason : first ? kSentryExited : kGoferExited;
+              auto none = [] { return kj::Promise<std::optional<int>>(std::optional<int>()); };
+              auto statuses = kj::heapArrayBuilder<kj::Promise<std::optional<int>>>(2);
+              statuses.add(s->Status(kExitStatusPatience));
+              statuses.add(g != nullptr ? g->Status(kExitStatusPatience) : none());
+              return kj::joinPromises(statuses.finish())
+                  .then([this, id, generation, oom, first](kj::Array<std::optional<int>> status) {
+                    if (Sandbox* sb = Find(id, generation)) {
+                      MarkStopped(*sb,
+                                  oom ? kOomKilledSandboxReason
+                                      : DescribeStop(first, status[0], status[1]),
+                                  oom);
+                    }
+                  });
+            })
+            .attach(kj::mv(*sentry), kj::mv(gofer));
+      })
+      .eagerlyEvaluate([id](kj::Exception&& e) {
+        KJ_LOG(ERROR, "watching a sandbox failed", id, e);
+      });
 }
 
 // ---------------------------------------------------------------- delete
@@ -535,6 +724,11 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
 }
 
 void SandboxHost::Forget(Sandbox& sandbox) {
+  for (auto& waiter : sandbox.stop_waiters) {
+    waiter->reject(StatusToException(
+        absl::NotFoundError(absl::StrCat("sandbox ", sandbox.id, " was deleted"))));
+  }
+  sandbox.stop_waiters.clear();
   // A `runsc exec` that has not been reaped yet keeps its record until it is, so no zombie
   // is left behind and no exit is lost.
   for (auto& [pid, p] : sandbox.processes) {
@@ -680,12 +874,24 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     sb.default_cwd = record->getDefaultCwd().cStr();
     sb.created_ms = record->getCreatedAtUnixMs();
   }
-  bool adopt = policy == config::RestartPolicy::KEEP && status == "running" && record.ok() &&
-               config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 && sb.gid != 0;
+  bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
+                 sb.gid != 0;
+  // A stopped one is kept too, as stopped: its owner sees what happened and deletes it.
+  bool adopt = policy == config::RestartPolicy::KEEP && vouched &&
+               (status == "running" || status == "stopped");
   if (adopt) {
     sb.running = true;
     sb.unattached = true;
-    KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
+    if (status == "stopped") {
+      std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
+      bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
+      MarkStopped(sb, oom ? kOomKilledSandboxReason : "it had stopped when the privhelper restarted",
+                  oom);
+      KJ_LOG(WARNING, "adopted a stopped sandbox from a previous privhelper", id);
+    } else {
+      sb.watch = WatchHostProcesses(id, sb.generation);
+      KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
+    }
   } else {
     KJ_LOG(WARNING, "destroying a sandbox left by a previous privhelper", id, status);
     reaper_.add(Destroy(sb.id, sb.generation));
