@@ -108,9 +108,10 @@ struct SandboxInfo {
   labels @5 :List(Label);
   processCount @6 :UInt32;
   ownerUid @7 :UInt32;
-  # The uid of the client that created it.  stateReason @8 :Text;
-  # Why it is "stopped" or "oom-killed", for people (e.g. "its gVisor kernel exited (killed by
-  # signal 9)"); empty in the other states.
+  # The uid of the client that created it.
+  stateReason @8 :Text;
+  # Why it is "stopped" or "oom-killed", for people (e.g. "its gVisor kernel (runsc-sandbox)
+  # exited (killed by signal 9)"); empty in the other states.
 }
 
 struct ProcessInfo {

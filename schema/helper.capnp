@@ -66,7 +66,8 @@ struct AdoptedSandbox {
   # (runsc-gofer) exited, or a restarted privhelper found it stopped. Nothing new can start in
   # it; only delete is useful. Always true when oomKilled is.
   stopReason @7 :Text;
-  # Why, for people (e.g. "its gVisor kernel exited (killed by signal 9)"); empty unless stopped.
+  # Why, for people (e.g. "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)");
+  # empty unless stopped.
 }
 
 struct KeptProcess {
