@@ -149,36 +149,37 @@ std::optional<std::map<std::string, capnp::JsonValue::Reader>> JsonFields(
   return fields;
 }
 
-// What `runsc state <id>` says: {"status": "running", "pid": N, ...}. On this runsc (20221219,
-// measured) the pid is the sandbox's own process, runsc-sandbox `boot`: the sentry.
-struct RunscState {
-  std::string status;
-  pid_t pid = 0;
+// A sandbox's two host processes, from runsc's own record of the container,
+// <runsc root>/<id>_sandbox:<id>.state (root-only, written by the pinned runsc): "sandbox":
+// {"pid": N} is the sentry (runsc-sandbox `boot`; `runsc state` reports the same pid, measured
+// on 20221219) and "goferPid" the gofer, which `runsc state` does not report. Read from the file
+// because a `runsc state` costs a runsc process, about 30 ms on the create path. 0 for what is
+// not there; the pids are checked against the sandbox's cgroup before they are believed.
+struct HostPids {
+  pid_t sentry = 0;
+  pid_t gofer = 0;
 };
 
-absl::StatusOr<RunscState> ParseRunscState(const std::string& text) {
-  capnp::MallocMessageBuilder message;
-  auto fields = JsonFields(text, message);
-  if (!fields || !fields->count("status") || !fields->at("status").isString())
-    return absl::InternalError("unreadable runsc state output");
-  RunscState state;
-  state.status = fields->at("status").getString().cStr();
-  if (fields->count("pid") && fields->at("pid").isNumber())
-    state.pid = static_cast<pid_t>(fields->at("pid").getNumber());
-  return state;
-}
-
-// The gofer's pid, which `runsc state` does not report: runsc's own record of the container,
-// <runsc root>/<id>_sandbox:<id>.state (root-only, written by the pinned runsc), has it as
-// "goferPid". 0 if it is not there.
-pid_t ReadGoferPid(const std::string& state_file) {
+HostPids ReadHostPids(const std::string& state_file) {
   std::ifstream in(state_file);
   std::string text((std::istreambuf_iterator<char>(in)), {});
-  if (text.size() > (1 << 20)) return 0;
+  HostPids pids;
+  if (text.size() > (1 << 20)) return pids;
   capnp::MallocMessageBuilder message;
   auto fields = JsonFields(text, message);
-  if (!fields || !fields->count("goferPid") || !fields->at("goferPid").isNumber()) return 0;
-  return static_cast<pid_t>(fields->at("goferPid").getNumber());
+  if (!fields) return pids;
+  auto number = [](std::map<std::string, capnp::JsonValue::Reader>& f, const char* name) {
+    auto it = f.find(name);
+    return it != f.end() && it->second.isNumber() ? static_cast<pid_t>(it->second.getNumber()) : 0;
+  };
+  pids.gofer = number(*fields, "goferPid");
+  auto sandbox = fields->find("sandbox");
+  if (sandbox != fields->end() && sandbox->second.isObject()) {
+    std::map<std::string, capnp::JsonValue::Reader> inner;
+    for (auto f : sandbox->second.getObject()) inner.emplace(f.getName().cStr(), f.getValue());
+    pids.sentry = number(inner, "pid");
+  }
+  return pids;
 }
 
 constexpr char kSentryExited[] = "its gVisor kernel (runsc-sandbox) exited";
@@ -402,8 +403,9 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
         if (sb == nullptr || sb->deleting)
           return StatusToException(
               absl::FailedPreconditionError("sandbox was deleted while being created"));
+        // Watched before it is reported created, so no death goes unseen, nor its status.
+        WatchHostProcesses(*sb);
         sb->running = true;
-        sb->watch = WatchHostProcesses(id, generation);
         return kj::READY_NOW;
       })
       .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
@@ -602,83 +604,73 @@ void SandboxHost::MarkStopped(Sandbox& sb, std::string reason, bool oom_killed) 
   sb.stop_waiters.clear();
 }
 
-kj::Promise<void> SandboxHost::WatchHostProcesses(const std::string& id, uint64_t generation) {
-  return runsc_.Run({"state", id})
-      .then([this, id, generation](RunscResult answer) -> kj::Promise<void> {
-        Sandbox* sb = Find(id, generation);
-        if (sb == nullptr || sb->stop_known) return kj::READY_NOW;
-        std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
-        // Gone already (it died between start and now): no status to wait for.
-        auto gone = [&](const char* which) {
-          bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
-          MarkStopped(*sb, oom ? kOomKilledSandboxReason : which, oom);
-          return kj::READY_NOW;
-        };
-        if (!answer.ok()) {
-          if (answer.stderr_text.find("does not exist") != std::string::npos)
-            return gone(kSentryExited);
-          // Not knowing is not stopping: a sandbox is never marked dead on a runsc hiccup.
-          KJ_LOG(ERROR, "cannot watch sandbox: runsc state failed", id, answer.Describe());
-          return kj::READY_NOW;
-        }
-        auto state = ParseRunscState(answer.stdout_text);
-        if (!state.ok()) {
-          KJ_LOG(ERROR, "cannot watch sandbox", id, state.status().ToString());
-          return kj::READY_NOW;
-        }
-        if (state->status != "running") return gone(kSentryExited);
-        auto sentry = watcher_.Watch(state->pid, cgroup);
-        if (!sentry.ok()) {
-          KJ_LOG(ERROR, "cannot watch sandbox", id, sentry.status().ToString());
-          return kj::READY_NOW;
-        }
-        if (sentry->get() == nullptr) return gone(kSentryExited);
-        std::string state_file = absl::StrCat(config_.helper().getRunDir().cStr(), "/runsc/", id,
-                                              "_sandbox:", id, ".state");
-        kj::Own<WatchedProcess> gofer;
-        auto watched_gofer = watcher_.Watch(ReadGoferPid(state_file), cgroup);
-        if (watched_gofer.ok() && watched_gofer->get() != nullptr) {
-          gofer = kj::mv(*watched_gofer);
-        } else {
-          // The sentry ends with its gofer (measured), so the sandbox is still watched.
-          KJ_LOG(WARNING, "cannot watch a sandbox's gofer; watching its sentry only", id,
-                 state_file);
-        }
-        // OOM kills counted before now are not this stop's cause.
-        uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
-        kj::Promise<bool> sentry_first = (*sentry)->Exited().then([] { return true; });
-        if (gofer.get() != nullptr)
-          sentry_first = sentry_first.exclusiveJoin(gofer->Exited().then([] { return false; }));
-        WatchedProcess* s = sentry->get();
-        WatchedProcess* g = gofer.get();
-        return sentry_first
-            .then([this, id, generation, cgroup, ooms_before, s, g](bool first) {
-              Sandbox* sb = Find(id, generation);
-              if (sb == nullptr) return kj::Promise<void>(kj::READY_NOW);
-              // Read at once: the cgroup goes when the sandbox is deleted.
-              bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > ooms_before;
-              // Nothing new starts in it from now on; the reason waits for the statuses.
-              sb->stopped = true;
-              sb->stop_reason = oom ? kOomKilledSandboxReason : first ? kSentryExited : kGoferExited;
-              auto none = [] { return kj::Promise<std::optional<int>>(std::optional<int>()); };
-              auto statuses = kj::heapArrayBuilder<kj::Promise<std::optional<int>>>(2);
-              statuses.add(s->Status(kExitStatusPatience));
-              statuses.add(g != nullptr ? g->Status(kExitStatusPatience) : none());
-              return kj::joinPromises(statuses.finish())
-                  .then([this, id, generation, oom, first](kj::Array<std::optional<int>> status) {
-                    if (Sandbox* sb = Find(id, generation)) {
-                      MarkStopped(*sb,
-                                  oom ? kOomKilledSandboxReason
-                                      : DescribeStop(first, status[0], status[1]),
-                                  oom);
-                    }
-                  });
-            })
-            .attach(kj::mv(*sentry), kj::mv(gofer));
-      })
-      .eagerlyEvaluate([id](kj::Exception&& e) {
-        KJ_LOG(ERROR, "watching a sandbox failed", id, e);
-      });
+void SandboxHost::WatchHostProcesses(Sandbox& sb) {
+  std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  std::string state_file = absl::StrCat(config_.helper().getRunDir().cStr(), "/runsc/", sb.id,
+                                        "_sandbox:", sb.id, ".state");
+  HostPids pids = ReadHostPids(state_file);
+  if (pids.sentry <= 0) {
+    // Not knowing is not stopping: a sandbox is never marked dead because a file was unreadable.
+    KJ_LOG(ERROR, "cannot watch a sandbox: no sentry pid in runsc's state file", sb.id,
+           state_file);
+    return;
+  }
+  auto sentry = watcher_.Watch(pids.sentry, cgroup);
+  if (!sentry.ok()) {
+    KJ_LOG(ERROR, "cannot watch a sandbox", sb.id, sentry.status().ToString());
+    return;
+  }
+  if (sentry->get() == nullptr) {
+    // It died between its start and now: there is no status to wait for.
+    bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
+    MarkStopped(sb, oom ? kOomKilledSandboxReason : kSentryExited, oom);
+    return;
+  }
+  kj::Own<WatchedProcess> gofer;
+  auto watched_gofer = watcher_.Watch(pids.gofer, cgroup);
+  if (watched_gofer.ok() && watched_gofer->get() != nullptr) {
+    gofer = kj::mv(*watched_gofer);
+  } else {
+    // The sentry ends with its gofer (measured), so the sandbox is still watched.
+    KJ_LOG(WARNING, "cannot watch a sandbox's gofer; watching its sentry only", sb.id);
+  }
+  // OOM kills counted before now are not this stop's cause.
+  uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
+  kj::Promise<bool> sentry_first = (*sentry)->Exited().then([] { return true; });
+  if (gofer.get() != nullptr)
+    sentry_first = sentry_first.exclusiveJoin(gofer->Exited().then([] { return false; }));
+  WatchedProcess* s = sentry->get();
+  WatchedProcess* g = gofer.get();
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
+  sb.watch =
+      sentry_first
+          .then([this, id, generation, cgroup, ooms_before, s, g](bool first) {
+            Sandbox* sb = Find(id, generation);
+            if (sb == nullptr) return kj::Promise<void>(kj::READY_NOW);
+            // Read at once: the cgroup goes when the sandbox is deleted.
+            bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > ooms_before;
+            // Nothing new starts in it from now on; the reason waits for the statuses.
+            sb->stopped = true;
+            sb->stop_reason = oom ? kOomKilledSandboxReason : first ? kSentryExited : kGoferExited;
+            auto statuses = kj::heapArrayBuilder<kj::Promise<std::optional<int>>>(2);
+            statuses.add(s->Status(kExitStatusPatience));
+            statuses.add(g != nullptr ? g->Status(kExitStatusPatience)
+                                      : kj::Promise<std::optional<int>>(std::optional<int>()));
+            return kj::joinPromises(statuses.finish())
+                .then([this, id, generation, oom, first](kj::Array<std::optional<int>> status) {
+                  if (Sandbox* sb = Find(id, generation)) {
+                    MarkStopped(*sb,
+                                oom ? kOomKilledSandboxReason
+                                    : DescribeStop(first, status[0], status[1]),
+                                oom);
+                  }
+                });
+          })
+          .attach(kj::mv(*sentry), kj::mv(gofer))
+          .eagerlyEvaluate([id](kj::Exception&& e) {
+            KJ_LOG(ERROR, "watching a sandbox failed", id, e);
+          });
 }
 
 // ---------------------------------------------------------------- delete
@@ -889,7 +881,7 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
                   oom);
       KJ_LOG(WARNING, "adopted a stopped sandbox from a previous privhelper", id);
     } else {
-      sb.watch = WatchHostProcesses(id, sb.generation);
+      WatchHostProcesses(sb);
       KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
     }
   } else {

@@ -132,8 +132,8 @@ class SandboxHost {
     std::string stop_reason;
     std::vector<kj::Own<kj::PromiseFulfiller<Stop>>> stop_waiters;
     std::map<std::string, kj::Own<Process>> processes;
-    // Watches the sentry and the gofer (WatchHostProcesses); declared last, so it is cancelled
-    // first when the record goes.
+    // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
+    // cancelled first when the record goes.
     kj::Promise<void> watch = nullptr;
   };
   struct CreatePlan;
@@ -158,9 +158,10 @@ class SandboxHost {
   absl::Status WriteBundle(Sandbox& sb, const ValidatedCreate& request, const CreatePlan& plan);
   // Create, asynchronously: `runsc create` and `runsc start`, or a teardown.
   kj::Promise<void> StartContainer(const std::string& id, uint64_t generation);
-  // After start (or adoption): finds the sentry (`runsc state`) and the gofer (runsc's state
-  // file) and marks the sandbox stopped when either exits.
-  kj::Promise<void> WatchHostProcesses(const std::string& id, uint64_t generation);
+  // After start (or adoption): finds the sentry and the gofer (runsc's state file) and watches
+  // them (Sandbox::watch), marking the sandbox stopped when either exits; marks it stopped at
+  // once if the sentry is gone already. If they cannot be found it logs and leaves it running.
+  void WatchHostProcesses(Sandbox& sb);
   // The sandbox has stopped for good: records why and answers every WaitStopped.
   void MarkStopped(Sandbox& sb, std::string reason, bool oom_killed);
   // A started sandbox is refused new processes and signals once it has stopped.

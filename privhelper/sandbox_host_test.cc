@@ -176,19 +176,21 @@ class SandboxHostTest : public ::testing::Test {
     auto config = LoadConfig(dir_ + "/etc");
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = std::move(*config);
-    // Every sandbox's sentry is pid 100 and runs, unless a test says otherwise.
-    runsc_.results["state"] = Listed(R"({"id": "sb", "status": "running", "pid": 100})");
+    // Every sandbox's sentry and gofer are these pids and run, unless a test says otherwise.
     watcher_.running = {kSentry, kGofer};
     host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, "/shim", cgroups_);
   }
 
   static constexpr pid_t kSentry = 100, kGofer = 101;
 
-  // runsc's own state file for `id`, which names the gofer.
-  void WriteRunscStateFile(const std::string& id, pid_t gofer = kGofer) {
+  std::string RunscStateFile(const std::string& id) const {
+    return absl::StrCat(dir_, "/run/runsc/", id, "_sandbox:", id, ".state");
+  }
+  // runsc's own state file for `id`, which names the sentry and the gofer.
+  void WriteRunscStateFile(const std::string& id, pid_t sentry = kSentry, pid_t gofer = kGofer) {
     Write(absl::StrCat("run/runsc/", id, "_sandbox:", id, ".state"),
           absl::StrCat(R"({"id": ")", id, R"(", "status": "running", "goferPid": )", gofer,
-                       R"(, "sandbox": {"id": ")", id, R"(", "pid": 100}})"));
+                       R"(, "sandbox": {"id": ")", id, R"(", "pid": )", sentry, "}}"));
   }
 
   // The stop a WaitStopped promise resolved to, or its error.
@@ -247,9 +249,11 @@ class SandboxHostTest : public ::testing::Test {
 
   absl::Status Reconcile(config::RestartPolicy policy) { return Await(host_->Reconcile(policy)); }
 
-  // A running sandbox `id`, adopted from a previous privhelper.
+  // A running sandbox `id`, adopted from a previous privhelper (with runsc's state file for
+  // it, unless the test wrote its own).
   void Adopt(const std::string& id) {
     LeaveBundle(id);
+    if (!fs::exists(RunscStateFile(id))) WriteRunscStateFile(id);
     runsc_.results["list"] =
         Listed(absl::StrCat(R"([{"id": ")", id, R"(", "status": "running"}])"));
     ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
@@ -566,7 +570,6 @@ TEST_F(SandboxHostTest, ARunscThatCannotStartLeavesNoProcess) {
 // Regression (attack run, item 5): a sandbox whose sentry was SIGKILLed stayed `running`, and
 // exec into it failed inside runsc instead of being refused.
 TEST_F(SandboxHostTest, ASandboxWhoseSentryDiesIsStoppedWithWhy) {
-  WriteRunscStateFile("sb-1");
   Adopt("sb-1");
   EXPECT_EQ(watcher_.watched, (std::vector<std::pair<pid_t, std::string>>{
                                   {kSentry, "/paseo-sandbox/sb-1"}, {kGofer, "/paseo-sandbox/sb-1"}}));
@@ -611,7 +614,6 @@ TEST_F(SandboxHostTest, ASandboxWhoseSentryDiesIsStoppedWithWhy) {
 }
 
 TEST_F(SandboxHostTest, AKilledGoferIsNamedEvenIfTheSentryIsSeenFirst) {
-  WriteRunscStateFile("sb-1");
   Adopt("sb-1");
   auto waiting = host_->WaitStopped({"sb-1"});
   ASSERT_TRUE(waiting.ok());
@@ -627,7 +629,6 @@ TEST_F(SandboxHostTest, AKilledGoferIsNamedEvenIfTheSentryIsSeenFirst) {
 }
 
 TEST_F(SandboxHostTest, AGoferSeenExitingFirstIsTheCauseAndAnUnknownStatusIsLeftOut) {
-  WriteRunscStateFile("sb-1");
   Adopt("sb-1");
   auto waiting = host_->WaitStopped({"sb-1"});
   watcher_.Exit(kGofer);
@@ -644,7 +645,8 @@ TEST_F(SandboxHostTest, ASentryKilledOverTheMemoryLimitIsOomKilled) {
   std::string events = cgroups_ + "/paseo-sandbox/sb-1/memory.events";
   fs::create_directories(fs::path(events).parent_path());
   std::ofstream(events) << "oom_kill 0\n";
-  Adopt("sb-1");  // no state file: only the sentry is watched
+  WriteRunscStateFile("sb-1", kSentry, /*gofer=*/0);  // only the sentry can be watched
+  Adopt("sb-1");
   EXPECT_EQ(watcher_.watched.size(), 2u);
   auto waiting = host_->WaitStopped({"sb-1"});
   std::ofstream(events, std::ios::trunc) << "oom_kill 1\n";
@@ -657,29 +659,25 @@ TEST_F(SandboxHostTest, ASentryKilledOverTheMemoryLimitIsOomKilled) {
   EXPECT_TRUE(Listing().oom_killed["sb-1"]);
 }
 
-TEST_F(SandboxHostTest, ASandboxAlreadyDeadWhenWatchedIsStopped) {
-  const std::vector<std::pair<const char*, RunscResult>> cases = {
-      {"runsc says stopped", Listed(R"({"id": "sb-1", "status": "stopped", "pid": -1})")},
-      {"runsc no longer knows it", Failed("container \"sb-1\" does not exist")},
-      {"its pid is not its sentry", Listed(R"({"id": "sb-1", "status": "running", "pid": 7})")},
-  };
-  for (const auto& [name, result] : cases) {
-    SCOPED_TRACE(name);
-    runsc_.results["state"] = result;
-    Adopt("sb-1");
-    auto waiting = host_->WaitStopped({"sb-1"});
-    ASSERT_TRUE(waiting.ok());
-    auto stop = Stopped(*waiting);
-    ASSERT_TRUE(stop.ok()) << stop.status();
-    EXPECT_EQ(stop->reason, "its gVisor kernel (runsc-sandbox) exited");
-    ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
-  }
+TEST_F(SandboxHostTest, ASandboxWhoseSentryIsGoneWhenWatchedIsStopped) {
+  // Its pid runs no more, or names a process outside its cgroup (the fake says "not running").
+  WriteRunscStateFile("sb-1", /*sentry=*/7);
+  Adopt("sb-1");
+  auto waiting = host_->WaitStopped({"sb-1"});
+  ASSERT_TRUE(waiting.ok());
+  auto stop = Stopped(*waiting);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->reason, "its gVisor kernel (runsc-sandbox) exited");
+  EXPECT_TRUE(Listing().stopped["sb-1"]);
+  ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
 }
 
 TEST_F(SandboxHostTest, NotKnowingIsNotStopping) {
-  for (const auto& result : {Failed("timed out"), Listed("garbage")}) {
-    runsc_.results["state"] = result;
+  for (const char* file : {"", "garbage", R"({"id": "sb-1", "goferPid": 101})"}) {
+    SCOPED_TRACE(file);
+    Write("run/runsc/sb-1_sandbox:sb-1.state", file);
     Adopt("sb-1");
+    EXPECT_TRUE(watcher_.watched.empty());
     auto waiting = host_->WaitStopped({"sb-1"});
     ASSERT_TRUE(waiting.ok());
     EXPECT_EQ(Stopped(*waiting).status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -697,7 +695,7 @@ TEST_F(SandboxHostTest, KeepAdoptsAStoppedSandboxAsStopped) {
   LeaveBundle("sb-dead");
   runsc_.results["list"] = Listed(R"([{"id": "sb-dead", "status": "stopped"}])");
   ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
-  EXPECT_TRUE(runsc_.CallsOf("state").empty()) << "nothing to watch";
+  EXPECT_TRUE(watcher_.watched.empty()) << "nothing to watch";
   Inventory inv = Listing();
   EXPECT_TRUE(inv.unattached["sb-dead"]);
   EXPECT_TRUE(inv.stopped["sb-dead"]);
