@@ -877,8 +877,8 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     if (status == "stopped") {
       std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
       bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
-      MarkStopped(sb, oom ? kOomKilledSandboxReason : "it had stopped when the privhelper restarted",
-                  oom);
+      MarkStopped(
+          sb, oom ? kOomKilledSandboxReason : "it had stopped when the privhelper restarted", oom);
       KJ_LOG(WARNING, "adopted a stopped sandbox from a previous privhelper", id);
     } else {
       WatchHostProcesses(sb);

@@ -2,8 +2,8 @@
 // ProcessWatcher stands in for the sandboxes' sentries and gofers, the state dir and the cgroup
 // root are temp dirs. Covers reconcile (adopt, destroy, collect, refuse to collect on a bad
 // `runsc list`), the refusals of every request, the process life (start, signal, wait, oom,
-// reattach, close input), a sandbox that stops by itself, and delete. Create is covered up to the first
-// mount: the fixture's state dir contains ',', which MountRootfsOverlay refuses before
+// reattach, close input), a sandbox that stops by itself, and delete. Create is covered up to
+// the first mount: the fixture's state dir contains ',', which MountRootfsOverlay refuses before
 // mounting, so no test here mounts anything even when run as root; the mounts and a real
 // runsc create/start are covered by the root suites under testing/.
 #include "privhelper/sandbox_host.h"
@@ -571,8 +571,9 @@ TEST_F(SandboxHostTest, ARunscThatCannotStartLeavesNoProcess) {
 // exec into it failed inside runsc instead of being refused.
 TEST_F(SandboxHostTest, ASandboxWhoseSentryDiesIsStoppedWithWhy) {
   Adopt("sb-1");
-  EXPECT_EQ(watcher_.watched, (std::vector<std::pair<pid_t, std::string>>{
-                                  {kSentry, "/paseo-sandbox/sb-1"}, {kGofer, "/paseo-sandbox/sb-1"}}));
+  const std::string cgroup = "/paseo-sandbox/sb-1";
+  EXPECT_EQ(watcher_.watched,
+            (std::vector<std::pair<pid_t, std::string>>{{kSentry, cgroup}, {kGofer, cgroup}}));
   ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
   auto waiting = host_->WaitStopped({"sb-1"});
   ASSERT_TRUE(waiting.ok());

@@ -74,7 +74,9 @@ std::string StateOf(const Service& svc, const std::string& id, int seconds = 0) 
   for (int waited = 0;; waited += 100) {
     auto ps = svc.Cli(Alpha(svc), {"--json", "ps"}, std::chrono::seconds(30));
     auto at = ps.out.find("\"id\":\"" + id + "\"");
-    found = at == std::string::npos ? "(not listed)" : ps.out.substr(at, ps.out.find(",\"createdAt", at) - at);
+    found = at == std::string::npos
+                ? "(not listed)"
+                : ps.out.substr(at, ps.out.find(",\"createdAt", at) - at);
     if (!absl::StrContains(found, "\"state\":\"running") || waited >= seconds * 1000) return found;
     usleep(100000);
   }
