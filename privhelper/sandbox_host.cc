@@ -595,7 +595,8 @@ absl::StatusOr<kj::Promise<SandboxHost::Stop>> SandboxHost::WaitStopped(
 
 void SandboxHost::MarkStopped(Sandbox& sb, std::string reason, bool oom_killed) {
   if (sb.stop_known) return;
-  KJ_LOG(WARNING, "sandbox stopped", sb.id, reason);
+  // A delete's own kill is seen here too: that is no news.
+  if (!sb.deleting) KJ_LOG(WARNING, "sandbox stopped", sb.id, reason);
   sb.stopped = true;
   sb.stop_known = true;
   sb.stop_reason = std::move(reason);
