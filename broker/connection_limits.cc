@@ -43,7 +43,18 @@ MeteredStream::MeteredStream(kj::Own<kj::AsyncIoStream> inner, ReceiveBudget& bu
       allowed_(allowed),
       uid_(uid),
       timer_(timer),
-      deadline_(deadline) {}
+      deadline_(deadline),
+      aborted_(nullptr) {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  aborted_ = paf.promise.fork();
+  abort_ = kj::mv(paf.fulfiller);
+}
+
+void MeteredStream::Abort(const absl::Status& status) {
+  if (failed_ != nullptr) return;
+  failed_ = StatusToException(status);
+  abort_->reject(StatusToException(status));
+}
 
 MeteredStream::~MeteredStream() noexcept(false) {
   if (charged_ > 0) budget_.Release(allowed_, uid_, charged_);
@@ -114,6 +125,7 @@ kj::Promise<size_t> MeteredStream::tryRead(void* buffer, size_t min_bytes, size_
                     failed_ = StatusToException(st);
                     return StatusToException(st);
                   });
+  read = read.exclusiveJoin(aborted_.addBranch().then([]() -> size_t { return 0; }));
   KJ_IF_MAYBE(when, message_deadline_) {
     auto expired = timer_.atTime(*when).then([this]() -> kj::Promise<size_t> {
       auto st = absl::UnavailableError("a message took too long to arrive");
@@ -147,6 +159,7 @@ absl::StatusOr<kj::Own<CallLimiter::Ticket>> CallLimiter::Connection::Acquire() 
   size_t& by_uid = limiter_.by_uid_[uid_];
   if (waiting_ >= limiter_.per_connection_ || by_uid >= limiter_.per_uid_) {
     if (by_uid == 0) limiter_.by_uid_.erase(uid_);
+    if (++refused_ == limiter_.per_connection_) on_abuse_();
     return absl::UnavailableError(absl::StrCat(
         "too many calls waiting (at most ", limiter_.per_connection_, " per connection and ",
         limiter_.per_uid_, " per uid); wait for some to finish"));

@@ -72,6 +72,9 @@ class MeteredStream final : public kj::AsyncIoStream {
   void abortRead() override;
   kj::Maybe<int> getFd() const override;
 
+  // Ends the connection: the pending read and every later one fail with `status`.
+  void Abort(const absl::Status& status);
+
   // For tests: bytes of the message in progress charged to the budget.
   size_t charged() const { return charged_; }
 
@@ -97,6 +100,8 @@ class MeteredStream final : public kj::AsyncIoStream {
   size_t charged_ = 0;
   kj::Maybe<kj::TimePoint> message_deadline_;
   kj::Maybe<kj::Exception> failed_;
+  kj::ForkedPromise<void> aborted_;  // rejected by Abort()
+  kj::Own<kj::PromiseFulfiller<void>> abort_;
 };
 
 // Outstanding waiting calls, per connection and per uid.
@@ -121,8 +126,11 @@ class CallLimiter {
 
   class Connection : public kj::Refcounted {
    public:
-    Connection(CallLimiter& limiter, uid_t uid) : limiter_(limiter), uid_(uid) {}
-    // unavailable when this connection or its uid has too many calls waiting.
+    Connection(CallLimiter& limiter, uid_t uid, kj::Function<void()> on_abuse)
+        : limiter_(limiter), uid_(uid), on_abuse_(kj::mv(on_abuse)) {}
+    // unavailable when this connection or its uid has too many calls waiting. A refused call
+    // still holds an answer in the RPC system until the client acknowledges it, so a
+    // connection refused more than the per-connection bound again is ended (on_abuse).
     absl::StatusOr<kj::Own<Ticket>> Acquire();
     size_t waiting() const { return waiting_; }
 
@@ -130,10 +138,15 @@ class CallLimiter {
     friend class Ticket;
     CallLimiter& limiter_;
     uid_t uid_;
+    kj::Function<void()> on_abuse_;
     size_t waiting_ = 0;
+    size_t refused_ = 0;
   };
 
-  kj::Own<Connection> Open(uid_t uid) { return kj::refcounted<Connection>(*this, uid); }
+  // `on_abuse` ends the connection (MeteredStream::Abort).
+  kj::Own<Connection> Open(uid_t uid, kj::Function<void()> on_abuse = [] {}) {
+    return kj::refcounted<Connection>(*this, uid, kj::mv(on_abuse));
+  }
   size_t waiting(uid_t uid) const;
 
  private:

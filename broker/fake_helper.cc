@@ -6,17 +6,10 @@
 
 #include <kj/debug.h>
 
+#include "privhelper/fd_cap.h"
+
 namespace paseo {
 namespace {
-
-class FdCap final : public helper::Fd::Server {
- public:
-  explicit FdCap(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
-  kj::Maybe<int> getFd() override { return fd_.get(); }
-
- private:
-  kj::AutoCloseFd fd_;
-};
 
 std::pair<kj::AutoCloseFd, kj::AutoCloseFd> Pipe() {
   int fds[2];

@@ -115,8 +115,12 @@ class Listener {
     ++mine;
     uid_t uid = peer.uid;
     auto metered = kj::heap<MeteredStream>(kj::mv(stream), budget_, allowed, uid, timer_);
+    MeteredStream& raw = *metered;
+    auto calls = calls_.Open(uid, [&raw] {
+      raw.Abort(absl::UnavailableError("too many refused calls; connection closed"));
+    });
     auto conn = kj::heap<ClientConnection>(kj::mv(metered), pool.per_message / 8,
-                                           NewSupervisor(broker_, peer, calls_.Open(uid)));
+                                           NewSupervisor(broker_, peer, kj::mv(calls)));
     auto done = conn->network.onDisconnect().attach(kj::mv(conn));
     tasks_.add(done.then([this, uid] {
       --open_;

@@ -10,12 +10,10 @@
 #include "common/status.h"
 
 namespace paseo {
-namespace {
 
-// Release old bytes in steps of this size: one fallocate per MiB, not per write.
-constexpr uint64_t kPunchStep = 1 << 20;
-
-}  // namespace
+uint64_t OutputLog::Slack(uint64_t capacity) {
+  return std::clamp<uint64_t>(capacity / 8, 64 << 10, 1 << 20);
+}
 
 absl::StatusOr<kj::Own<OutputLog>> OutputLog::Open(const std::string& path, uint64_t capacity) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -24,24 +22,32 @@ absl::StatusOr<kj::Own<OutputLog>> OutputLog::Open(const std::string& path, uint
   struct stat st;
   if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", path);
   if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + " is not a file");
-  return kj::heap<OutputLog>(kj::mv(owned), static_cast<uint64_t>(st.st_size), capacity);
+  auto log = kj::heap<OutputLog>(kj::mv(owned), static_cast<uint64_t>(st.st_size), capacity);
+  // A predecessor that died may have left up to a step unpunched (or kept more, under another
+  // capacity): release everything before start() now, or it would stay allocated for good.
+  log->Punch();
+  return log;
 }
 
 absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more) {
   *eof = false;
   *more = false;
   size_t moved = 0;
+  // One splice adds at most a step, and Advance punches after each: a turn of kTurnBytes into
+  // a small log must not hold kTurnBytes more on disk than the log keeps.
+  const size_t step = static_cast<size_t>(Slack(capacity_));
   while (true) {
     if (moved >= kTurnBytes) {
       *more = true;
       break;
     }
     // An explicit file offset: splice into an O_APPEND file fails with EINVAL.
-    loff_t off = static_cast<loff_t>(end_ + moved);
-    ssize_t n = splice(pipe_fd, nullptr, fd_.get(), &off, 1 << 20,
+    loff_t off = static_cast<loff_t>(end_);
+    ssize_t n = splice(pipe_fd, nullptr, fd_.get(), &off, step,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     if (n > 0) {
       moved += static_cast<size_t>(n);
+      Advance(static_cast<uint64_t>(n));
       continue;
     }
     if (n == 0) {
@@ -52,33 +58,40 @@ absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more)
     if (errno == EAGAIN) break;
     return ErrnoStatus("splice", "output log");
   }
-  if (moved > 0) Grew(moved);
+  if (moved > 0) Notify();
   return moved;
 }
 
 absl::Status OutputLog::Append(const char* data, size_t size) {
+  const size_t step = static_cast<size_t>(Slack(capacity_));
   size_t done = 0;
   while (done < size) {
-    ssize_t n = pwrite(fd_.get(), data + done, size - done, static_cast<off_t>(end_ + done));
+    ssize_t n = pwrite(fd_.get(), data + done, std::min(size - done, step),
+                       static_cast<off_t>(end_));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus("pwrite", "output log");
     }
     done += static_cast<size_t>(n);
+    Advance(static_cast<uint64_t>(n));
   }
-  Grew(size);
+  if (size > 0) Notify();
   return absl::OkStatus();
 }
 
-void OutputLog::Grew(uint64_t bytes) {
+void OutputLog::Advance(uint64_t bytes) {
   end_ += bytes;
+  if (start() >= punched_ + Slack(capacity_)) Punch();
+}
+
+void OutputLog::Punch() {
   uint64_t keep_from = start();
-  if (keep_from >= punched_ + kPunchStep) {
-    fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-              static_cast<off_t>(punched_), static_cast<off_t>(keep_from - punched_));
-    punched_ = keep_from;
-  }
-  Notify();
+  if (keep_from <= punched_) return;
+  // Best effort: a filesystem without hole punching keeps the old bytes allocated, nothing else
+  // changes (the offsets and what Read returns do not depend on it).
+  fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(punched_),
+            static_cast<off_t>(keep_from - punched_));
+  punched_ = keep_from;
 }
 
 void OutputLog::Notify() {

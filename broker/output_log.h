@@ -3,8 +3,11 @@
 // the file. The broker moves bytes from the process's pipe into the file with splice(2), so at
 // any moment each byte is either still in the pipe or already in the file: a broker killed at
 // any point loses nothing, and its successor reopens the file and continues from its size.
-// Only the newest `capacity` bytes are kept: older ones are punched out of the file
-// (FALLOC_FL_PUNCH_HOLE), so disk use is bounded and offsets never change. Subscribers read
+// Only the newest `capacity` bytes are kept (readable): older ones are punched out of the file
+// (FALLOC_FL_PUNCH_HOLE), so disk use is bounded and offsets never change. Punching goes in
+// steps of Slack(capacity) bytes and no write moves more than a step before the next punch, so
+// the file never has more than MaxAllocatedBytes(capacity) = capacity + 2 x Slack(capacity)
+// bytes allocated (plus a filesystem block at each end of the kept range). Subscribers read
 // with pread, served from the page cache; the broker's own memory does not grow with output.
 #pragma once
 
@@ -29,10 +32,17 @@ class OutputLog {
   bool closed() const { return closed_; }
 
   // Moves what `pipe_fd` (non-blocking) holds into the log, at most kTurnBytes per call so one
-  // busy stream cannot monopolize the broker. Returns the bytes moved; sets *eof when its
-  // writers are gone and *more when it stopped at the bound with data left.
+  // busy stream cannot monopolize the broker, in splices of at most Slack(capacity) bytes with
+  // old bytes punched after each. Returns the bytes moved; sets *eof when its writers are gone
+  // and *more when it stopped at the bound with data left.
   absl::StatusOr<size_t> SpliceFrom(int pipe_fd, bool* eof, bool* more);
   static constexpr size_t kTurnBytes = 4 << 20;
+  // The step in which old bytes are released and the most one splice (or write) adds before
+  // the next release: capacity / 8, at least 64 KiB (fewer fallocate calls for small logs), at
+  // most 1 MiB.
+  static uint64_t Slack(uint64_t capacity);
+  // The most the file ever has allocated, not counting a partial filesystem block at each end.
+  static uint64_t MaxAllocatedBytes(uint64_t capacity) { return capacity + 2 * Slack(capacity); }
   // Appends bytes the broker holds in memory (used where splice cannot be, e.g. tests).
   absl::Status Append(const char* data, size_t size);
   void Close();
@@ -43,11 +53,13 @@ class OutputLog {
 
   // Use Open().
   OutputLog(kj::AutoCloseFd fd, uint64_t size, uint64_t capacity)
-      : fd_(kj::mv(fd)), end_(size), punched_(size > capacity ? size - capacity : 0),
-        capacity_(capacity) {}
+      : fd_(kj::mv(fd)), end_(size), punched_(0), capacity_(capacity) {}
 
  private:
-  void Grew(uint64_t bytes);
+  // Counts `bytes` more and punches out what fell before start() once it is a step or more.
+  void Advance(uint64_t bytes);
+  // Releases [punched_, start()).
+  void Punch();
   void Notify();
 
   kj::AutoCloseFd fd_;

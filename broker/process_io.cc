@@ -114,16 +114,16 @@ void ProcessRecord::SetExit(ProcessExit how) {
   exit = how;
   // Nobody can write to an ended process: release its stdin fd now.
   input->Drop();
-  auto waiters = kj::mv(exit_waiters_);
-  exit_waiters_ = {};
-  for (auto& w : waiters) w->fulfill();
+  if (end_.get() != nullptr) end_->fulfill();
 }
 
 kj::Promise<void> ProcessRecord::WhenEnded() {
   if (ended()) return kj::READY_NOW;
+  KJ_IF_MAYBE(forked, ended_) { return forked->addBranch(); }
   auto paf = kj::newPromiseAndFulfiller<void>();
-  exit_waiters_.add(kj::mv(paf.fulfiller));
-  return kj::mv(paf.promise);
+  end_ = kj::mv(paf.fulfiller);
+  auto& forked = ended_.emplace(paf.promise.fork());
+  return forked.addBranch();
 }
 
 void StartPumps(kj::UnixEventPort& events, ProcessRecord& p, kj::AutoCloseFd stdout_fd,

@@ -76,7 +76,11 @@ struct ProcessRecord : public kj::Refcounted {
   kj::Promise<void> WhenEnded();
 
  private:
-  kj::Vector<kj::Own<kj::PromiseFulfiller<void>>> exit_waiters_;
+  // One forked promise for every waiter: a waiter that goes away (a cancelled wait()) drops
+  // only its branch, so waiting costs nothing that outlives the waiter (regression: each
+  // cancelled wait left a fulfiller behind until the process ended).
+  kj::Maybe<kj::ForkedPromise<void>> ended_;
+  kj::Own<kj::PromiseFulfiller<void>> end_;
 };
 
 // Starts moving the process's output pipes into its logs (splice: a byte is in the pipe or in

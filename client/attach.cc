@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include <kj/async-unix.h>
 #include <kj/debug.h>
@@ -172,26 +172,47 @@ int ExitCodeOf(api::ExitStatus::Reader status) {
 
 int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOptions& options) {
   auto& ws = io.waitScope;
+  std::shared_ptr<Messages> messages =
+      options.messages != nullptr ? options.messages : std::make_shared<Messages>(STDERR_FILENO);
+  // The local terminal may be raw: notices bring their own carriage returns.
+  messages->set_raw_terminal(options.tty);
+  KJ_DEFER(messages->set_raw_terminal(false));
   kj::Vector<kj::Promise<void>> ended;
   kj::Vector<api::Subscription::Client> subscriptions;
-  auto subscribe = [&](api::Stream stream, uint64_t from, int fd) {
+  auto out = std::make_shared<StreamProgress>(), err = std::make_shared<StreamProgress>();
+  out->next = options.stdout_from;
+  err->next = options.stderr_from;
+  // Where each stream got to, for the report of a lost connection.
+  auto lost = [&](kj::Exception&& e) -> kj::Exception {
+    if (e.getType() != kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+    std::string at = options.tty ? "pty offset " + std::to_string(out->next)
+                                 : "stdout offset " + std::to_string(out->next) +
+                                       " and stderr offset " + std::to_string(err->next);
+    return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                         kj::str(kConnectionLostText, " at ", at.c_str()));
+  };
+  auto subscribe = [&](api::Stream stream, std::shared_ptr<StreamProgress> progress, int fd) {
     auto done = kj::newPromiseAndFulfiller<void>();
     auto req = process.subscribeRequest();
     req.setStream(stream);
-    req.setFromOffset(from);
+    req.setFromOffset(progress->next);
     FdOutputSink::Options sink;
     sink.fd = fd;
-    sink.raw_terminal = options.tty;
+    sink.messages = messages;
+    sink.progress = progress;
     req.setSink(kj::heap<FdOutputSink>(sink, kj::mv(done.fulfiller)));
     subscriptions.add(req.send().wait(ws).getSubscription());
     ended.add(kj::mv(done.promise));
   };
-  if (options.tty) {
-    subscribe(api::Stream::PTY, options.stdout_from, options.stdout_fd);
-  } else {
-    subscribe(api::Stream::STDOUT, options.stdout_from, options.stdout_fd);
-    subscribe(api::Stream::STDERR, options.stderr_from, options.stderr_fd);
-  }
+  kj::Maybe<kj::Exception> not_subscribed = kj::runCatchingExceptions([&] {
+    if (options.tty) {
+      subscribe(api::Stream::PTY, out, options.stdout_fd);
+    } else {
+      subscribe(api::Stream::STDOUT, out, options.stdout_fd);
+      subscribe(api::Stream::STDERR, err, options.stderr_fd);
+    }
+  });
+  KJ_IF_MAYBE(e, not_subscribed) { kj::throwFatalException(lost(kj::mv(*e))); }
 
   kj::Maybe<RawTerminal> raw;
   if (options.tty && options.forward_stdin) raw.emplace(options.stdin_fd);
@@ -213,22 +234,29 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
   int interrupts = 0;
   // With a raw terminal, Ctrl-C is a byte for the process, not a signal for us.
   auto gave_up = ForwardInterrupts(io.unixEventPort, process, &interrupts);
-  auto outcome = kj::joinPromises(ended.releaseAsArray())
-                     .then([] { return 0; })
-                     .exclusiveJoin(detached.then([](bool) { return 1; }))
-                     .exclusiveJoin(gave_up.then([] { return 2; }))
-                     .exclusiveJoin(resizes.then([] { return 3; }))
-                     .wait(ws);
+  int outcome = 0;
+  kj::Maybe<kj::Exception> failed = kj::runCatchingExceptions([&] {
+    outcome = kj::joinPromises(ended.releaseAsArray())
+                  .then([] { return 0; })
+                  .exclusiveJoin(detached.then([](bool) { return 1; }))
+                  .exclusiveJoin(gave_up.then([] { return 2; }))
+                  .exclusiveJoin(resizes.then([] { return 3; }))
+                  .wait(ws);
+  });
   input = nullptr;
   if (stdin_flags >= 0) fcntl(options.stdin_fd, F_SETFL, stdin_flags);
   raw = nullptr;
+  KJ_IF_MAYBE(e, failed) { kj::throwFatalException(lost(kj::mv(*e))); }
   if (outcome == 1) {
-    std::fprintf(stderr, "\r\npaseo-sandbox: detached\n");
+    messages->Say("detached");
     return kDetached;
   }
   if (outcome == 2) return 130;
-  auto status = process.waitRequest().send().wait(ws);
-  return ExitCodeOf(status.getStatus());
+  int code = 255;
+  kj::Maybe<kj::Exception> no_status = kj::runCatchingExceptions(
+      [&] { code = ExitCodeOf(process.waitRequest().send().wait(ws).getStatus()); });
+  KJ_IF_MAYBE(e, no_status) { kj::throwFatalException(lost(kj::mv(*e))); }
+  return code;
 }
 
 }  // namespace paseo::client

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include <kj/async-io.h>
 
+#include "client/messages.h"
 #include "schema/api.capnp.h"
 
 namespace paseo::client {
@@ -22,6 +24,9 @@ struct AttachOptions {
   int stdin_fd = 0;
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // Where notices go (a gap, "detached"); default: stderr. Silenced once stream bytes go to
+  // the same fd (messages.h).
+  std::shared_ptr<Messages> messages;
 };
 
 inline constexpr int kDetached = -1;
@@ -31,7 +36,8 @@ inline constexpr int kDetached = -1;
 void CaptureAttachSignals();
 
 // Returns the process's exit code (128+N for signal N), kDetached, or 130 if interrupted twice.
-// Needs CaptureAttachSignals().
+// A lost connection throws DISCONNECTED, described as "the connection to the service was lost
+// at stdout offset N and stderr offset M" (pty offset N for a tty). Needs CaptureAttachSignals().
 int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOptions& options);
 
 // Our terminal's size, or 24x80 if stdin is not a terminal.

@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
   std::fputs(parsed.out.c_str(), stdout);
   std::fputs(parsed.err.c_str(), stderr);
   if (!parsed.command_line) return parsed.exit_code;
-  CaptureAttachSignals();
+  // Only the attaching commands take over Ctrl-C (passed to the process); for every other
+  // (logs -f, wait, ...) SIGINT and SIGTERM end the CLI as usual.
+  if (NeedsAttachSignals(*parsed.command_line)) CaptureAttachSignals();
   signal(SIGPIPE, SIG_IGN);
   auto io = kj::setupAsyncIo();
   return Execute(io, *parsed.command_line);

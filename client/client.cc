@@ -56,6 +56,12 @@ Connection::Connection(kj::AsyncIoContext& io, const std::string& socket_path)
       client_(kj::heap<capnp::TwoPartyClient>(*stream_)),
       supervisor_(client_->bootstrap().castAs<api::Supervisor>()) {}
 
+Connection::Connection(kj::AsyncIoContext& io, kj::AutoCloseFd connected)
+    : stream_(io.lowLevelProvider->wrapSocketFd(connected.release(),
+                                                kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
+      client_(kj::heap<capnp::TwoPartyClient>(*stream_)),
+      supervisor_(client_->bootstrap().castAs<api::Supervisor>()) {}
+
 std::string ErrorText(const kj::Exception& e) { return ClientFacingDescription(e); }
 
 }  // namespace paseo::client

@@ -10,6 +10,7 @@
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
+#include <kj/io.h>
 
 #include "schema/api.capnp.h"
 
@@ -24,6 +25,8 @@ class Connection {
  public:
   // Connects synchronously (throws kj::Exception with a readable message on failure).
   Connection(kj::AsyncIoContext& io, const std::string& socket_path);
+  // Speaks the API on a socket the caller connected itself (e.g. without blocking); takes it.
+  Connection(kj::AsyncIoContext& io, kj::AutoCloseFd connected);
 
   api::Supervisor::Client& supervisor() { return supervisor_; }
   kj::Promise<void> onDisconnect() { return client_->onDisconnect(); }

@@ -16,6 +16,51 @@
 
 namespace paseo::client {
 
+std::string NormalizePath(std::string_view typed, std::string_view cwd) {
+  const bool relative = typed.empty() || typed[0] != '/';
+  if (relative && (cwd.empty() || cwd[0] != '/')) return std::string(typed);  // the service refuses it
+  std::vector<std::string_view> parts;
+  auto each = [](std::string_view path, auto&& take) {
+    for (size_t start = 0; start <= path.size();) {
+      size_t slash = path.find('/', start);
+      if (slash == std::string_view::npos) slash = path.size();
+      take(path.substr(start, slash - start));
+      start = slash + 1;
+    }
+  };
+  if (relative) {
+    each(cwd, [&](std::string_view part) {
+      if (!part.empty()) parts.push_back(part);
+    });
+  }
+  bool named = false;  // a component the user typed has been kept
+  each(typed, [&](std::string_view part) {
+    if (part.empty() || part == ".") return;
+    if (part == ".." && relative && !named) {
+      // The current directory is physical, so stepping up from it is exact ("/.." is "/").
+      if (!parts.empty()) parts.pop_back();
+      return;
+    }
+    named = true;
+    parts.push_back(part);
+  });
+  std::string out;
+  for (std::string_view part : parts) {
+    out += '/';
+    out += part;
+  }
+  return out.empty() ? "/" : out;
+}
+
+namespace {
+
+std::string CurrentDirectory() {
+  char cwd[4096];
+  return getcwd(cwd, sizeof(cwd)) != nullptr ? cwd : "";
+}
+
+}  // namespace
+
 std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg) {
   std::vector<std::string_view> parts;
   for (size_t start = 0;;) {
@@ -31,27 +76,49 @@ std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg) {
       spec.mode = api::AccessMode::READ_ONLY;
     else if (parts[i] == "rw")
       spec.mode = api::AccessMode::READ_WRITE;
-    else if (i == 1)
-      spec.destination = parts[i];
+    else if (i == 1 && !parts[i].empty() && parts[i][0] == '/')
+      spec.destination = NormalizePath(parts[i], "");
     else
-      return std::nullopt;
+      return std::nullopt;  // e.g. a PATH with ':' in it ("/a:b"): that needs --mount
   }
-  std::string_view path = parts[0];
-  if (path[0] == '/') {
-    spec.path = path;
-    return spec;
+  spec.path = NormalizePath(parts[0], CurrentDirectory());
+  return spec;
+}
+
+std::optional<WorkspaceSpec> ParseMount(std::string_view arg) {
+  // Split at the commas that are not escaped, unescaping "\," and "\\".
+  std::vector<std::string> fields(1);
+  for (size_t i = 0; i < arg.size(); ++i) {
+    char c = arg[i];
+    if (c == '\\') {
+      if (i + 1 == arg.size() || (arg[i + 1] != ',' && arg[i + 1] != '\\')) return std::nullopt;
+      fields.back() += arg[++i];
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
   }
-  char cwd[4096];
-  if (getcwd(cwd, sizeof(cwd)) == nullptr) {
-    spec.path = path;  // the service refuses a relative path with its own words
-    return spec;
+  std::optional<std::string> src, dst;
+  std::optional<api::AccessMode> mode;
+  for (const std::string& field : fields) {
+    if (field == "ro" || field == "rw") {
+      if (mode) return std::nullopt;
+      mode = field == "rw" ? api::AccessMode::READ_WRITE : api::AccessMode::READ_ONLY;
+      continue;
+    }
+    size_t eq = field.find('=');
+    if (eq == std::string::npos) return std::nullopt;
+    std::string key = field.substr(0, eq), value = field.substr(eq + 1);
+    std::optional<std::string>* slot = key == "src" ? &src : key == "dst" ? &dst : nullptr;
+    if (slot == nullptr || slot->has_value() || value.empty()) return std::nullopt;
+    *slot = value;
   }
-  std::string base = cwd;
-  while (path.substr(0, 2) == "./") path.remove_prefix(2);
-  if (path.empty() || path == ".")
-    spec.path = base;
-  else
-    spec.path = (base == "/" ? "" : base) + "/" + std::string(path);
+  if (!src || (dst && (*dst)[0] != '/')) return std::nullopt;
+  WorkspaceSpec spec;
+  spec.path = NormalizePath(*src, CurrentDirectory());
+  if (dst) spec.destination = NormalizePath(*dst, "");
+  if (mode) spec.mode = *mode;
   return spec;
 }
 
@@ -81,16 +148,31 @@ constexpr char kBrief[] = "Runs commands in gVisor sandboxes through the paseo-s
 
 constexpr char kExitStatus[] =
     "Exit status of run and exec: the command's exit code; 128+N if it was killed by signal N "
-    "(137 when the sandbox was OOM-killed); 125 if the sandbox could not be created or the "
-    "service refused the request (stderr then starts with the reason, e.g. "
-    "\"permission-denied: ...\"); 2 for a command line paseo-sandbox does not understand.";
+    "(137 when the sandbox was OOM-killed); 125 if the sandbox could not be created, the "
+    "service refused the request or the connection to it was lost (stderr then starts with the "
+    "reason, e.g. \"permission-denied: ...\"); 124 if the command ended but run could not "
+    "delete its sandbox (the message gives the command's exit code); 2 for a command line "
+    "paseo-sandbox does not understand.";
 
 constexpr char kPlacement[] =
-    "--socket and --json may also follow the command name. Use --option=VALUE for a value "
-    "that starts with '-'.";
+    "--socket, --messages and --json may also follow the command name. Use --option=VALUE for "
+    "a value that starts with '-'.\n\n"
+    "The CLI's own messages go to stderr, but never into a stream's bytes: once stderr (if not "
+    "a terminal) has carried a byte of a process's stderr -- from the start for logs --stream "
+    "stderr -- they are written to --messages <file> if given, else only the exit status tells.";
 
 constexpr char kSocketHelp[] =
     "Service socket (default: $PASEO_SANDBOX_SOCKET, else /run/paseo-sandbox/supervisor.sock).";
+constexpr char kMessagesHelp[] =
+    "Append the CLI's own messages (errors, notices) to <file> instead of stderr, which then "
+    "carries only a process's stderr.";
+
+constexpr char kLogsExitStatus[] =
+    "Exit status: 0 when every byte from --from on was written (with -f, to the stream's end); "
+    "3 when some were no longer kept (the rest was written); 4 when the connection to the "
+    "service was lost and not regained within --reconnect-for (what was written is exact; the "
+    "message gives the offset to resume from); 125 if the service refused or could not be "
+    "reached; 2 for a command line paseo-sandbox does not understand.";
 constexpr char kJsonHelp[] = "Machine-readable output.";
 
 // Ends parsing from inside MainBuilder (help, --version, a usage error): kj's exit() must not
@@ -170,10 +252,11 @@ std::vector<kj::StringPtr> MarkRest(kj::ArrayPtr<const kj::StringPtr> params,
 // command, and the top level, takes --socket.
 class Grammar {
  public:
-  Grammar(kj::ProcessContext& context, std::string& socket, kj::StringPtr brief,
+  Grammar(kj::ProcessContext& context, CommandLine& line, kj::StringPtr brief,
           kj::StringPtr details = nullptr)
       : builder_(context, kVersion, brief, details) {
-    Value("socket", socket, "<path>", kSocketHelp);
+    Value("socket", line.socket, "<path>", kSocketHelp);
+    Value("messages", line.messages, "<file>", kMessagesHelp);
   }
 
   Grammar& Flag(std::initializer_list<kj::MainBuilder::OptionName> names,
@@ -276,6 +359,14 @@ std::optional<uint64_t> ParseOffset(std::string_view text) {
   return value;
 }
 
+std::optional<uint32_t> ParseSeconds(std::string_view text) {
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value > 86400)
+    return std::nullopt;
+  return value;
+}
+
 std::optional<api::Stream> ParseStream(std::string_view text) {
   if (text == "stdout") return api::Stream::STDOUT;
   if (text == "stderr") return api::Stream::STDERR;
@@ -331,7 +422,7 @@ class Parser {
 
   kj::MainFunc TopLevel() {
     top_details_ = std::string(kPlacement) + "\n\n" + kExitStatus;
-    Grammar g(context_, line_.socket, kBrief, top_details_.c_str());
+    Grammar g(context_, line_, kBrief, top_details_.c_str());
     g.Flag({"json"}, line_.json, "Machine-readable output (ps, info).");
     g.builder()
         .addSubCommand("run", KJ_BIND_METHOD(*this, Run),
@@ -353,7 +444,7 @@ class Parser {
 
   kj::MainFunc Run() {
     auto& run = Choose<RunCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Creates a sandbox, runs <argv> in it (streaming its stdout and stderr), deletes "
               "the sandbox and exits with the command's exit code. <argv> starts after \"--\" "
               "or at the first word that is not an option.",
@@ -364,9 +455,20 @@ class Parser {
         .Parsed(
             '\0', "workspace", ParseWorkspace,
             [&run](const WorkspaceSpec& w) { run.workspaces.push_back(w); },
-            "<path>[:<dest>][:ro|:rw]", "<path>[:<dest>][:ro|:rw] expected",
-            "Show <path> (as you see it) at <dest> (default /workspace) inside the sandbox, "
+            "<path>[:<dest>][:ro|:rw]",
+            "<path>[:<dest>][:ro|:rw] expected (<dest> absolute; a <path> with ':' needs "
+            "--mount)",
+            "Show <path> (as you see it; relative to the current directory, \"./\" and a "
+            "trailing \"/\" dropped) at <dest> (default /workspace) inside the sandbox, "
             "read-only unless :rw is given; may be repeated.")
+        .Parsed(
+            '\0', "mount", ParseMount,
+            [&run](const WorkspaceSpec& w) { run.workspaces.push_back(w); },
+            "src=<path>[,dst=<dest>][,ro|,rw]",
+            "src=<path>[,dst=<dest>][,ro|,rw] expected (\\, is a comma in a value, \\\\ a "
+            "backslash)",
+            "--workspace for any <path>, one containing ':' too: write \\, for a comma and "
+            "\\\\ for a backslash in a value; may be repeated.")
         .Values("credential", run.credentials, "<name>",
                 "Mount a credential directory the deployment registered where the launch "
                 "profile places it (read-only unless the profile says); may be repeated.")
@@ -379,7 +481,7 @@ class Parser {
 
   kj::MainFunc Exec() {
     auto& exec = Choose<ExecCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Runs <argv> in the sandbox <sandbox> (see run --keep) and exits as run does.",
               kExitStatus);
     AddProcessOptions(g, exec.process);
@@ -389,7 +491,7 @@ class Parser {
 
   kj::MainFunc Attach() {
     auto& attach = Choose<AttachCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Follows the output of a process (from --from, else from now) and sends it your "
               "input; for a terminal process Ctrl-P Ctrl-Q detaches. Exits with the process's "
               "exit code.");
@@ -401,9 +503,12 @@ class Parser {
 
   kj::MainFunc Logs() {
     auto& logs = Choose<LogsCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Prints a stream of a process's output from --from (default 0) up to what it "
-              "holds now; with -f, follows it until it ends.");
+              "holds now; with -f, follows it until it ends. Only the stream's bytes go where "
+              "it is printed. A lost connection is regained by itself (see --reconnect-for), "
+              "resuming at the next byte.",
+              kLogsExitStatus);
     g.Parsed(
          '\0', "stream", ParseStream, [&logs](api::Stream stream) { logs.stream = stream; },
          "stdout|stderr|pty", "stdout, stderr or pty expected",
@@ -411,13 +516,28 @@ class Parser {
         .Parsed(
             '\0', "from", ParseOffset, [&logs](uint64_t from) { logs.from = from; }, "<offset>",
             kOffsetExpected, "Start at byte <offset>.")
-        .Flag({'f', "follow"}, logs.follow, "Follow the stream until the process ends.");
+        .Flag({'f', "follow"}, logs.follow, "Follow the stream until the process ends.")
+        .Value('o', "output",
+               [&logs](kj::StringPtr file) -> Validity {
+                 logs.output = file.cStr();
+                 return true;
+               },
+               "<file>",
+               "Append the stream's bytes to <file> (created if missing) instead of stdout "
+               "(stderr for --stream stderr). With --from set to its size, a file that started "
+               "at offset 0 resumes exactly.")
+        .Parsed(
+            '\0', "reconnect-for", ParseSeconds,
+            [&logs](uint32_t seconds) { logs.reconnect_seconds = seconds; }, "<seconds>",
+            "a number of seconds expected",
+            "After a lost connection, keep reconnecting (with backoff) for <seconds> and resume "
+            "at the next byte; default 60, 0 gives up at once.");
     return PerProcess(g, logs.target);
   }
 
   kj::MainFunc Wait() {
     auto& wait = Choose<WaitCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Waits for a process to end, prints how it ended (exited N, signal N, oom-killed) "
               "and exits with its exit code (128+N for signal N).");
     return PerProcess(g, wait.target);
@@ -425,7 +545,7 @@ class Parser {
 
   kj::MainFunc Kill() {
     auto& kill = Choose<KillCommand>();
-    Grammar g(context_, line_.socket, "Sends a signal to a process.");
+    Grammar g(context_, line_, "Sends a signal to a process.");
     g.Parsed(
         's', "signal", ParseSignal, [&kill](int sig) { kill.signal = sig; }, "<name>|<number>",
         "a signal name (TERM, SIGINT, ...) or number 1-64 expected",
@@ -436,14 +556,14 @@ class Parser {
 
   kj::MainFunc Ps() {
     Choose<PsCommand>();
-    Grammar g(context_, line_.socket, "Lists your sandboxes and their processes.");
+    Grammar g(context_, line_, "Lists your sandboxes and their processes.");
     g.Flag({"json"}, line_.json, kJsonHelp);
     return g.Build();
   }
 
   kj::MainFunc Rm() {
     auto& rm = Choose<RmCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Deletes sandboxes, killing their running processes unless --no-force. Exits 125 "
               "if any could not be deleted.");
     g.Flag(
@@ -466,7 +586,7 @@ class Parser {
 
   kj::MainFunc Info() {
     Choose<InfoCommand>();
-    Grammar g(context_, line_.socket,
+    Grammar g(context_, line_,
               "Prints the service's version, your uid as the service sees it and the "
               "deployments you may use.");
     g.Flag({"json"}, line_.json, kJsonHelp);

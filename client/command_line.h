@@ -21,16 +21,31 @@ namespace paseo::client {
 // The exit code of a command line the CLI does not understand (the usage error).
 inline constexpr int kUsageError = 2;
 
-// --workspace PATH[:DEST][:ro|:rw]. PATH is made absolute against the current directory,
-// lexically (no symlink is resolved here: the service decides what the path means and refuses
-// symlinks). An empty destination lets the service choose (/workspace).
+// A workspace to mount. `path` is what the user typed, normalized (NormalizePath). An empty
+// destination lets the service choose (/workspace).
 struct WorkspaceSpec {
   std::string path;
   std::string destination;
   api::AccessMode mode = api::AccessMode::READ_ONLY;
   bool operator==(const WorkspaceSpec&) const = default;
 };
+
+// The absolute path `typed` names, spelled the one way the service accepts, without resolving
+// any symlink (the service decides what a path means, and refuses symlinks): a relative path
+// is taken from `cwd` (physical, as getcwd gives it), and its leading ".." components step up
+// from there; "." and empty components and a trailing "/" are dropped. Any other ".." is kept
+// as typed, since its meaning depends on symlinks (the service refuses it).
+//   NormalizePath("./proj/", "/home/u") == "/home/u/proj"
+//   NormalizePath("../b//c", "/home/u") == "/home/b/c"
+std::string NormalizePath(std::string_view typed, std::string_view cwd);
+
+// --workspace PATH[:DEST][:ro|:rw], with PATH normalized against the current directory. DEST,
+// if given, is absolute. A PATH containing ':' needs --mount.
 std::optional<WorkspaceSpec> ParseWorkspace(std::string_view arg);
+
+// --mount src=PATH[,dst=DEST][,ro|,rw]: any PATH, since within a value "\," is a comma and
+// "\\" a backslash (a value may contain '=' and ':'). PATH is normalized as above.
+std::optional<WorkspaceSpec> ParseMount(std::string_view arg);
 
 // "TERM", "SIGTERM" or a number, 1..64.
 std::optional<int> ParseSignal(std::string_view name);
@@ -70,11 +85,19 @@ struct AttachCommand {
   std::optional<uint64_t> from;  // none: from what comes next
 };
 
+// The default of logs --reconnect-for: a broker restart takes about a second (plus the
+// privhelper's backoff after repeated crashes, up to 30 s).
+inline constexpr uint32_t kDefaultReconnectSeconds = 60;
+
 struct LogsCommand {
   ProcessRef target;
   api::Stream stream = api::Stream::STDOUT;
   uint64_t from = 0;
   bool follow = false;
+  // -o FILE: the stream's bytes are appended to FILE instead of stdout/stderr.
+  std::string output;
+  // After a lost connection, reconnect and resume for at most this long (0: give up at once).
+  uint32_t reconnect_seconds = kDefaultReconnectSeconds;
 };
 
 struct WaitCommand {
@@ -101,6 +124,9 @@ using Command = std::variant<RunCommand, ExecCommand, AttachCommand, LogsCommand
 struct CommandLine {
   std::string socket;  // --socket, before or after the command name
   bool json = false;   // --json, before the command or after ps / info
+  // --messages FILE, before or after the command name: the CLI's own messages are appended to
+  // FILE instead of going to stderr (commands.h says where they go otherwise).
+  std::string messages;
   Command command;
 };
 

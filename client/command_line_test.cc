@@ -195,11 +195,86 @@ TEST(CommandLineTest, WorkspaceSyntax) {
   EXPECT_EQ(ParseWorkspace(".")->path, Cwd());
   EXPECT_EQ(ParseWorkspace("./proj:/workspace:rw")->path, Cwd() + "/proj");
   EXPECT_EQ(ParseWorkspace("proj/sub")->path, Cwd() + "/proj/sub");
-  for (const char* bad : {"", ":/w", "/a:/w:rw:x", "/a:/w:/v", "/a:rw:/w"}) {
+  for (const char* bad : {"", ":/w", "/a:/w:rw:x", "/a:/w:/v", "/a:rw:/w", "/a:b", "/a:b:rw"}) {
     EXPECT_FALSE(ParseWorkspace(bad).has_value()) << bad;
   }
   EXPECT_THAT(Refused({"run", "--workspace", "/a:/w:/v", "--", "true"}),
               HasSubstr("<path>[:<dest>][:ro|:rw] expected"));
+  // Regression: "/data/a:b" was read as PATH /data/a with DEST "b"; now it is refused and
+  // points at --mount.
+  EXPECT_THAT(Refused({"run", "--workspace", "/data/a:b", "--", "true"}),
+              HasSubstr("needs --mount"));
+}
+
+// Regression: "/srv/ws/" was sent as typed (the privhelper trimmed one slash) while "/srv//ws"
+// was refused. The CLI now sends one spelling, and the API refuses every other.
+TEST(CommandLineTest, WorkspacePathsAreNormalizedAsTyped) {
+  EXPECT_EQ(NormalizePath("/srv/ws/", "/x"), "/srv/ws");
+  EXPECT_EQ(NormalizePath("/srv//ws//", "/x"), "/srv/ws");
+  EXPECT_EQ(NormalizePath("/srv/./ws/.", "/x"), "/srv/ws");
+  EXPECT_EQ(NormalizePath("/", "/x"), "/");
+  EXPECT_EQ(NormalizePath("//", "/x"), "/");
+  EXPECT_EQ(NormalizePath(".", "/home/u"), "/home/u");
+  EXPECT_EQ(NormalizePath("./", "/home/u"), "/home/u");
+  EXPECT_EQ(NormalizePath("./proj/", "/home/u"), "/home/u/proj");
+  EXPECT_EQ(NormalizePath("proj", "/"), "/proj");
+  // Leading ".." of a relative path steps up from the (physical) current directory...
+  EXPECT_EQ(NormalizePath("..", "/home/u"), "/home");
+  EXPECT_EQ(NormalizePath("./../b//c/", "/home/u"), "/home/b/c");
+  EXPECT_EQ(NormalizePath("../../..", "/home/u"), "/");
+  // ... any other ".." depends on symlinks: it is left for the service to refuse.
+  EXPECT_EQ(NormalizePath("a/../b", "/home/u"), "/home/u/a/../b");
+  EXPECT_EQ(NormalizePath("/a/../b/", "/home/u"), "/a/../b");
+  EXPECT_EQ(NormalizePath("x:y/", "/home/u"), "/home/u/x:y");
+  EXPECT_EQ(ParseWorkspace("/srv/ws/:/w/:rw"),
+            (WorkspaceSpec{"/srv/ws", "/w", api::AccessMode::READ_WRITE}));
+  EXPECT_EQ(ParseWorkspace("./")->path, Cwd());
+  EXPECT_EQ(ParseWorkspace("proj/")->path, Cwd() + "/proj");
+}
+
+TEST(CommandLineTest, MountNamesAnyPath) {
+  EXPECT_EQ(ParseMount("src=/data/a:b"), (WorkspaceSpec{"/data/a:b", "", api::AccessMode::READ_ONLY}));
+  EXPECT_EQ(ParseMount("src=/data/a:b:rw,dst=/w:x,rw"),
+            (WorkspaceSpec{"/data/a:b:rw", "/w:x", api::AccessMode::READ_WRITE}));
+  EXPECT_EQ(ParseMount("rw,dst=/w,src=/srv/ws/"),
+            (WorkspaceSpec{"/srv/ws", "/w", api::AccessMode::READ_WRITE}))
+      << "fields in any order; the path normalized";
+  EXPECT_EQ(ParseMount("src=/a\\,b=c\\\\d,ro")->path, "/a,b=c\\d");
+  EXPECT_EQ(ParseMount("src=proj")->path, Cwd() + "/proj");
+  for (const char* bad : {"", "/a", "src=", "dst=/w", "src=/a,src=/b", "src=/a,rw,ro",
+                          "src=/a,dst=w", "src=/a,", "src=/a,mode=rw", "src=/a\\x",
+                          "src=/a\\", "src=/a,,rw"}) {
+    EXPECT_FALSE(ParseMount(bad).has_value()) << bad;
+  }
+  auto run = Command<RunCommand>({"run", "--mount", "src=/d/a:b,dst=/workspace,rw", "--workspace",
+                                  "/e:/other", "--", "ls"});
+  EXPECT_THAT(run.workspaces,
+              ElementsAre(WorkspaceSpec{"/d/a:b", "/workspace", api::AccessMode::READ_WRITE},
+                          WorkspaceSpec{"/e", "/other", api::AccessMode::READ_ONLY}));
+  EXPECT_THAT(Refused({"run", "--mount", "/d/a:b", "--", "true"}),
+              HasSubstr("src=<path>[,dst=<dest>][,ro|,rw] expected"));
+}
+
+TEST(CommandLineTest, LogsOutputReconnectAndMessages) {
+  auto logs = Command<LogsCommand>({"logs", "-o", "out.log", "--reconnect-for", "5", "-f",
+                                    "--stream", "stderr", "sb-1", "p-1"});
+  EXPECT_EQ(logs.output, "out.log");
+  EXPECT_EQ(logs.reconnect_seconds, 5u);
+  EXPECT_EQ(logs.stream, api::Stream::STDERR);
+  EXPECT_TRUE(logs.follow);
+  EXPECT_EQ(Command<LogsCommand>({"logs", "--output=f", "sb-1", "p-1"}).output, "f");
+  EXPECT_EQ(Command<LogsCommand>({"logs", "sb-1", "p-1"}).reconnect_seconds,
+            kDefaultReconnectSeconds);
+  EXPECT_THAT(Refused({"logs", "--reconnect-for=-1", "a", "b"}), HasSubstr("seconds"));
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--messages", "m.txt", "logs", "a", "b"},
+           {"logs", "--messages", "m.txt", "a", "b"},
+           {"run", "--messages=m.txt", "--", "true"}}) {
+    ParsedCommandLine p = Parse(args);
+    ASSERT_TRUE(p.command_line.has_value()) << p.err;
+    EXPECT_EQ(p.command_line->messages, "m.txt");
+  }
+  EXPECT_THAT(Parse({"logs", "--help"}).out, HasSubstr("Exit status: 0 when every byte"));
 }
 
 TEST(CommandLineTest, Signals) {

@@ -1,26 +1,107 @@
-// See commands.h. One method per command; every RPC error ends in Execute's one handler.
+// See commands.h. One method per command; every RPC error ends in Execute's one handler, and
+// every message goes through one Messages (messages.h).
 #include "client/commands.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
 #include <kj/debug.h>
+#include <kj/timer.h>
 
 #include "client/attach.h"
 #include "client/client.h"
+#include "client/messages.h"
 #include "client/output_sink.h"
 #include "common/json_writer.h"
 
 namespace paseo::client {
 namespace {
 
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "paseo-sandbox: %s\n", message.c_str());
-  return kServiceError;
+const char* StreamName(api::Stream stream) {
+  switch (stream) {
+    case api::Stream::STDERR:
+      return "stderr";
+    case api::Stream::PTY:
+      return "pty";
+    default:
+      return "stdout";
+  }
 }
+
+// The same exception, its description continued.
+kj::Exception Continued(const kj::Exception& e, const std::string& more) {
+  return kj::Exception(e.getType(), __FILE__, __LINE__, kj::str(e.getDescription(), more.c_str()));
+}
+
+// The client-facing text of an error, with a lost connection in words (capnp's own would be
+// "Peer disconnected" or "PromiseFulfiller was destroyed ..."). A connection that could not be
+// made is "cannot connect to ..." (client.h).
+std::string Describe(const kj::Exception& e) {
+  std::string text = ErrorText(e);
+  if (e.getType() == kj::Exception::Type::DISCONNECTED &&
+      text.rfind(kConnectionLostText, 0) != 0 && text.rfind("cannot connect", 0) != 0) {
+    return kConnectionLostText;
+  }
+  return text;
+}
+
+// Regains a lost connection: tries again after 100 ms, doubling up to 2 s, until `seconds`
+// have passed since the loss (a broker restart takes about a second, longer after repeated
+// crashes). Calls made meanwhile wait no longer than that either.
+class Reconnect {
+ public:
+  Reconnect(kj::Timer& timer, kj::WaitScope& ws, uint32_t seconds)
+      : timer_(timer), ws_(ws), seconds_(seconds) {}
+
+  bool regaining() const { return deadline_.has_value(); }
+  uint32_t seconds() const { return seconds_; }
+
+  // After a loss, or a failed try since: false once the time is up, else waits and is true.
+  bool Retry() {
+    if (!deadline_) deadline_ = timer_.now() + seconds_ * kj::SECONDS;
+    kj::TimePoint now = timer_.now();
+    if (now >= *deadline_) return false;
+    timer_.afterDelay(std::min(delay_, *deadline_ - now)).wait(ws_);
+    delay_ = std::min(delay_ * 2, 2 * kj::SECONDS);
+    return true;
+  }
+  void Regained() {
+    deadline_.reset();
+    delay_ = 100 * kj::MILLISECONDS;
+  }
+
+  // A disconnect, or a call that timed out while regaining.
+  bool IsLost(const kj::Exception& e) const {
+    return e.getType() == kj::Exception::Type::DISCONNECTED ||
+           (regaining() && e.getType() == kj::Exception::Type::OVERLOADED);
+  }
+
+  template <typename T>
+  T Wait(kj::Promise<T>&& promise) {
+    if (!deadline_) return promise.wait(ws_);
+    return timer_.timeoutAt(*deadline_, kj::mv(promise)).wait(ws_);
+  }
+  template <typename T>
+  capnp::Response<T> Wait(capnp::RemotePromise<T>&& promise) {
+    return Wait(kj::Promise<capnp::Response<T>>(kj::mv(promise)));
+  }
+
+ private:
+  kj::Timer& timer_;
+  kj::WaitScope& ws_;
+  uint32_t seconds_;
+  std::optional<kj::TimePoint> deadline_;
+  kj::Duration delay_ = 100 * kj::MILLISECONDS;
+};
 
 std::string DescribeStatus(api::ExitStatus::Reader status) {
   switch (status.which()) {
@@ -45,19 +126,23 @@ void SetTexts(capnp::List<capnp::Text>::Builder list, const std::vector<T>& valu
 // Runs one command against the service; RPC errors propagate as exceptions to Execute.
 class Commands {
  public:
-  Commands(kj::AsyncIoContext& io, const CommandLine& line)
-      : io_(io), ws_(io.waitScope), line_(line), conn_(io, line.socket) {}
+  Commands(kj::AsyncIoContext& io, const CommandLine& line, std::shared_ptr<Messages> messages)
+      : io_(io),
+        ws_(io.waitScope),
+        line_(line),
+        messages_(kj::mv(messages)),
+        conn_(kj::heap<Connection>(io, line.socket)) {}
 
   int operator()(const RunCommand& run) {
     std::string deployment = run.deployment;
     if (deployment.empty()) {
-      auto info = conn_.supervisor().infoRequest().send().wait(ws_);
+      auto info = conn_->supervisor().infoRequest().send().wait(ws_);
       if (info.getDeployments().size() != 1)
         return Fail("run: you may use " + std::to_string(info.getDeployments().size()) +
                     " deployments; choose one with --deployment");
       deployment = info.getDeployments()[0];
     }
-    auto create = conn_.supervisor().createSandboxRequest();
+    auto create = conn_->supervisor().createSandboxRequest();
     auto spec = create.initSpec();
     spec.setDeploymentId(deployment);
     spec.setProfile(run.profile);
@@ -72,28 +157,34 @@ class Commands {
     auto created = create.send().wait(ws_);
     auto sandbox = created.getSandbox();
     std::string sandbox_id = created.getInfo().getId();
+    // Said first, before any of the process's stderr can reach stderr (messages.h).
+    if (run.keep) messages_->Say("kept sandbox " + sandbox_id);
 
     int code = kServiceError;
     kj::Maybe<kj::Exception> error = kj::runCatchingExceptions(
         [&] { code = RunProcess(sandbox, sandbox_id, run.argv, run.process, run.keep); });
-    if (run.keep) {
-      std::fprintf(stderr, "paseo-sandbox: kept sandbox %s\n", sandbox_id.c_str());
-    } else {
-      auto del = sandbox.deleteRequest();
-      del.setForce(true);
-      kj::Maybe<kj::Exception> del_error = kj::runCatchingExceptions([&] { del.send().wait(ws_); });
-      KJ_IF_MAYBE (e, del_error) {
-        Fail("cannot delete sandbox " + sandbox_id + ": " + ErrorText(*e));
+    if (!run.keep) {
+      std::string why;
+      if (!DeleteSandbox(sandbox_id, &why)) {
+        std::string undeleted = "sandbox " + sandbox_id + " could not be deleted (" + why +
+                                "); delete it with: paseo-sandbox rm " + sandbox_id;
+        KJ_IF_MAYBE (e, error) {
+          messages_->Say(Describe(*e));
+          return Fail(undeleted);
+        }
+        messages_->Say("the command ended with exit status " + std::to_string(code) + ", but " +
+                       undeleted);
+        return kCleanupFailed;
       }
     }
     KJ_IF_MAYBE (e, error) {
-      return Fail(ErrorText(*e));
+      return Fail(Describe(*e));
     }
     return code;
   }
 
   int operator()(const ExecCommand& exec) {
-    auto get = conn_.supervisor().getSandboxRequest();
+    auto get = conn_->supervisor().getSandboxRequest();
     get.setId(exec.sandbox);
     auto sandbox = get.send().getSandbox();
     return RunProcess(sandbox, exec.sandbox, exec.argv, exec.process, /*detachable=*/true);
@@ -109,30 +200,92 @@ class Commands {
     // By default show only what comes next; --from replays history.
     attach.stdout_from = cmd.from ? *cmd.from : info.getStdoutBytes();
     attach.stderr_from = cmd.from ? *cmd.from : info.getStderrBytes();
-    if (attach.tty) std::fprintf(stderr, "paseo-sandbox: attached; Ctrl-P Ctrl-Q detaches\r\n");
-    int code = Attach(io_, process, attach);
+    attach.messages = messages_;
+    if (attach.tty) messages_->Say("attached; Ctrl-P Ctrl-Q detaches");
+    int code = kServiceError;
+    kj::Maybe<kj::Exception> lost =
+        kj::runCatchingExceptions([&] { code = Attach(io_, process, attach); });
+    KJ_IF_MAYBE (e, lost) {
+      kj::throwFatalException(MayStillRun(kj::mv(*e), cmd.target.sandbox, cmd.target.process));
+    }
     return code == kDetached ? 0 : code;
   }
 
-  // Prints a stream from an offset; without --follow, only up to what exists now.
+  // Prints a stream from an offset; without --follow, only up to what exists now. A lost
+  // connection is regained (Reconnect) and the stream resumed at its next byte.
   int operator()(const LogsCommand& logs) {
-    auto process = GetProcess(logs.target);
-    auto info = process.infoRequest().send().wait(ws_).getInfo();
+    int fd = logs.stream == api::Stream::STDERR ? STDERR_FILENO : STDOUT_FILENO;
+    kj::AutoCloseFd file;
+    if (!logs.output.empty()) {
+      int opened =
+          open(logs.output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0666);
+      if (opened < 0) return Fail("cannot open " + logs.output + ": " + std::strerror(errno));
+      file = kj::AutoCloseFd(opened);
+      fd = opened;
+    }
+    // All of it goes to `fd`: if that is stderr, none of our messages may (messages.h).
+    messages_->StreamWritesTo(fd);
+
+    auto progress = std::make_shared<StreamProgress>();
+    progress->next = logs.from;
     api::Stream stream = logs.stream;
-    if (info.getTty() && stream == api::Stream::STDOUT) stream = api::Stream::PTY;
-    uint64_t until = stream == api::Stream::STDERR ? info.getStderrBytes() : info.getStdoutBytes();
-    if (!logs.follow && logs.from >= until) return 0;
-    FdOutputSink::Options sink;
-    sink.fd = stream == api::Stream::STDERR ? STDERR_FILENO : STDOUT_FILENO;
-    if (!logs.follow) sink.stop_at = until;
-    auto done = kj::newPromiseAndFulfiller<void>();
-    auto req = process.subscribeRequest();
-    req.setStream(stream);
-    req.setFromOffset(logs.from);
-    req.setSink(kj::heap<FdOutputSink>(sink, kj::mv(done.fulfiller)));
-    auto subscription = req.send().wait(ws_).getSubscription();
-    done.promise.wait(ws_);
-    return 0;
+    std::optional<uint64_t> until;  // without --follow: the stream's length at the start
+    bool resolved = false;           // `stream` and `until` are known
+    Reconnect reconnect(io_.provider->getTimer(), ws_, logs.reconnect_seconds);
+    auto where = [&] {
+      return std::string(StreamName(stream)) + " offset " + std::to_string(progress->next);
+    };
+    while (true) {
+      kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+        if (conn_.get() == nullptr) conn_ = kj::heap<Connection>(io_, line_.socket);
+        auto process = GetProcess(logs.target);
+        auto info = reconnect.Wait(process.infoRequest().send()).getInfo();
+        if (!resolved) {
+          if (info.getTty() && stream == api::Stream::STDOUT) stream = api::Stream::PTY;
+          if (!logs.follow) {
+            until = stream == api::Stream::STDERR ? info.getStderrBytes() : info.getStdoutBytes();
+          }
+          resolved = true;
+        }
+        if (until && progress->next >= *until) return;
+        FdOutputSink::Options sink;
+        sink.fd = fd;
+        sink.stop_at = until;
+        sink.messages = messages_;
+        sink.progress = progress;
+        auto done = kj::newPromiseAndFulfiller<void>();
+        auto req = process.subscribeRequest();
+        req.setStream(stream);
+        req.setFromOffset(progress->next);
+        req.setSink(kj::heap<FdOutputSink>(sink, kj::mv(done.fulfiller)));
+        std::string resumed_at = where();  // bytes may arrive before the reply
+        auto subscription = reconnect.Wait(req.send()).getSubscription();
+        if (reconnect.regaining()) {
+          messages_->Say("reconnected; resuming at " + resumed_at);
+          reconnect.Regained();
+        }
+        done.promise.wait(ws_);
+      });
+      KJ_IF_MAYBE (e, error) {
+        if (!reconnect.IsLost(*e)) return Fail(ErrorText(*e));
+        conn_ = nullptr;
+        bool first_loss = !reconnect.regaining();
+        if (first_loss && reconnect.seconds() > 0) {
+          messages_->Say(std::string(kConnectionLostText) + " at " + where() + "; reconnecting");
+        }
+        if (!reconnect.Retry()) {
+          std::string lost = std::string(kConnectionLostText) + " at " + where();
+          if (reconnect.seconds() > 0) {
+            lost += " and not regained in " + std::to_string(reconnect.seconds()) + " s";
+          }
+          messages_->Say(lost + "; resume with: " + ResumeCommand(logs, stream, progress->next));
+          return kConnectionLost;
+        }
+        continue;
+      }
+      break;
+    }
+    return progress->lost > 0 ? kOutputIncomplete : 0;
   }
 
   int operator()(const WaitCommand& wait) {
@@ -149,14 +302,14 @@ class Commands {
   }
 
   int operator()(const PsCommand&) {
-    auto list = conn_.supervisor().listSandboxesRequest().send().wait(ws_);
+    auto list = conn_->supervisor().listSandboxesRequest().send().wait(ws_);
     JsonWriter json;
     json.BeginArray();
     if (!line_.json) {
       std::printf("%-28s %-16s %-10s %s\n", "SANDBOX", "DEPLOYMENT", "STATE", "PROCESSES");
     }
     for (auto sb : list.getSandboxes()) {
-      auto get = conn_.supervisor().getSandboxRequest();
+      auto get = conn_->supervisor().getSandboxRequest();
       get.setId(sb.getId());
       auto procs = get.send().getSandbox().listProcessesRequest().send().wait(ws_);
       if (line_.json) {
@@ -219,21 +372,21 @@ class Commands {
     int rc = 0;
     for (const auto& id : rm.ids) {
       kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
-        auto get = conn_.supervisor().getSandboxRequest();
+        auto get = conn_->supervisor().getSandboxRequest();
         get.setId(id);
         auto del = get.send().getSandbox().deleteRequest();
         del.setForce(rm.force);
         del.send().wait(ws_);
       });
       KJ_IF_MAYBE (e, error) {
-        rc = Fail(id + ": " + ErrorText(*e));
+        rc = Fail(id + ": " + Describe(*e));
       }
     }
     return rc;
   }
 
   int operator()(const InfoCommand&) {
-    auto info = conn_.supervisor().infoRequest().send().wait(ws_);
+    auto info = conn_->supervisor().infoRequest().send().wait(ws_);
     if (line_.json) {
       JsonWriter json;
       json.BeginObject();
@@ -258,8 +411,59 @@ class Commands {
 
  private:
   // Looks up SANDBOX PROCESS for the per-process commands (pipelined: one round trip).
+  int Fail(const std::string& message) {
+    messages_->Say(message);
+    return kServiceError;
+  }
+
+  // A lost connection while attached to a process that outlives us: say how to find it again.
+  static kj::Exception MayStillRun(kj::Exception&& e, const std::string& sandbox,
+                                   const std::string& process) {
+    if (e.getType() != kj::Exception::Type::DISCONNECTED) return kj::mv(e);
+    return Continued(kj::Exception(e.getType(), __FILE__, __LINE__, kj::str(Describe(e).c_str())),
+                     "; process " + process + " in sandbox " + sandbox +
+                         " may still be running (paseo-sandbox attach " + sandbox + " " +
+                         process + " follows it)");
+  }
+
+  // The logs command line that continues a stream at `from`.
+  std::string ResumeCommand(const LogsCommand& logs, api::Stream stream, uint64_t from) const {
+    std::string cmd = "paseo-sandbox";
+    if (line_.socket != DefaultSocketPath()) cmd += " --socket " + line_.socket;
+    cmd += std::string(" logs --stream ") + StreamName(stream) + " --from " + std::to_string(from);
+    if (logs.follow) cmd += " -f";
+    if (!logs.output.empty()) cmd += " -o " + logs.output;
+    return cmd + " " + logs.target.sandbox + " " + logs.target.process;
+  }
+
+  // Deletes a sandbox (force), on a new connection if the current one is lost. After a loss,
+  // not-found means the delete went through.
+  bool DeleteSandbox(const std::string& id, std::string* why) {
+    Reconnect reconnect(io_.provider->getTimer(), ws_, kDefaultReconnectSeconds);
+    while (true) {
+      kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+        if (conn_.get() == nullptr) conn_ = kj::heap<Connection>(io_, line_.socket);
+        auto get = conn_->supervisor().getSandboxRequest();
+        get.setId(id);
+        auto del = get.send().getSandbox().deleteRequest();
+        del.setForce(true);
+        reconnect.Wait(del.send());
+      });
+      KJ_IF_MAYBE (e, error) {
+        if (reconnect.regaining() && ErrorText(*e).rfind("not-found:", 0) == 0) return true;
+        if (reconnect.IsLost(*e)) {
+          conn_ = nullptr;
+          if (reconnect.Retry()) continue;
+        }
+        *why = Describe(*e);
+        return false;
+      }
+      return true;
+    }
+  }
+
   api::Process::Client GetProcess(const ProcessRef& ref) {
-    auto get = conn_.supervisor().getSandboxRequest();
+    auto get = conn_->supervisor().getSandboxRequest();
     get.setId(ref.sandbox);
     auto req = get.send().getSandbox().getProcessRequest();
     req.setId(ref.process);
@@ -288,13 +492,19 @@ class Commands {
     attach.tty = p.tty;
     attach.forward_stdin = p.interactive;
     attach.detach_keys = p.tty && p.interactive && detachable;
-    int code = Attach(io_, started.getProcess(), attach);
+    attach.messages = messages_;
+    std::string process_id = started.getInfo().getId();
+    int code = kServiceError;
+    kj::Maybe<kj::Exception> lost =
+        kj::runCatchingExceptions([&] { code = Attach(io_, started.getProcess(), attach); });
+    KJ_IF_MAYBE (e, lost) {
+      // Without `detachable` (run without --keep) the sandbox is deleted next: no hint.
+      if (detachable) kj::throwFatalException(MayStillRun(kj::mv(*e), sandbox_id, process_id));
+      kj::throwFatalException(kj::mv(*e));
+    }
     if (code == kDetached) {
-      const char* process_id = started.getInfo().getId().cStr();
-      std::fprintf(stderr,
-                   "paseo-sandbox: process %s keeps running; reattach with: paseo-sandbox attach "
-                   "%s %s\n",
-                   process_id, sandbox_id.c_str(), process_id);
+      messages_->Say("process " + process_id + " keeps running; reattach with: paseo-sandbox " +
+                     "attach " + sandbox_id + " " + process_id);
       return 0;
     }
     return code;
@@ -303,19 +513,40 @@ class Commands {
   kj::AsyncIoContext& io_;
   kj::WaitScope& ws_;
   const CommandLine& line_;
-  Connection conn_;
+  std::shared_ptr<Messages> messages_;
+  kj::Own<Connection> conn_;  // replaced after a lost connection (logs, run's clean-up)
 };
 
 }  // namespace
 
+bool NeedsAttachSignals(const CommandLine& line) {
+  return std::holds_alternative<RunCommand>(line.command) ||
+         std::holds_alternative<ExecCommand>(line.command) ||
+         std::holds_alternative<AttachCommand>(line.command);
+}
+
 int Execute(kj::AsyncIoContext& io, const CommandLine& line) {
+  std::shared_ptr<Messages> messages;
+  if (line.messages.empty()) {
+    messages = std::make_shared<Messages>(STDERR_FILENO);
+  } else {
+    int fd = open(line.messages.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY,
+                  0666);
+    if (fd < 0) {
+      std::fprintf(stderr, "paseo-sandbox: cannot open %s: %s\n", line.messages.c_str(),
+                   std::strerror(errno));
+      return kServiceError;
+    }
+    messages = std::make_shared<Messages>(kj::AutoCloseFd(fd));
+  }
   int rc = kServiceError;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
-    Commands commands(io, line);
+    Commands commands(io, line, messages);
     rc = std::visit(commands, line.command);
   });
   KJ_IF_MAYBE (e, error) {
-    return Fail(ErrorText(*e));
+    messages->Say(Describe(*e));
+    return kServiceError;
   }
   return rc;
 }

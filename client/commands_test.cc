@@ -202,6 +202,175 @@ TEST_F(CommandsTest, LogsStopsAtWhatExistsUnlessFollowing) {
   EXPECT_EQ(r.err, "err");
 }
 
+std::string ReadFile(const std::string& path) {
+  std::string out;
+  if (FILE* f = fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    fclose(f);
+  }
+  return out;
+}
+
+// Regression: `logs --stream stderr 2>file` wrote the CLI's own messages (a gap notice, an
+// error) into the file among the stream's bytes, so a reader resuming "from the bytes I have"
+// resumed from corrupted data. Now stderr carries only the stream; the words go to --messages
+// and the exit status tells.
+TEST_F(CommandsTest, LogsOfStderrPutsOnlyTheStreamsBytesThere) {
+  service_.AddSandbox("sb-1");
+  FakeProcessScript script;
+  script.lost_bytes = 3;
+  script.stderr_data = "abcdef";
+  service_.AddProcess("sb-1", "p-1", script);
+  Outcome r = Cli({"logs", "--stream", "stderr", "sb-1", "p-1"});
+  EXPECT_EQ(r.exit_code, kOutputIncomplete) << "bytes were no longer kept";
+  EXPECT_EQ(r.err, "abcdef");
+  r = Cli({"logs", "--stream", "stderr", "sb-1", "p-9"});
+  EXPECT_EQ(r.exit_code, kServiceError);
+  EXPECT_EQ(r.err, "") << "a refusal stays out of the stream's place too";
+
+  std::string messages = dir_.path() + "/messages";
+  r = Cli({"logs", "--messages", messages, "--stream", "stderr", "sb-1", "p-1"});
+  EXPECT_EQ(r.err, "abcdef");
+  EXPECT_EQ(ReadFile(messages), "paseo-sandbox: 3 bytes of output were no longer kept\n");
+  // stdout's stream leaves stderr to the messages.
+  r = Cli({"logs", "sb-1", "p-1"});
+  EXPECT_EQ(r.exit_code, kOutputIncomplete);
+  EXPECT_EQ(r.err, "paseo-sandbox: 3 bytes of output were no longer kept\n");
+  EXPECT_EQ(Cli({"logs", "--from", "3", "--stream", "stderr", "sb-1", "p-1"}).exit_code, 0);
+}
+
+TEST_F(CommandsTest, LogsAppendsToAnOutputFile) {
+  service_.AddSandbox("sb-1");
+  FakeProcessScript script;
+  script.stderr_data = "0123456789";
+  service_.AddProcess("sb-1", "p-1", script);
+  std::string file = dir_.path() + "/stderr.log";
+  FILE* f = fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("0123", f);  // what an earlier logs -o kept
+  fclose(f);
+  Outcome r = Cli({"logs", "--stream", "stderr", "-o", file, "--from", "4", "sb-1", "p-1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(ReadFile(file), "0123456789");
+  // The file carries the stream; stderr the messages.
+  r = Cli({"logs", "-o", file, "sb-1", "p-9"});
+  EXPECT_EQ(r.err, "paseo-sandbox: not-found: no process p-9\n");
+  EXPECT_EQ(ReadFile(file), "0123456789");
+}
+
+// Regression: when the broker restarted, `logs -f` ended with "paseo-sandbox: PromiseFulfiller
+// was destroyed without fulfilling the promise." among the stream's bytes. It now reconnects
+// by itself and resumes at the next byte: each byte arrives once, and nothing else.
+TEST_F(CommandsTest, LogsFollowReconnectsAndResumesAtTheNextByte) {
+  service_.AddSandbox("sb-1");
+  FakeProcessScript script;
+  script.stderr_data = "0123456789abcdefghij";
+  script.disconnect_at = 10;
+  script.disconnect_stream = api::Stream::STDERR;
+  service_.AddProcess("sb-1", "p-1", script);
+  service_.crash = [this] { server_.DropConnections(); };
+  Outcome r = Cli({"logs", "-f", "--stream", "stderr", "sb-1", "p-1"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.err, script.stderr_data);
+  // Resumed where the bytes that arrived end: in-flight writes die with the connection, so
+  // that is at most where the fake crashed.
+  const auto& subscriptions = service_.sandboxes.at("sb-1").processes.at("p-1").subscriptions;
+  ASSERT_EQ(subscriptions.size(), 2u);
+  EXPECT_EQ(subscriptions[0], std::make_pair(api::Stream::STDERR, uint64_t{0}));
+  EXPECT_EQ(subscriptions[1].first, api::Stream::STDERR);
+  EXPECT_LE(subscriptions[1].second, 10u);
+
+  // Where a person reads them, the messages say what happened.
+  script.stdout_data = "0123456789";
+  script.disconnect_at = 6;
+  script.disconnect_stream = api::Stream::STDOUT;
+  service_.AddProcess("sb-1", "p-2", script);
+  r = Cli({"logs", "-f", "sb-1", "p-2"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, script.stdout_data);
+  std::string at = std::to_string(service_.sandboxes.at("sb-1").processes.at("p-2").subscriptions.at(1).second);
+  EXPECT_EQ(r.err,
+            "paseo-sandbox: the connection to the service was lost at stdout offset " + at +
+                "; reconnecting\n"
+                "paseo-sandbox: reconnected; resuming at stdout offset " + at + "\n");
+}
+
+TEST_F(CommandsTest, LogsThatCannotReconnectSayWhereToResume) {
+  service_.AddSandbox("sb-1");
+  FakeProcessScript script;
+  script.stderr_data = "0123456789";
+  script.disconnect_at = 8;
+  script.disconnect_stream = api::Stream::STDERR;
+  service_.AddProcess("sb-1", "p-1", script);
+  service_.crash = [this] {
+    server_.DropConnections();
+    server_.StopListening();
+  };
+  std::string messages = dir_.path() + "/messages";
+  Outcome r = Cli({"logs", "-f", "--reconnect-for", "1", "--messages", messages, "--stream",
+                   "stderr", "sb-1", "p-1"});
+  EXPECT_EQ(r.exit_code, kConnectionLost);
+  // What arrived before the crash (in-flight writes die with the connection), exactly.
+  ASSERT_LE(r.err.size(), 8u);
+  EXPECT_EQ(r.err, script.stderr_data.substr(0, r.err.size()));
+  std::string at = std::to_string(r.err.size());
+  EXPECT_EQ(ReadFile(messages),
+            "paseo-sandbox: the connection to the service was lost at stderr offset " + at +
+                "; reconnecting\n"
+                "paseo-sandbox: the connection to the service was lost at stderr offset " + at +
+                " and not regained in 1 s; resume with: paseo-sandbox --socket " + socket_ +
+                " logs --stream stderr --from " + at + " -f sb-1 p-1\n");
+}
+
+// Regression: `run` exited 0 (the command's code) when deleting its sandbox failed.
+TEST_F(CommandsTest, RunTellsAFailedCleanUpApart) {
+  service_.script.exit = ProcessExit::Exited(3);
+  service_.undeletable = {"sb-1"};
+  Outcome r = Cli({"run", "--", "true"});
+  EXPECT_EQ(r.exit_code, kCleanupFailed);
+  EXPECT_EQ(r.err,
+            "paseo-sandbox: the command ended with exit status 3, but sandbox sb-1 could not be "
+            "deleted (failed-precondition: sandbox sb-1 has running processes); delete it with: "
+            "paseo-sandbox rm sb-1\n");
+}
+
+// Regression: a lost connection was reported as "PromiseFulfiller was destroyed without
+// fulfilling the promise.", and written among the process's stderr.
+TEST_F(CommandsTest, ALostConnectionIsReportedInWordsAndNotAmongTheStream) {
+  service_.AddSandbox("sb-k");
+  service_.script.stdout_data = "0123456789";
+  service_.script.disconnect_at = 4;
+  service_.crash = [this] { server_.DropConnections(); };
+  Outcome r = Cli({"exec", "sb-k", "--", "cat"});
+  EXPECT_EQ(r.exit_code, kServiceError);
+  ASSERT_LE(r.out.size(), 4u);
+  EXPECT_EQ(r.out, service_.script.stdout_data.substr(0, r.out.size()));
+  EXPECT_EQ(r.err, "paseo-sandbox: the connection to the service was lost at stdout offset " +
+                       std::to_string(r.out.size()) +
+                       " and stderr offset 0; process p-1 in sandbox sb-k may still be running "
+                       "(paseo-sandbox attach sb-k p-1 follows it)\n");
+
+  // The process's stderr reached our stderr: the words go only to --messages.
+  service_.script.stdout_data = "";
+  service_.script.stderr_data = "warn";
+  service_.script.disconnect_at = 4;
+  service_.script.disconnect_stream = api::Stream::STDERR;
+  std::string messages = dir_.path() + "/messages";
+  r = Cli({"exec", "sb-k", "--", "cat"});
+  EXPECT_EQ(r.exit_code, kServiceError);
+  EXPECT_EQ(r.err, "warn");
+  r = Cli({"--messages", messages, "exec", "sb-k", "--", "cat"});
+  EXPECT_EQ(r.exit_code, kServiceError);
+  EXPECT_EQ(r.err, "warn");
+  EXPECT_THAT(ReadFile(messages),
+              HasSubstr("the connection to the service was lost at stdout offset 0 and stderr "
+                        "offset 4; process p-3 in sandbox sb-k"));
+}
+
 TEST_F(CommandsTest, LogsOfATerminalProcessReadsItsPty) {
   service_.AddSandbox("sb-1");
   FakeProcessScript script;

@@ -38,9 +38,11 @@ kj::Promise<void> End(api::OutputSink::Client sink, const ProcessExit& exit, uin
 }
 
 // A stream's bytes [lost, lost + data.size()) from `from` on: gap() for what is no longer
-// kept, the rest in kChunk pieces in order, then end().
+// kept, the rest in kChunk pieces in order, then end(). With `crash_at`, `crash` runs once the
+// bytes before it have been sent, instead of the rest.
 kj::Promise<void> Deliver(api::OutputSink::Client sink, const std::string& data, uint64_t lost,
-                          uint64_t from, ProcessExit exit) {
+                          uint64_t from, ProcessExit exit, std::optional<uint64_t> crash_at = {},
+                          std::function<void()> crash = nullptr) {
   kj::Promise<void> chain = kj::READY_NOW;
   if (from < lost) {
     auto req = sink.gapRequest();
@@ -49,9 +51,15 @@ kj::Promise<void> Deliver(api::OutputSink::Client sink, const std::string& data,
   }
   uint64_t end = lost + data.size();
   for (uint64_t off = std::max(from, lost); off < end; off += kChunk) {
-    std::string piece = data.substr(off - lost, kChunk);
+    if (crash_at && off >= *crash_at) {
+      // Later, from the event loop: the connection must not end under its own call.
+      return chain.then([crash]() { return kj::evalLater([crash]() { crash(); }); });
+    }
+    std::string piece = data.substr(off - lost, std::min<uint64_t>(kChunk, end - off));
+    if (crash_at && off + piece.size() > *crash_at) piece.resize(*crash_at - off);
     chain = chain.then([sink, off, piece]() mutable { return Write(sink, off, piece); });
   }
+  if (crash_at) return chain.then([crash]() { return kj::evalLater([crash]() { crash(); }); });
   return chain.then([sink, exit, end]() mutable { return End(sink, exit, end); });
 }
 
@@ -148,8 +156,17 @@ class FakeService::Process final : public api::Process::Server {
     } else {
       const std::string& data =
           params.getStream() == api::Stream::STDERR ? p.script.stderr_data : p.script.stdout_data;
+      std::optional<uint64_t> crash_at;
+      if (params.getStream() == p.script.disconnect_stream) {
+        crash_at = p.script.disconnect_at;
+        p.script.disconnect_at.reset();  // one crash
+      }
+      FakeService& service = service_;
       service_.deliveries_->tasks.add(Deliver(params.getSink(), data, p.script.lost_bytes,
-                                              params.getFromOffset(), p.script.exit));
+                                              params.getFromOffset(), p.script.exit, crash_at,
+                                              [&service] {
+                                                if (service.crash) service.crash();
+                                              }));
     }
     context.getResults().setSubscription(kj::heap<Subscription>());
     return kj::READY_NOW;
@@ -310,16 +327,48 @@ FakeProcess& FakeService::AddProcess(const std::string& sandbox_id, const std::s
   return p;
 }
 
+// One served connection, as capnp's TwoPartyServer keeps it.
+struct UnixSocketServer::Accepted {
+  Accepted(kj::Own<kj::AsyncIoStream> connection, capnp::Capability::Client bootstrap)
+      : stream(kj::mv(connection)),
+        network(*stream, capnp::rpc::twoparty::Side::SERVER),
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
 UnixSocketServer::UnixSocketServer(kj::AsyncIoContext& io, const std::string& path,
                                    capnp::Capability::Client bootstrap)
-    : server_(kj::mv(bootstrap)),
+    : path_(path),
+      bootstrap_(kj::mv(bootstrap)),
       listener_(io.provider->getNetwork()
                     .parseAddress(kj::str("unix:", path.c_str()))
                     .wait(io.waitScope)
                     ->listen()),
-      serving_(server_.listen(*listener_).eagerlyEvaluate([](kj::Exception&& e) {
+      connections_(kj::heap<kj::TaskSet>(errors_)),
+      serving_(AcceptLoop().eagerlyEvaluate([](kj::Exception&& e) {
         KJ_LOG(ERROR, "fake service stopped listening", e);
       })) {}
+
+UnixSocketServer::~UnixSocketServer() noexcept(false) = default;
+
+kj::Promise<void> UnixSocketServer::AcceptLoop() {
+  return listener_->accept().then([this](kj::Own<kj::AsyncIoStream>&& connection) {
+    auto accepted = kj::heap<Accepted>(kj::mv(connection), bootstrap_);
+    auto disconnected = accepted->network.onDisconnect();
+    connections_->add(kj::mv(disconnected).attach(kj::mv(accepted)));
+    return AcceptLoop();
+  });
+}
+
+void UnixSocketServer::DropConnections() { connections_ = kj::heap<kj::TaskSet>(errors_); }
+
+void UnixSocketServer::StopListening() {
+  serving_ = kj::NEVER_DONE;
+  listener_ = nullptr;
+  unlink(path_.c_str());
+}
 
 SocketDir::SocketDir() {
   const char* tmp = getenv("TEST_TMPDIR");

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,12 @@ struct FakeProcessScript {
   bool echo_input = false;
   // Still writing: info() counts only this many stdout bytes; a subscriber gets them all.
   std::optional<uint64_t> stdout_bytes_at_info;
+  // A broker crash: once the first subscriber of disconnect_stream has been sent the bytes
+  // before this offset (at most the stream's end), FakeService::crash runs (e.g.
+  // UnixSocketServer::DropConnections) and that delivery stops without end(). Later
+  // subscribers get the whole stream.
+  std::optional<uint64_t> disconnect_at;
+  api::Stream disconnect_stream = api::Stream::STDOUT;
 };
 
 struct FakeProcess {
@@ -89,6 +96,8 @@ class FakeService {
   std::vector<std::string> undeletable;
   // The script of every process startProcess starts.
   FakeProcessScript script;
+  // What a script's disconnect_at does (set by the test).
+  std::function<void()> crash;
 
   // Every sandbox ever created or added, by id, deleted ones included.
   std::map<std::string, FakeSandbox> sandboxes;
@@ -111,10 +120,26 @@ class UnixSocketServer {
  public:
   UnixSocketServer(kj::AsyncIoContext& io, const std::string& path,
                    capnp::Capability::Client bootstrap);
+  ~UnixSocketServer() noexcept(false);
+
+  // Ends every connection, as a broker crash does; the socket still accepts (as the
+  // privhelper's does while it restarts the broker).
+  void DropConnections();
+  // Stops accepting and removes the socket: the service is gone.
+  void StopListening();
 
  private:
-  capnp::TwoPartyServer server_;
+  struct Accepted;
+  struct Errors final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override {}
+  };
+  kj::Promise<void> AcceptLoop();
+
+  std::string path_;
+  capnp::Capability::Client bootstrap_;
   kj::Own<kj::ConnectionReceiver> listener_;
+  Errors errors_;
+  kj::Own<kj::TaskSet> connections_;  // each task owns its connection until it disconnects
   kj::Promise<void> serving_;
 };
 

@@ -1,58 +1,59 @@
 // See output_sink.h.
 #include "client/output_sink.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
+#include <string>
+
+#include <kj/debug.h>
 
 namespace paseo::client {
-namespace {
 
-// Writes all of [data, data + size) unless the fd is gone. EAGAIN is retried: our stdout can be
-// non-blocking because it shares its open file description with a terminal stdin that the
-// input forwarding made O_NONBLOCK.
-void WriteAll(int fd, const capnp::byte* data, size_t size) {
-  for (size_t off = 0; off < size;) {
-    ssize_t n = ::write(fd, data + off, size - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) {
-        usleep(1000);
-        continue;
-      }
-      return;  // our output is gone; keep draining so the process is not blocked by us
-    }
-    off += static_cast<size_t>(n);
-  }
+FdOutputSink::FdOutputSink(const Options& options, kj::Own<kj::PromiseFulfiller<void>> done)
+    : options_(options), done_(kj::mv(done)) {
+  KJ_REQUIRE(options_.messages != nullptr);
+  if (options_.progress == nullptr) options_.progress = std::make_shared<StreamProgress>();
 }
 
-}  // namespace
+FdOutputSink::~FdOutputSink() noexcept(false) {
+  // Released without end(): capnp drops a connection's exported objects when it is lost. Say
+  // so in words (kj's own text would be "PromiseFulfiller was destroyed ...").
+  if (done_->isWaiting()) {
+    done_->reject(kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                                kj::heapString(kConnectionLostText)));
+  }
+}
 
 kj::Promise<void> FdOutputSink::write(WriteContext context) {
   auto params = context.getParams();
   uint64_t offset = params.getOffset();
   auto data = params.getData();
-  size_t size = data.size();
-  if (options_.stop_at) {
-    uint64_t stop = *options_.stop_at;
-    size = offset >= stop ? 0 : static_cast<size_t>(std::min<uint64_t>(size, stop - offset));
+  StreamProgress& progress = *options_.progress;
+  // What an earlier connection delivered already is not written twice.
+  uint64_t begin = std::max(offset, progress.next);
+  uint64_t end = offset + data.size();
+  if (options_.stop_at) end = std::min(end, *options_.stop_at);
+  if (begin < end) {
+    if (!wrote_) {
+      options_.messages->StreamWritesTo(options_.fd);
+      wrote_ = true;
+    }
+    WriteAll(options_.fd, data.begin() + (begin - offset), static_cast<size_t>(end - begin));
+    progress.next = end;
   }
-  WriteAll(options_.fd, data.begin(), size);
   if (options_.stop_at && offset + data.size() >= *options_.stop_at) Done();
   return kj::READY_NOW;
 }
 
 kj::Promise<void> FdOutputSink::gap(GapContext context) {
-  const char* nl = options_.raw_terminal ? "\r\n" : "";
-  std::fprintf(stderr, "%spaseo-sandbox: %llu bytes of output were no longer kept%s\n", nl,
-               static_cast<unsigned long long>(context.getParams().getLostBytes()),
-               options_.raw_terminal ? "\r" : "");
+  uint64_t lost = context.getParams().getLostBytes();
+  options_.progress->lost += lost;
+  options_.progress->next += lost;
+  options_.messages->Say(std::to_string(lost) + " bytes of output were no longer kept");
   return kj::READY_NOW;
 }
 
 kj::Promise<void> FdOutputSink::end(EndContext context) {
+  options_.progress->ended = true;
   Done();
   return kj::READY_NOW;
 }

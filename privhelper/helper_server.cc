@@ -6,18 +6,10 @@
 #include "common/process_exit.h"
 #include "common/rpc_errors.h"
 #include "privhelper/request_validation.h"
+#include "privhelper/fd_cap.h"
 
 namespace paseo {
 namespace {
-
-class FdCap final : public helper::Fd::Server {
- public:
-  explicit FdCap(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
-  kj::Maybe<int> getFd() override { return fd_.get(); }
-
- private:
-  kj::AutoCloseFd fd_;
-};
 
 // startProcess and reattach results: each fd as its own capability (stdin may be absent).
 template <typename Results>

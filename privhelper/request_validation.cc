@@ -46,8 +46,12 @@ absl::StatusOr<std::vector<ValidatedMount>> CheckWorkspaces(
     std::string field = absl::StrCat("workspaces[", i, "]");
     if (HasNul(m.getPath()) || HasNul(m.getDestination()))
       return Invalid(field, "contains a NUL byte");
-    if (m.getPath().size() == 0 || m.getPath()[0] != '/' || m.getPath().size() > 4095)
-      return Invalid(field + ".path", "must be an absolute path shorter than PATH_MAX");
+    // Normalized, so that a path has one spelling: no empty, "." or ".." component and no
+    // trailing "/" (the CLI normalizes what its user typed; docs/running.md).
+    if (!IsNormalizedAbsolutePath(View(m.getPath())))
+      return Invalid(field + ".path",
+                     "must be a normalized absolute path shorter than PATH_MAX (no empty, \".\" "
+                     "or \"..\" component, no trailing \"/\")");
     std::string dest = m.getDestination().size() > 0 ? m.getDestination().cStr() : "/workspace";
     if (!IsNormalizedAbsolutePath(dest) || dest == "/")
       return Invalid(field + ".destination", "must be a normalized absolute path other than /");

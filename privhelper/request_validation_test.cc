@@ -134,6 +134,16 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
       {"workspace path longer than PATH_MAX",
        [](auto r) { r.getWorkspaces()[0].setPath("/" + std::string(5000, 'a')); },
        absl::StatusCode::kInvalidArgument, "PATH_MAX"},
+      // One spelling per path (regression: "/srv/a/" was accepted and trimmed while
+      // "/srv//a" was refused): the CLI normalizes, the API refuses anything else.
+      {"workspace path with a trailing slash", [](auto r) { r.getWorkspaces()[0].setPath("/srv/a/"); },
+       absl::StatusCode::kInvalidArgument, "normalized"},
+      {"workspace path with //", [](auto r) { r.getWorkspaces()[0].setPath("/srv//a"); },
+       absl::StatusCode::kInvalidArgument, "normalized"},
+      {"workspace path with .", [](auto r) { r.getWorkspaces()[0].setPath("/srv/./a"); },
+       absl::StatusCode::kInvalidArgument, "normalized"},
+      {"workspace path with ..", [](auto r) { r.getWorkspaces()[0].setPath("/srv/a/../a"); },
+       absl::StatusCode::kInvalidArgument, "normalized"},
       {"destination /", [](auto r) { r.getWorkspaces()[0].setDestination("/"); },
        absl::StatusCode::kInvalidArgument, "destination"},
       {"destination with ..", [](auto r) { r.getWorkspaces()[0].setDestination("/a/../etc"); },

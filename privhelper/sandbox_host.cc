@@ -18,6 +18,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "common/dir_entries.h"
 #include "common/ids.h"
 #include "common/rpc_errors.h"
 #include "common/status.h"
@@ -60,18 +61,6 @@ absl::StatusOr<Pipe> MakePipe() {
 // A close-on-exec duplicate (above stdio), or no fd for no fd.
 kj::AutoCloseFd Dup(const kj::AutoCloseFd& fd) {
   return fd.get() < 0 ? kj::AutoCloseFd() : kj::AutoCloseFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 3));
-}
-
-std::vector<std::string> Entries(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-  }
-  return names;
 }
 
 // Ok if runsc succeeded; else an error of `code` whose message ends with what runsc said.
@@ -759,7 +748,7 @@ void SandboxHost::RemoveCgroups(const std::string& sandbox_id) {
   // runsc deletes what it created on a clean delete, but not after a create that failed
   // half-way; rmdir only removes empty ones.
   std::string rel = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sandbox_id);
-  for (const auto& hierarchy : Entries(cgroup_root_)) {
+  for (const auto& hierarchy : DirEntries(cgroup_root_)) {
     if (hierarchy[0] == '.') continue;
     rmdir(absl::StrCat(cgroup_root_, "/", hierarchy, rel).c_str());
   }
@@ -826,12 +815,12 @@ absl::StatusOr<std::vector<ListedContainer>> ParseRunscList(const std::string& t
 // What a bundle dir holds: the regular files in it and the staging dirs under mounts/.
 void ScanBundle(const std::string& bundle_dir, std::vector<std::string>& files,
                 std::vector<std::string>& staging) {
-  for (const auto& n : Entries(bundle_dir)) {
+  for (const auto& n : DirEntries(bundle_dir)) {
     std::string path = absl::StrCat(bundle_dir, "/", n);
     struct stat st;
     if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(path);
   }
-  for (const auto& n : Entries(bundle_dir + "/mounts"))
+  for (const auto& n : DirEntries(bundle_dir + "/mounts"))
     staging.push_back(absl::StrCat(bundle_dir, "/mounts/", n));
 }
 
@@ -893,7 +882,7 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
 
 void SandboxHost::CollectUnowned() {
   // Bundles and cgroups that no sandbox owns: leftovers of a crash mid-create or mid-delete.
-  for (const auto& n : Entries(BundlesDir())) {
+  for (const auto& n : DirEntries(BundlesDir())) {
     if (Find(n) != nullptr) continue;
     Sandbox stale;
     stale.id = n;
@@ -904,10 +893,10 @@ void SandboxHost::CollectUnowned() {
   }
   std::string parent = config_.helper().getCgroupParent().cStr();
   std::vector<std::string> parents = {cgroup_root_ + parent};  // a pure cgroup2 host
-  for (const auto& hierarchy : Entries(cgroup_root_))
+  for (const auto& hierarchy : DirEntries(cgroup_root_))
     parents.push_back(absl::StrCat(cgroup_root_, "/", hierarchy, parent));
   for (const auto& dir : parents) {
-    for (const auto& n : Entries(dir)) {
+    for (const auto& n : DirEntries(dir)) {
       struct stat st;
       if (IsValidId(n) && Find(n) == nullptr &&
           stat(absl::StrCat(dir, "/", n).c_str(), &st) == 0 && S_ISDIR(st.st_mode))

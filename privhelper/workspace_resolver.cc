@@ -59,8 +59,12 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
   if (client_path.size() > 4095) return Refuse(client_path.substr(0, 64), "path is too long");
   if (client_path.find('\0') != absl::string_view::npos) return Refuse("?", "path contains NUL");
   if (client_path.empty() || client_path[0] != '/') return Refuse(client_path, "must be absolute");
-  absl::string_view trimmed = client_path;
-  if (trimmed.size() > 1 && trimmed.back() == '/') trimmed.remove_suffix(1);
+  // One rule, the API's (common/request_checks.h IsNormalizedAbsolutePath): the path must be
+  // normalized. A trailing "/" is refused like "//", not trimmed (the CLI normalizes what its
+  // user types; docs/running.md).
+  const absl::string_view trimmed = client_path;
+  if (client_path.size() > 1 && client_path.back() == '/')
+    return Refuse(client_path, "trailing \"/\" (the path must be normalized)");
   for (absl::string_view part : absl::StrSplit(trimmed.substr(1), '/')) {
     if (trimmed == "/") break;
     if (part.empty()) return Refuse(client_path, "empty path component (\"//\")");

@@ -22,7 +22,8 @@ enum AccessMode {
 struct WorkspaceMount {
   # One workspace to show inside the sandbox.
   path @0 :Text;
-  # The workspace path as the client sees it (absolute). For a host deployment this is the host
+  # The workspace path as the client sees it: absolute and normalized (no empty, "." or ".."
+  # component, no trailing "/"; anything else is refused). For a host deployment this is the host
   # path; for a Docker deployment it is the path inside the client's container. The privhelper
   # maps it through the deployment's registered roots; it is never used as a host path directly.
   destination @1 :Text;

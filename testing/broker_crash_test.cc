@@ -2,6 +2,7 @@
 // while the privhelper runs `runsc create`, `runsc start`, `runsc kill` or `runsc delete` for
 // it). Afterwards the sandbox either exists and works or is gone, and nothing leaks.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,6 +104,72 @@ TEST_P(BrokerCrashDeleteTest, DuringDeleteTheSandboxEndsUpGone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Steps, BrokerCrashDeleteTest, ::testing::Values("kill", "delete"));
+
+// Regression: `logs --stream stderr -f SB P 2>file` across a broker restart ended `file` with
+// "paseo-sandbox: PromiseFulfiller was destroyed without fulfilling the promise.", so a reader
+// resuming from the bytes it had resumed from corrupted data. Now logs reconnects by itself
+// and resumes at the next byte: stderr holds the stream's bytes, each once, and nothing else.
+// `exec`, attached when the broker died, reports the loss in words to its --messages file, and
+// its stderr holds only the bytes it got.
+TEST(BrokerCrashLogsTest, LogsFollowResumesAcrossABrokerRestart) {
+  Service& svc = Service::Get();
+  auto kept = svc.Cli(Alpha(svc), {"run", "--keep", "--", "true"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  std::string id = kept.err.substr(kept.err.find("sb-"), 27);
+  std::string dir = svc.base() + "/cli-messages";
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  std::string messages = dir + "/exec";
+  // 60 numbered lines on stderr, 50 ms apart: still writing when the broker dies.
+  std::string script =
+      "i=0; while [ $i -lt 60 ]; do echo line$i >&2; i=$((i+1)); sleep 0.05; done";
+  std::string expected;
+  for (int i = 0; i < 60; ++i) expected += "line" + std::to_string(i) + "\n";
+
+  CliResult exec, logs;
+  std::thread exec_thread([&] {
+    exec = svc.Cli(Alpha(svc), {"--messages", messages, "exec", id, "--", "sh", "-c", script});
+  });
+  std::string process;
+  for (int i = 0; i < 200 && process.empty(); ++i) {
+    auto ps = svc.Cli(Alpha(svc), {"--json", "ps"});
+    // Not the kept sandbox's first process (`true`): the one running sh.
+    size_t sh = ps.out.find("\"argv\":[\"sh\"");
+    size_t at = sh == std::string::npos ? sh : ps.out.rfind("\"id\":\"p-", sh);
+    if (at != std::string::npos) {
+      at += 6;
+      process = ps.out.substr(at, ps.out.find('"', at) - at);
+    } else {
+      usleep(50000);
+    }
+  }
+  ASSERT_FALSE(process.empty()) << "the exec'd process never showed up";
+  std::thread logs_thread([&] {
+    logs = svc.Cli(Alpha(svc), {"logs", "--stream", "stderr", "-f", id, process});
+  });
+  usleep(800000);  // logs is following, a dozen lines in
+  pid_t old = svc.broker_pid();
+  ASSERT_GT(old, 0);
+  kill(old, SIGKILL);
+  logs_thread.join();
+  exec_thread.join();
+
+  EXPECT_EQ(logs.exit_code, 0) << logs.err;
+  EXPECT_EQ(logs.err, expected) << "only the stream's bytes, each once";
+  EXPECT_EQ(logs.out, "");
+  EXPECT_EQ(exec.exit_code, 125);
+  EXPECT_EQ(exec.err, expected.substr(0, exec.err.size())) << "only the stream's bytes";
+  std::string words = ReadFile(messages);
+  EXPECT_TRUE(absl::StrContains(words, "paseo-sandbox: the connection to the service was lost at "
+                                       "stdout offset 0 and stderr offset " +
+                                           std::to_string(exec.err.size())))
+      << words;
+  EXPECT_TRUE(absl::StrContains(words, "paseo-sandbox attach " + id + " " + process)) << words;
+  EXPECT_FALSE(absl::StrContains(logs.err + exec.err + words, "PromiseFulfiller"));
+  WaitForBroker(svc, old);
+  auto rm = svc.Cli(Alpha(svc), {"rm", id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+}
 
 }  // namespace
 }  // namespace paseo::testing

@@ -13,18 +13,10 @@
 
 #include "gtest/gtest.h"
 #include "schema/helper.capnp.h"
+#include "privhelper/fd_cap.h"
 
 namespace paseo {
 namespace {
-
-class FdCap final : public helper::Fd::Server {
- public:
-  explicit FdCap(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
-  kj::Maybe<int> getFd() override { return fd_.get(); }
-
- private:
-  kj::AutoCloseFd fd_;
-};
 
 class FakeHelper final : public helper::Helper::Server {
  protected:

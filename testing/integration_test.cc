@@ -23,8 +23,13 @@
 #include <thread>
 #include <sstream>
 
+#include <kj/async-io.h>
+#include <kj/timer.h>
+
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "client/client.h"
 #include "gtest/gtest.h"
 #include "testing/harness.h"
 
@@ -652,6 +657,135 @@ TEST_F(IntegrationTest, AFifoWorkspaceIsRefusedWithoutBlocking) {
   EXPECT_EQ(r.exit_code, 125);
   EXPECT_TRUE(absl::StrContains(r.err, "not a directory")) << r.err;
   unlink(fifo.c_str());
+}
+
+// Regression: the CLI could not name a workspace whose path contains ':' (PATH:DEST:MODE read
+// "/ws/a:b" as PATH "/ws/a" with DEST "b"). --mount names any path; --workspace refuses the
+// ambiguous form and points at --mount. And the one spelling rule: the CLI sends "ws/" and
+// "ws//sub/." normalized, which the service accepts.
+TEST_F(IntegrationTest, AWorkspaceWhoseNameHasAColonIsMountedWithMount) {
+  std::string dir = AlphaWs() + "/a:b";
+  ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+  ASSERT_EQ(chown(dir.c_str(), 4242, 4242), 0);
+  std::ofstream(dir + "/f") << "colon";
+  auto r = svc.Cli(Alpha(), {"run", "--mount", "src=" + dir + ",dst=/workspace", "--", "cat",
+                             "/workspace/f"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "colon");
+  auto old_syntax = svc.Cli(Alpha(), {"run", "--workspace", dir, "--", "true"});
+  EXPECT_EQ(old_syntax.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(old_syntax.err, "needs --mount")) << old_syntax.err;
+  auto slashes = svc.Cli(Alpha(), {"run", "--workspace", AlphaWs() + "//a:b/./:/w/", "--", "cat",
+                                   "/w/f"});
+  EXPECT_EQ(slashes.exit_code, 2) << "still a ':' in the path";
+  auto trailing = svc.Cli(Alpha(), {"run", "--mount", "src=" + AlphaWs() + "//a:b/./,dst=/w/",
+                                    "--", "cat", "/w/f"});
+  EXPECT_EQ(trailing.exit_code, 0) << trailing.err;
+  EXPECT_EQ(trailing.out, "colon");
+  unlink((dir + "/f").c_str());
+  rmdir(dir.c_str());
+}
+
+// Regression: the public socket listened with a backlog of 128, so in a burst of 300 clients
+// connecting without blocking (as an event-loop client such as Paseo's daemon does) the ones
+// past the backlog got EAGAIN while the broker was busy. The broker is stopped during the burst
+// so that every connect has to wait in the backlog; then each connection asks info() through
+// the client library, all at once.
+TEST_F(IntegrationTest, ABurstOf300NonBlockingConnectsIsServed) {
+  constexpr int kClients = 300;
+  pid_t broker = svc.broker_pid();
+  ASSERT_GT(broker, 0);
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::string path = svc.socket();
+  ASSERT_LT(path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  std::vector<kj::AutoCloseFd> connected;
+  int refused = 0;
+  std::string why;
+  {
+    ASSERT_EQ(kill(broker, SIGSTOP), 0);
+    absl::Cleanup resume = [broker] { kill(broker, SIGCONT); };
+    for (int i = 0; i < kClients; ++i) {
+      int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      ASSERT_GE(fd, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        if (refused++ == 0) why = std::strerror(errno);
+        close(fd);
+        continue;
+      }
+      connected.emplace_back(fd);
+    }
+  }
+  EXPECT_EQ(refused, 0) << "connects refused (the first: " << why << ")";
+
+  auto io = kj::setupAsyncIo();
+  std::vector<kj::Own<client::Connection>> connections;
+  kj::Vector<kj::Promise<uint32_t>> answers;
+  for (auto& fd : connected) {
+    connections.push_back(kj::heap<client::Connection>(io, kj::mv(fd)));
+    answers.add(connections.back()->supervisor().infoRequest().send().then(
+        [](auto&& reply) { return reply.getPeerUid(); }));
+  }
+  kj::Array<uint32_t> uids;
+  kj::Maybe<kj::Exception> failed = kj::runCatchingExceptions([&] {
+    uids = io.provider->getTimer()
+               .timeoutAfter(60 * kj::SECONDS, kj::joinPromises(answers.releaseAsArray()))
+               .wait(io.waitScope);
+  });
+  KJ_IF_MAYBE(e, failed) { FAIL() << "info() failed: " << e->getDescription().cStr(); }
+  EXPECT_EQ(uids.size(), static_cast<size_t>(kClients - refused));
+  for (uint32_t uid : uids) EXPECT_EQ(uid, 0u);
+}
+
+// Regression: a text field with an embedded NUL ("w\0...") was read up to the NUL. Every name a
+// client sends must be free of NUL bytes and valid UTF-8, or the call is refused, and nothing
+// is created.
+TEST_F(IntegrationTest, NamesWithNulOrInvalidUtf8AreRefused) {
+  Service& svc = Service::Get();
+  auto io = kj::setupAsyncIo();
+  client::Connection conn(io, svc.socket());  // as root: deployment io allows uid 0
+  auto count = [&] {
+    return conn.supervisor().listSandboxesRequest().send().wait(io.waitScope).getSandboxes().size();
+  };
+  size_t before = count();
+  struct Case {
+    std::string name;
+    std::function<void(api::SandboxSpec::Builder)> fill;
+  };
+  std::vector<Case> cases = {
+      {"NUL in the deployment id",
+       [](auto s) { s.setDeploymentId(capnp::Text::Reader("io\0beta", 7)); }},
+      {"deployment id not UTF-8", [](auto s) { s.setDeploymentId("io\xff"); }},
+      {"NUL in the profile",
+       [](auto s) {
+         s.setDeploymentId("io");
+         s.setProfile(capnp::Text::Reader("default\0x", 9));
+       }},
+      {"NUL in a credential name",
+       [](auto s) {
+         s.setDeploymentId("io");
+         s.initCredentials(1).set(0, capnp::Text::Reader("c\0x", 3));
+       }},
+      {"label key not UTF-8",
+       [](auto s) {
+         s.setDeploymentId("io");
+         auto l = s.initLabels(1)[0];
+         l.setKey("\xc0\xaf");
+         l.setValue("v");
+       }},
+  };
+  for (auto& c : cases) {
+    auto req = conn.supervisor().createSandboxRequest();
+    c.fill(req.initSpec());
+    std::string error = "(created)";
+    auto failed = kj::runCatchingExceptions([&] {
+      io.provider->getTimer().timeoutAfter(60 * kj::SECONDS, req.send()).wait(io.waitScope);
+    });
+    KJ_IF_MAYBE(e, failed) { error = client::ErrorText(*e); }
+    EXPECT_EQ(error.rfind("invalid-argument: ", 0), 0u) << c.name << ": " << error;
+  }
+  EXPECT_EQ(count(), before) << "a refused create leaves nothing";
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // See util.h.
 #include "testing/util.h"
 
+#include "common/dir_entries.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <net/if.h>
@@ -78,17 +80,7 @@ void WriteText(const std::string& path, const std::string& text) {
   if (!out) Die("cannot write " + path);
 }
 
-std::vector<std::string> ListDir(const std::string& dir) {
-  std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      std::string n = e->d_name;
-      if (n != "." && n != "..") names.push_back(n);
-    }
-    closedir(d);
-  }
-  return names;
-}
+std::vector<std::string> ListDir(const std::string& dir) { return DirEntries(dir); }
 
 void LoopbackUp() {
   int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
