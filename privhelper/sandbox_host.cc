@@ -248,6 +248,9 @@ SandboxHost::Sandbox& SandboxHost::Add(const std::string& id) {
   sandbox->id = id;
   sandbox->generation = next_generation_++;
   sandbox->bundle_dir = absl::StrCat(BundlesDir(), "/", id);
+  auto stop = kj::newPromiseAndFulfiller<Stop>();
+  sandbox->stop = stop.promise.fork();
+  sandbox->stop_fulfiller = kj::mv(stop.fulfiller);
   Sandbox& sb = *sandbox;
   sandboxes_.emplace(id, kj::mv(sandbox));
   return sb;
@@ -576,10 +579,7 @@ absl::Status SandboxHost::RequireNotStopped(const Sandbox& sb) {
 absl::StatusOr<kj::Promise<SandboxHost::Stop>> SandboxHost::WaitStopped(
     const ValidatedSandboxRef& request) {
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
-  if (sb->stop_known) return kj::Promise<Stop>(Stop{sb->stop_reason, sb->oom_killed});
-  auto paf = kj::newPromiseAndFulfiller<Stop>();
-  sb->stop_waiters.push_back(kj::mv(paf.fulfiller));
-  return kj::mv(paf.promise);
+  return sb->stop.addBranch();
 }
 
 void SandboxHost::MarkStopped(Sandbox& sb, std::string reason, bool oom_killed) {
@@ -590,8 +590,7 @@ void SandboxHost::MarkStopped(Sandbox& sb, std::string reason, bool oom_killed) 
   sb.stop_known = true;
   sb.stop_reason = std::move(reason);
   sb.oom_killed = sb.oom_killed || oom_killed;
-  for (auto& waiter : sb.stop_waiters) waiter->fulfill(Stop{sb.stop_reason, sb.oom_killed});
-  sb.stop_waiters.clear();
+  sb.stop_fulfiller->fulfill(Stop{sb.stop_reason, sb.oom_killed});
 }
 
 void SandboxHost::WatchHostProcesses(Sandbox& sb) {
@@ -706,11 +705,10 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
 }
 
 void SandboxHost::Forget(Sandbox& sandbox) {
-  for (auto& waiter : sandbox.stop_waiters) {
-    waiter->reject(StatusToException(
+  if (!sandbox.stop_known && sandbox.stop_fulfiller.get() != nullptr) {
+    sandbox.stop_fulfiller->reject(StatusToException(
         absl::NotFoundError(absl::StrCat("sandbox ", sandbox.id, " was deleted"))));
   }
-  sandbox.stop_waiters.clear();
   // A `runsc exec` that has not been reaped yet keeps its record until it is, so no zombie
   // is left behind and no exit is lost.
   for (auto& [pid, p] : sandbox.processes) {

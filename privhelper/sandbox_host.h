@@ -130,7 +130,10 @@ class SandboxHost {
     bool stopped = false;
     bool stop_known = false;
     std::string stop_reason;
-    std::vector<kj::Own<kj::PromiseFulfiller<Stop>>> stop_waiters;
+    // Resolved by MarkStopped, rejected when the record goes; every WaitStopped is a branch, so
+    // a cancelled call leaves nothing behind.
+    kj::Own<kj::PromiseFulfiller<Stop>> stop_fulfiller;
+    kj::ForkedPromise<Stop> stop = nullptr;
     std::map<std::string, kj::Own<Process>> processes;
     // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
     // cancelled first when the record goes.
