@@ -22,6 +22,8 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   out.setDeploymentId(s.deployment_id);
   out.setProfile(s.profile);
   out.setState(StateName(s.state));
+  if (s.state == SandboxState::kStopped || s.state == SandboxState::kOomKilled)
+    out.setStateReason(s.stop_reason);
   out.setCreatedAtUnixMs(s.created_ms);
   out.setOwnerUid(s.owner_uid);
   out.setProcessCount(static_cast<uint32_t>(s.processes.size()));

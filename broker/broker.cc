@@ -104,6 +104,7 @@ absl::StatusOr<kj::Promise<std::string>> Broker::CreateSandbox(const Peer& peer,
       [this, id](auto&&) -> kj::Promise<std::string> {
         SandboxRecord* created = registry_.FinishCreate(id);
         if (created == nullptr) return StatusToException(absl::NotFoundError("sandbox vanished"));
+        WatchForStop(id);
         absl::Status persisted = state_.Persist(*created);
         if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
         return id;
@@ -226,10 +227,22 @@ void Broker::Attach(ProcessRecord& p, kj::AutoCloseFd in, kj::AutoCloseFd out,
       [this, sandbox_id = p.sandbox_id](capnp::Response<helper::Helper::WaitProcessResults> res) {
         ProcessExit how = FromCapnp(res.getStatus());
         // The host's OOM killer took the whole sandbox: say so until it is deleted.
-        if (how.kind == ProcessExit::kOomKilled) registry_.MarkOomKilled(sandbox_id);
+        if (how.kind == ProcessExit::kOomKilled)
+          registry_.MarkStopped(sandbox_id, kOomKilledSandboxReason, /*oom_killed=*/true);
         return how.ended() ? how : ProcessExit::Unknown();
       });
   StartPumps(events_, p, kj::mv(out), kj::mv(err), kj::mv(exited));
+}
+
+void Broker::WatchForStop(const std::string& sandbox_id) {
+  auto req = helper_.waitSandboxRequest();
+  req.setSandboxId(sandbox_id);
+  tasks_.add(req.send().then(
+      [this, sandbox_id](capnp::Response<helper::Helper::WaitSandboxResults> res) {
+        registry_.MarkStopped(sandbox_id, res.getReason().cStr(), res.getOomKilled());
+      },
+      // Deleted (not-found), or the privhelper went away with this broker: nothing to record.
+      [](kj::Exception&&) {}));
 }
 
 void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::WaitScope& wait) {
@@ -242,14 +255,23 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     sandbox->profile = known.getProfile().cStr();
     sandbox->created_ms = known.getCreatedAtUnixMs();
     sandbox->state = known.getOomKilled()    ? SandboxState::kOomKilled
+                     : known.getStopped()    ? SandboxState::kStopped
                      : known.getUnattached() ? SandboxState::kUnattached
                                              : SandboxState::kRunning;
+    if (known.getStopped() || known.getOomKilled()) {
+      sandbox->oom_killed = known.getOomKilled();
+      sandbox->stop_reason = known.getStopReason().size() > 0 ? known.getStopReason().cStr()
+                             : known.getOomKilled()           ? kOomKilledSandboxReason
+                                                              : "it stopped";
+    }
     sandbox->buffer_bytes = registry_.BufferBytes(sandbox->deployment_id, sandbox->profile);
     // What only the broker knew survives its crash.
     auto argv = state_.Load(*sandbox);
     if (argv.ok()) saved_argv[sandbox->id] = std::move(*argv);
     live.insert(sandbox->id);
+    bool stopped = !sandbox->stop_reason.empty();
     registry_.Restore(std::move(sandbox));
+    if (!stopped) WatchForStop(known.getSandboxId().cStr());
   }
   for (auto kept : inventory.getProcesses()) {
     SandboxRecord* sb = registry_.Find(kept.getSandboxId().cStr());

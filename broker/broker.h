@@ -55,6 +55,9 @@ class Broker {
   // Takes over a process's stdio: stdin into its input queue, output into its logs, and its
   // end from the privhelper's waitProcess.
   void Attach(ProcessRecord& p, kj::AutoCloseFd in, kj::AutoCloseFd out, kj::AutoCloseFd err);
+  // Keeps a waitSandbox open with the privhelper and records the stop it reports (its sentry or
+  // gofer exited). Ends quietly when the sandbox is deleted.
+  void WatchForStop(const std::string& sandbox_id);
   // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
   template <typename T>
   kj::Promise<T> ToCompletion(kj::Promise<T> work);

@@ -308,6 +308,46 @@ TEST_F(BrokerTest, ProcessOutputInputAndExit) {
   EXPECT_EQ(out.bytes, "hello world");
 }
 
+// Regression (attack run, item 5): a sandbox whose sentry was SIGKILLed stayed `running`, and
+// exec into it reached runsc, which failed with its own message.
+TEST_F(BrokerTest, ASandboxThatStopsByItselfIsShownStoppedRefusesProcessesAndDeletes) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  EXPECT_EQ(helper_->sandbox_waits, std::vector<std::string>{sb.id});
+  Started p = Start(sb.sandbox);
+  auto collector = kj::heap<Collector>();
+  Collector& out = *collector;
+  auto sub = p.process.subscribeRequest();
+  sub.setStream(api::Stream::STDOUT);
+  sub.setFromOffset(0);
+  sub.setSink(kj::mv(collector));
+  auto subscription = sub.send().wait(ws()).getSubscription();
+
+  const std::string why = "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)";
+  helper_->StopSandbox(sb.id, why);
+  Until([&] { return broker_->registry().Find(sb.id)->state == SandboxState::kStopped; });
+  auto inspected = sb.sandbox.inspectRequest().send().wait(ws());
+  EXPECT_STREQ(inspected.getInfo().getState().cStr(), "stopped");
+  EXPECT_EQ(inspected.getInfo().getStateReason().cStr(), why);
+  size_t calls = helper_->calls.size();
+  auto start = sb.sandbox.startProcessRequest();
+  start.initSpec().initArgv(1).set(0, "true");
+  auto error = kj::runCatchingExceptions([&] { start.send().wait(ws()); });
+  EXPECT_EQ(Description(error), "failed-precondition: sandbox " + sb.id + " is stopped: " + why);
+  EXPECT_EQ(helper_->calls.size(), calls) << "refused before the privhelper";
+
+  // Its process ends (runsc could not wait): the wait answers and the stream ends.
+  helper_->EndUnknown(p.id);
+  auto waited = p.process.waitRequest().send().wait(ws());
+  EXPECT_EQ(FromCapnp(waited.getStatus()), ProcessExit::Unknown());
+  Until([&] { return out.ended; });
+  EXPECT_EQ(out.status, ProcessExit::Unknown());
+  auto del = sb.sandbox.deleteRequest();
+  del.setForce(false);
+  del.send().wait(ws());
+  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+}
+
 TEST_F(BrokerTest, SignalsAndResizesAreCheckedBeforeThePrivhelper) {
   auto sup = Connect(owner_);
   Created sb = Create(sup);
@@ -402,6 +442,31 @@ TEST_F(BrokerTest, ARestartedBrokerRestoresOwnersLabelsArgvAndContinuesLogs) {
   EXPECT_EQ(p->stdout_log->Read(0, 100), "before|after") << "offsets continue across the crash";
   struct stat st;
   EXPECT_NE(stat((dir_ + "/sb-stale").c_str(), &st), 0) << "logs of gone sandboxes are removed";
+}
+
+TEST_F(BrokerTest, ARestartedBrokerKnowsWhichSandboxesStoppedAndWatchesTheOthers) {
+  broker_ = nullptr;
+  Start();
+  helper_->inventory_sandboxes.push_back({"sb-running", "work", "default"});
+  FakeHelper::Known dead{"sb-dead", "work", "default"};
+  dead.stopped = true;
+  dead.stop_reason = "its gVisor file server (runsc-gofer) exited (killed by signal 9)";
+  helper_->inventory_sandboxes.push_back(dead);
+  FakeHelper::Known oom{"sb-oom", "work", "default"};
+  oom.stopped = oom.oom_killed = true;
+  helper_->inventory_sandboxes.push_back(oom);
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+  ws().poll();
+  EXPECT_EQ(helper_->sandbox_waits, std::vector<std::string>{"sb-running"});
+  auto& registry = broker_->registry();
+  EXPECT_EQ(registry.Find("sb-running")->state, SandboxState::kRunning);
+  EXPECT_EQ(registry.Find("sb-dead")->state, SandboxState::kStopped);
+  EXPECT_EQ(registry.Find("sb-dead")->stop_reason, dead.stop_reason);
+  EXPECT_EQ(registry.Find("sb-oom")->state, SandboxState::kOomKilled);
+  EXPECT_EQ(registry.Find("sb-oom")->stop_reason, kOomKilledSandboxReason);
+  helper_->StopSandbox("sb-running", "its gVisor kernel (runsc-sandbox) exited (exit status 2)");
+  Until([&] { return registry.Find("sb-running")->state == SandboxState::kStopped; });
 }
 
 }  // namespace

@@ -75,6 +75,7 @@ void FakeHelper::End(const std::string& id, ProcessExit how) {
 void FakeHelper::Exit(const std::string& id, int exit_code) { End(id, ProcessExit::Exited(exit_code)); }
 void FakeHelper::Kill(const std::string& id, int signal) { End(id, ProcessExit::Signaled(signal)); }
 void FakeHelper::OomKill(const std::string& id) { End(id, ProcessExit::OomKilled()); }
+void FakeHelper::EndUnknown(const std::string& id) { End(id, ProcessExit::Unknown()); }
 
 FakeHelper::FakeProcess& FakeHelper::AddKeptProcess(const std::string& sandbox_id,
                                                     const std::string& process_id) {
@@ -110,8 +111,38 @@ kj::Promise<void> FakeHelper::createSandbox(CreateSandboxContext context) {
 }
 
 kj::Promise<void> FakeHelper::deleteSandbox(DeleteSandboxContext context) {
-  calls.push_back(std::string("delete ") + context.getParams().getSandboxId().cStr());
-  return Held(delete_error);
+  std::string id = context.getParams().getSandboxId().cStr();
+  calls.push_back("delete " + id);
+  return Held(delete_error).then([this, id] {
+    auto range = stop_waiters_.equal_range(id);
+    for (auto it = range.first; it != range.second; ++it)
+      it->second->reject(Error("not-found: sandbox " + id + " was deleted"));
+    stop_waiters_.erase(range.first, range.second);
+  });
+}
+
+void FakeHelper::StopSandbox(const std::string& sandbox_id, const std::string& reason,
+                             bool oom_killed) {
+  stops_[sandbox_id] = {reason, oom_killed};
+  auto range = stop_waiters_.equal_range(sandbox_id);
+  for (auto it = range.first; it != range.second; ++it) it->second->fulfill();
+  stop_waiters_.erase(range.first, range.second);
+}
+
+kj::Promise<void> FakeHelper::waitSandbox(WaitSandboxContext context) {
+  std::string id = context.getParams().getSandboxId().cStr();
+  sandbox_waits.push_back(id);
+  kj::Promise<void> stopped = kj::READY_NOW;
+  if (stops_.count(id) == 0) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    stop_waiters_.emplace(id, kj::mv(paf.fulfiller));
+    stopped = kj::mv(paf.promise);
+  }
+  return stopped.then([this, id, context]() mutable {
+    auto results = context.getResults();
+    results.setReason(stops_.at(id).first);
+    results.setOomKilled(stops_.at(id).second);
+  });
 }
 
 kj::Promise<void> FakeHelper::startProcess(StartProcessContext context) {
@@ -161,6 +192,8 @@ kj::Promise<void> FakeHelper::inventory(InventoryContext context) {
     sandboxes[i].setProfile(k.profile);
     sandboxes[i].setUnattached(k.unattached);
     sandboxes[i].setOomKilled(k.oom_killed);
+    sandboxes[i].setStopped(k.stopped);
+    sandboxes[i].setStopReason(k.stop_reason);
   }
   auto processes = results.initProcesses(static_cast<unsigned>(inventory_processes.size()));
   for (unsigned i = 0; i < processes.size(); ++i) {

@@ -51,11 +51,21 @@ class FakeHelper final : public helper::Helper::Server {
   void Exit(const std::string& id, int exit_code);
   void Kill(const std::string& id, int signal);
   void OomKill(const std::string& id);
+  // runsc could not wait for it (its sandbox died).
+  void EndUnknown(const std::string& id);
+
+  // The sandbox stops by itself: every waitSandbox for it resolves with this (and later ones
+  // at once); a delete makes them fail with not-found instead.
+  void StopSandbox(const std::string& sandbox_id, const std::string& reason,
+                   bool oom_killed = false);
+  // The sandbox of every waitSandbox call, in order (kept apart from `calls`).
+  std::vector<std::string> sandbox_waits;
 
   // What inventory() reports, and the stdio reattach() hands out (taken from `processes`).
   struct Known {
     std::string sandbox_id, deployment_id, profile;
-    bool unattached = false, oom_killed = false;
+    bool unattached = false, oom_killed = false, stopped = false;
+    std::string stop_reason = {};
   };
   std::vector<Known> inventory_sandboxes;
   std::vector<std::pair<std::string, std::string>> inventory_processes;  // sandbox, process
@@ -72,6 +82,7 @@ class FakeHelper final : public helper::Helper::Server {
   kj::Promise<void> inventory(InventoryContext context) override;
   kj::Promise<void> reattach(ReattachContext context) override;
   kj::Promise<void> closeInput(CloseInputContext context) override;
+  kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
 
  private:
   kj::Promise<void> Held(const std::string& error);
@@ -83,6 +94,8 @@ class FakeHelper final : public helper::Helper::Server {
   std::map<std::string, std::vector<kj::AutoCloseFd>> kept_;
   std::map<std::string, ProcessExit> exits_;
   std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>> waiters_;
+  std::map<std::string, std::pair<std::string, bool>> stops_;  // sandbox -> reason, oom
+  std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>> stop_waiters_;
   std::vector<kj::Own<kj::PromiseFulfiller<void>>> held_;
 };
 

@@ -17,6 +17,8 @@ const char* StateName(SandboxState state) {
       return "running-unattached";
     case SandboxState::kOomKilled:
       return "oom-killed";
+    case SandboxState::kStopped:
+      return "stopped";
     case SandboxState::kDeleting:
       return "deleting";
   }
@@ -122,7 +124,9 @@ absl::StatusOr<SandboxState> Registry::BeginDelete(const Peer& peer, const std::
     return absl::FailedPreconditionError("already being deleted");
   if (sb->state == SandboxState::kCreating)
     return absl::FailedPreconditionError("sandbox is still being created");
-  if (!force) {
+  // A stopped sandbox's processes have ended, whether or not their waits have answered yet.
+  bool stopped = sb->state == SandboxState::kStopped || sb->state == SandboxState::kOomKilled;
+  if (!force && !stopped) {
     for (const auto& [pid, p] : sb->processes) {
       if (!p->ended())
         return absl::FailedPreconditionError(
@@ -143,15 +147,18 @@ void Registry::FinishDelete(const std::string& id) {
 
 void Registry::AbortDelete(const std::string& id, SandboxState before) {
   SandboxRecord* sb = Find(id);
-  if (sb != nullptr && sb->state == SandboxState::kDeleting) sb->state = before;
+  if (sb == nullptr || sb->state != SandboxState::kDeleting) return;
+  sb->state = before;
+  if (!sb->stop_reason.empty())  // it stopped meanwhile (or before)
+    sb->state = sb->oom_killed ? SandboxState::kOomKilled : SandboxState::kStopped;
 }
 
 absl::StatusOr<SandboxRecord*> Registry::ForNewProcess(const Peer& peer, const std::string& id) {
   ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, id));
-  if (sb->state == SandboxState::kCreating || sb->state == SandboxState::kDeleting)
-    return absl::FailedPreconditionError(
-        absl::StrCat("sandbox ", id, " is ", StateName(sb->state)));
-  return sb;
+  if (sb->state == SandboxState::kRunning || sb->state == SandboxState::kUnattached) return sb;
+  return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is ", StateName(sb->state),
+                                                    sb->stop_reason.empty() ? "" : ": ",
+                                                    sb->stop_reason));
 }
 
 absl::Status Registry::AddProcess(kj::Own<ProcessRecord> process) {
@@ -172,9 +179,14 @@ absl::StatusOr<ProcessRecord*> Registry::VisibleProcess(const Peer& peer,
   return it->second.get();
 }
 
-void Registry::MarkOomKilled(const std::string& id) {
+void Registry::MarkStopped(const std::string& id, const std::string& reason, bool oom_killed) {
   SandboxRecord* sb = Find(id);
-  if (sb != nullptr && sb->state != SandboxState::kDeleting) sb->state = SandboxState::kOomKilled;
+  if (sb == nullptr || sb->state == SandboxState::kCreating) return;
+  if (!sb->stop_reason.empty() && (sb->oom_killed || !oom_killed)) return;
+  sb->stop_reason = reason;
+  sb->oom_killed = oom_killed;
+  if (sb->state != SandboxState::kDeleting)
+    sb->state = oom_killed ? SandboxState::kOomKilled : SandboxState::kStopped;
 }
 
 SandboxRecord& Registry::Restore(std::unique_ptr<SandboxRecord> sandbox) {

@@ -28,6 +28,7 @@ enum class SandboxState {
   kRunning,     // usable
   kUnattached,  // adopted after a full restart (policy keep): usable, earlier output gone
   kOomKilled,   // the host's OOM killer stopped it: output readable, only delete is useful
+  kStopped,     // it stopped by itself (its sentry or gofer exited): the same, with stop_reason
   kDeleting,    // the privhelper is deleting it
 };
 
@@ -42,6 +43,9 @@ struct SandboxRecord {
   int64_t created_ms = 0;
   std::vector<std::pair<std::string, std::string>> labels;
   SandboxState state = SandboxState::kCreating;
+  // Why it stopped by itself (kStopped, kOomKilled); kept through a delete that fails.
+  std::string stop_reason;
+  bool oom_killed = false;
   uint64_t buffer_bytes = 8 << 20;  // output kept per stream (the profile's outputBufferBytes)
   std::vector<std::string> process_order;
   std::map<std::string, kj::Own<ProcessRecord>> processes;
@@ -90,15 +94,20 @@ class Registry {
   // The privhelper could not delete it: it is usable again in its earlier state.
   void AbortDelete(const std::string& id, SandboxState before);
 
-  // A process may start only in a running (or adopted) sandbox.
+  // A process may start only in a running (or adopted) sandbox: failed-precondition otherwise,
+  // with the state and, for a stopped one, why.
+
   absl::StatusOr<SandboxRecord*> ForNewProcess(const Peer& peer, const std::string& id);
   // Adds a started process to its sandbox; not-found if the sandbox went meanwhile.
   absl::Status AddProcess(kj::Own<ProcessRecord> process);
   absl::StatusOr<ProcessRecord*> VisibleProcess(const Peer& peer, const std::string& sandbox_id,
                                                 const std::string& process_id);
 
-  // A process of the sandbox ended oom-killed: the whole sandbox is gone (unless being deleted).
-  void MarkOomKilled(const std::string& id);
+  // The privhelper says the sandbox stopped by itself (`oom_killed`: the host's OOM killer did
+  // it; a process of it ending oom-killed says the same). A running or adopted sandbox becomes
+  // kStopped (kOomKilled); one being deleted stays kDeleting and comes back stopped if the delete
+  // fails. The first reason stays, except that an OOM kill is the more specific one.
+  void MarkStopped(const std::string& id, const std::string& reason, bool oom_killed);
 
   // Rebuilding after a broker restart: adds a sandbox as it is.
   SandboxRecord& Restore(std::unique_ptr<SandboxRecord> sandbox);

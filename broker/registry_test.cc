@@ -118,8 +118,6 @@ TEST_F(RegistryTest, DeleteRacesAreSettledByState) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(registry().ForNewProcess(owner_, id).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  registry().MarkOomKilled(id);
-  EXPECT_EQ(sb->state, SandboxState::kDeleting) << "an OOM report does not undo a delete";
   registry().AbortDelete(id, *first);
   EXPECT_EQ(sb->state, SandboxState::kRunning);
   ASSERT_TRUE(registry().BeginDelete(owner_, id, false).ok());
@@ -162,12 +160,72 @@ TEST_F(RegistryTest, ProcessesAreFoundOnlyThroughAVisibleSandbox) {
   EXPECT_EQ(registry().AddProcess(kj::mv(orphan)).code(), absl::StatusCode::kNotFound);
 }
 
-TEST_F(RegistryTest, OomKilledIsShownByName) {
-  SandboxRecord* sb = Create(owner_);
-  registry().MarkOomKilled(sb->id);
-  EXPECT_STREQ(StateName(sb->state), "oom-killed");
+TEST_F(RegistryTest, StatesAreShownByName) {
+  EXPECT_STREQ(StateName(SandboxState::kOomKilled), "oom-killed");
+  EXPECT_STREQ(StateName(SandboxState::kStopped), "stopped");
   EXPECT_STREQ(StateName(SandboxState::kUnattached), "running-unattached");
-  EXPECT_TRUE(registry().ForNewProcess(owner_, sb->id).ok()) << "the privhelper decides that";
+}
+
+// Regression (attack run, item 5): a sandbox whose sentry was SIGKILLed stayed `running`, and
+// exec into it reached runsc, which failed with its own message (exit 255 in the CLI).
+TEST_F(RegistryTest, AStoppedSandboxRefusesNewProcessesWithWhyAndDeletesWithoutForce) {
+  SandboxRecord* sb = Create(owner_);
+  ASSERT_TRUE(registry().AddProcess(Process(*sb, "p-1")).ok());
+  kj::Own<ProcessRecord> kept = kj::addRef(*sb->processes.at("p-1"));
+  registry().MarkStopped(sb->id, "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)",
+                         false);
+  EXPECT_EQ(sb->state, SandboxState::kStopped);
+  ASSERT_EQ(registry().List(owner_).size(), 1u) << "still listed, to be seen and deleted";
+  auto refused = registry().ForNewProcess(owner_, sb->id);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "sandbox " + sb->id +
+                " is stopped: its gVisor kernel (runsc-sandbox) exited (killed by signal 9)");
+  // Its processes are gone even if their waits have not answered yet.
+  auto before = registry().BeginDelete(owner_, sb->id, /*force=*/false);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(*before, SandboxState::kStopped);
+  registry().FinishDelete(sb->id);
+  EXPECT_EQ(kept->exit.kind, ProcessExit::kUnknown);
+}
+
+TEST_F(RegistryTest, AnOomKilledSandboxRefusesNewProcessesToo) {
+  SandboxRecord* sb = Create(owner_);
+  registry().MarkStopped(sb->id, kOomKilledSandboxReason, true);
+  EXPECT_EQ(sb->state, SandboxState::kOomKilled);
+  auto refused = registry().ForNewProcess(owner_, sb->id);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "sandbox " + sb->id + " is oom-killed: " + kOomKilledSandboxReason);
+}
+
+TEST_F(RegistryTest, TheFirstReasonStaysExceptForTheMoreSpecificOomKill) {
+  SandboxRecord* sb = Create(owner_);
+  registry().MarkStopped(sb->id, "first", false);
+  registry().MarkStopped(sb->id, "second", false);
+  EXPECT_EQ(sb->stop_reason, "first");
+  registry().MarkStopped(sb->id, "oom", true);
+  EXPECT_EQ(sb->state, SandboxState::kOomKilled);
+  EXPECT_EQ(sb->stop_reason, "oom");
+  registry().MarkStopped(sb->id, "third", false);
+  EXPECT_EQ(sb->state, SandboxState::kOomKilled);
+  EXPECT_EQ(sb->stop_reason, "oom");
+}
+
+TEST_F(RegistryTest, AStopDuringADeleteIsKeptIfTheDeleteFails) {
+  SandboxRecord* sb = Create(owner_);
+  auto before = registry().BeginDelete(owner_, sb->id, false);
+  ASSERT_TRUE(before.ok());
+  registry().MarkStopped(sb->id, "its gVisor kernel (runsc-sandbox) exited", false);
+  EXPECT_EQ(sb->state, SandboxState::kDeleting) << "a stop report does not undo a delete";
+  registry().AbortDelete(sb->id, *before);
+  EXPECT_EQ(sb->state, SandboxState::kStopped) << "it is dead: not running again";
+  EXPECT_EQ(sb->stop_reason, "its gVisor kernel (runsc-sandbox) exited");
+  // A sandbox still being created is not reported on (the broker waits only after create).
+  auto creating = registry().BeginCreate(owner_, {"work", "", {}}, 0);
+  ASSERT_TRUE(creating.ok());
+  registry().MarkStopped((*creating)->id, "x", false);
+  EXPECT_EQ((*creating)->state, SandboxState::kCreating);
 }
 
 }  // namespace

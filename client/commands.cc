@@ -322,6 +322,10 @@ class Commands {
         json.String(sb.getProfile().cStr());
         json.Key("state");
         json.String(sb.getState().cStr());
+        if (sb.getStateReason().size() > 0) {
+          json.Key("stateReason");
+          json.String(sb.getStateReason().cStr());
+        }
         json.Key("createdAtUnixMs");
         json.Int(sb.getCreatedAtUnixMs());
         json.Key("ownerUid");
@@ -349,6 +353,8 @@ class Commands {
       } else {
         std::printf("%-28s %-16s %-10s %u\n", sb.getId().cStr(), sb.getDeploymentId().cStr(),
                     sb.getState().cStr(), sb.getProcessCount());
+        // Why a stopped or oom-killed sandbox stopped.
+        if (sb.getStateReason().size() > 0) std::printf("  (%s)\n", sb.getStateReason().cStr());
         for (auto p : procs.getProcesses()) {
           std::string cmd;
           for (auto a : p.getArgv()) cmd += (cmd.empty() ? "" : " ") + std::string(a.cStr());

@@ -19,6 +19,10 @@ struct ProcessExit {
   bool operator==(const ProcessExit&) const = default;
 };
 
+// Why a sandbox is `oom-killed` (SandboxInfo.stateReason): every process in it ends kOomKilled.
+inline constexpr char kOomKilledSandboxReason[] =
+    "it exceeded its memory limit and the host's OOM killer stopped it";
+
 void ToCapnp(const ProcessExit& exit, api::ExitStatus::Builder out);
 ProcessExit FromCapnp(api::ExitStatus::Reader in);
 

@@ -93,4 +93,13 @@ kj::Promise<void> HelperServer::closeInput(CloseInputContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> HelperServer::waitSandbox(WaitSandboxContext context) {
+  auto request = ValueOrThrow(ValidateWaitSandbox(context.getParams()));
+  return ValueOrThrow(host_.WaitStopped(request)).then([context](SandboxHost::Stop stop) mutable {
+    auto results = context.getResults();
+    results.setReason(stop.reason);
+    results.setOomKilled(stop.oom_killed);
+  });
+}
+
 }  // namespace paseo

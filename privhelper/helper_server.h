@@ -14,6 +14,7 @@
 //   inventory      ValidateInventory    Inventory
 //   reattach       ValidateReattach     Reattach
 //   closeInput     ValidateCloseInput   CloseInput
+//   waitSandbox    ValidateWaitSandbox  WaitStopped
 #pragma once
 
 #include <kj/async.h>
@@ -38,6 +39,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> inventory(InventoryContext context) override;
   kj::Promise<void> reattach(ReattachContext context) override;
   kj::Promise<void> closeInput(CloseInputContext context) override;
+  kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
 
  private:
   const Config& config_;

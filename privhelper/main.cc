@@ -41,6 +41,7 @@
 #include "privhelper/capabilities.h"
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
+#include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
 #include "privhelper/sandbox_host.h"
 
@@ -443,7 +444,8 @@ int Serve(const Options& options, const std::string& program) {
 
   RunscProcessRunner runsc(events, *runsc_fd,
                            {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
-  SandboxHost host(**config, runsc, shim);
+  PidfdWatcher watcher(events);
+  SandboxHost host(**config, runsc, watcher, shim);
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
   kj::Maybe<kj::Exception> reconciled = kj::runCatchingExceptions(

@@ -202,4 +202,11 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
   return CheckProcessRef(params.getSandboxId(), params.getProcessId());
 }
 
+absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
+    helper::Helper::WaitSandboxParams::Reader params) {
+  ValidatedSandboxRef out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", params.getSandboxId()));
+  return out;
+}
+
 }  // namespace paseo

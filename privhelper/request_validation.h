@@ -40,6 +40,11 @@ struct ValidatedDelete {
   std::string sandbox_id;
 };
 
+// A sandbox named by an id that is safe as a path component and a runsc container id.
+struct ValidatedSandboxRef {
+  std::string sandbox_id;
+};
+
 struct ValidatedMount {
   std::string client_path;
   std::string destination;
@@ -106,5 +111,8 @@ absl::StatusOr<ValidatedProcessRef> ValidateReattach(helper::Helper::ReattachPar
 
 absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
     helper::Helper::CloseInputParams::Reader params);
+
+absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
+    helper::Helper::WaitSandboxParams::Reader params);
 
 }  // namespace paseo

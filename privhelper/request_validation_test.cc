@@ -463,6 +463,17 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
                                            [&](auto p) { p.setSandboxId(sandbox); });
     };
   };
+  auto wait_sandbox = [](capnp::Text::Reader sandbox) {
+    return [=] {
+      return Check<H::WaitSandboxParams>(ValidateWaitSandbox,
+                                         [&](auto p) { p.setSandboxId(sandbox); });
+    };
+  };
+  cases["waitSandbox"] = {wait_sandbox(kSandbox),
+                          {{"..", wait_sandbox("..")},
+                           {"empty id", wait_sandbox("")},
+                           {"NUL in the id", wait_sandbox(kNulId)},
+                           {"traversing id", wait_sandbox("../../etc")}}};
   cases["deleteSandbox"] = {del(kSandbox),
                             {{"..", del("..")},
                              {"empty id", del("")},

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -122,14 +123,86 @@ int64_t NowUnixMs() {
       .count();
 }
 
+// A JSON object's top-level fields (capnp's codec, as for `runsc list`); nullopt if `text` is
+// not one.
+std::optional<std::map<std::string, capnp::JsonValue::Reader>> JsonFields(
+    const std::string& text, capnp::MallocMessageBuilder& message) {
+  auto root = message.initRoot<capnp::JsonValue>();
+  capnp::JsonCodec codec;
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
+  if (error != nullptr || !root.isObject()) return std::nullopt;
+  std::map<std::string, capnp::JsonValue::Reader> fields;
+  for (auto field : root.asReader().getObject())
+    fields.emplace(field.getName().cStr(), field.getValue());
+  return fields;
+}
+
+// A sandbox's two host processes, from runsc's own record of the container,
+// <runsc root>/<id>_sandbox:<id>.state (root-only, written by the pinned runsc): "sandbox":
+// {"pid": N} is the sentry (runsc-sandbox `boot`; `runsc state` reports the same pid, measured
+// on 20221219) and "goferPid" the gofer, which `runsc state` does not report. Read from the file
+// because a `runsc state` costs a runsc process, about 30 ms on the create path. 0 for what is
+// not there; the pids are checked against the sandbox's cgroup before they are believed.
+struct HostPids {
+  pid_t sentry = 0;
+  pid_t gofer = 0;
+};
+
+HostPids ReadHostPids(const std::string& state_file) {
+  std::ifstream in(state_file);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  HostPids pids;
+  if (text.size() > (1 << 20)) return pids;
+  capnp::MallocMessageBuilder message;
+  auto fields = JsonFields(text, message);
+  if (!fields) return pids;
+  auto number = [](std::map<std::string, capnp::JsonValue::Reader>& f, const char* name) {
+    auto it = f.find(name);
+    return it != f.end() && it->second.isNumber() ? static_cast<pid_t>(it->second.getNumber()) : 0;
+  };
+  pids.gofer = number(*fields, "goferPid");
+  auto sandbox = fields->find("sandbox");
+  if (sandbox != fields->end() && sandbox->second.isObject()) {
+    std::map<std::string, capnp::JsonValue::Reader> inner;
+    for (auto f : sandbox->second.getObject()) inner.emplace(f.getName().cStr(), f.getValue());
+    pids.sentry = number(inner, "pid");
+  }
+  return pids;
+}
+
+constexpr char kSentryExited[] = "its gVisor kernel (runsc-sandbox) exited";
+constexpr char kGoferExited[] = "its gVisor file server (runsc-gofer) exited";
+
+// " (killed by signal 9)", " (exit status 2)", or "" if the status is unknown.
+std::string DescribeWaitStatus(std::optional<int> status) {
+  if (!status) return "";
+  if (WIFSIGNALED(*status)) return absl::StrCat(" (killed by signal ", WTERMSIG(*status), ")");
+  if (WIFEXITED(*status)) return absl::StrCat(" (exit status ", WEXITSTATUS(*status), ")");
+  return "";
+}
+
+// Why a sandbox stopped, from which of its processes was seen to exit first and their statuses.
+// Either one's death takes the other (measured: a killed sentry's gofer exits 0 within 3 ms; a
+// killed gofer's sentry exits 137), so both may be seen at once, in either order: a killed one
+// is the cause rather than one that exited by itself.
+std::string DescribeStop(bool sentry_first, std::optional<int> sentry, std::optional<int> gofer) {
+  auto killed = [](std::optional<int> s) { return s && WIFSIGNALED(*s); };
+  bool sentry_caused = sentry_first ? !(killed(gofer) && !killed(sentry))
+                                    : killed(sentry) && !killed(gofer);
+  return sentry_caused ? absl::StrCat(kSentryExited, DescribeWaitStatus(sentry))
+                       : absl::StrCat(kGoferExited, DescribeWaitStatus(gofer));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- records and lookups
 
-SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, std::string shim,
-                         std::string cgroup_root)
+SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher,
+                         std::string shim, std::string cgroup_root)
     : config_(config),
       runsc_(runsc),
+      watcher_(watcher),
       shim_(std::move(shim)),
       cgroup_root_(std::move(cgroup_root)),
       reaper_(reap_errors_) {}
@@ -175,6 +248,9 @@ SandboxHost::Sandbox& SandboxHost::Add(const std::string& id) {
   sandbox->id = id;
   sandbox->generation = next_generation_++;
   sandbox->bundle_dir = absl::StrCat(BundlesDir(), "/", id);
+  auto stop = kj::newPromiseAndFulfiller<Stop>();
+  sandbox->stop = stop.promise.fork();
+  sandbox->stop_fulfiller = kj::mv(stop.fulfiller);
   Sandbox& sb = *sandbox;
   sandboxes_.emplace(id, kj::mv(sandbox));
   return sb;
@@ -317,6 +393,8 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
         if (sb == nullptr || sb->deleting)
           return StatusToException(
               absl::FailedPreconditionError("sandbox was deleted while being created"));
+        // Watched before it is reported created, so no death goes unseen, nor its status.
+        WatchHostProcesses(*sb);
         sb->running = true;
         return kj::READY_NOW;
       })
@@ -338,6 +416,7 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   const std::string& process_id = request.process.process_id;
   const ProcessCommand& command = request.command;
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.process.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
   if (sb->processes.count(process_id))
     return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
   if (sb->processes.size() >= kMaxProcessesPerSandbox)
@@ -425,6 +504,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Signal(const ValidatedSignal& req
   ASSIGN_OR_RETURN(Process * p, FindProcess(request.process, Need::kRunning));
   // `exited` is set as soon as the exit is reaped, so a stale pid file is never used.
   if (p->exited) return absl::FailedPreconditionError("process has ended");
+  RETURN_IF_ERROR(RequireNotStopped(*Find(request.process.sandbox_id)));
   ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p->pid_file));
   return runsc_
       .Run({"kill", absl::StrCat("--pid=", internal_pid), request.process.sandbox_id,
@@ -468,6 +548,9 @@ void SandboxHost::Inventory(const ValidatedInventory&,
     o.setCreatedAtUnixMs(sb->created_ms);
     o.setUnattached(sb->unattached);
     o.setOomKilled(sb->oom_killed);
+    o.setStopped(sb->stopped || sb->oom_killed);
+    o.setStopReason(sb->stopped ? sb->stop_reason
+                                : sb->oom_killed ? kOomKilledSandboxReason : "");
     for (const auto& [pid, p] : sb->processes) {
       auto po = kept[k++];
       po.setSandboxId(sb->id);
@@ -477,6 +560,104 @@ void SandboxHost::Inventory(const ValidatedInventory&,
       // record; an inventory must stay small enough for any number of processes.
     }
   }
+}
+
+// ---------------------------------------------------------------- a sandbox that stops
+
+absl::Status SandboxHost::RequireNotStopped(const Sandbox& sb) {
+  if (sb.stopped)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox ", sb.id, " is stopped: ", sb.stop_reason));
+  if (sb.oom_killed)
+    return absl::FailedPreconditionError(
+        absl::StrCat("sandbox ", sb.id, " is oom-killed: ", kOomKilledSandboxReason));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kj::Promise<SandboxHost::Stop>> SandboxHost::WaitStopped(
+    const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
+  return sb->stop.addBranch();
+}
+
+void SandboxHost::MarkStopped(Sandbox& sb, std::string reason, bool oom_killed) {
+  if (sb.stop_known) return;
+  // A delete's own kill is seen here too: that is no news.
+  if (!sb.deleting) KJ_LOG(WARNING, "sandbox stopped", sb.id, reason);
+  sb.stopped = true;
+  sb.stop_known = true;
+  sb.stop_reason = std::move(reason);
+  sb.oom_killed = sb.oom_killed || oom_killed;
+  sb.stop_fulfiller->fulfill(Stop{sb.stop_reason, sb.oom_killed});
+}
+
+void SandboxHost::WatchHostProcesses(Sandbox& sb) {
+  std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  std::string state_file = absl::StrCat(config_.helper().getRunDir().cStr(), "/runsc/", sb.id,
+                                        "_sandbox:", sb.id, ".state");
+  HostPids pids = ReadHostPids(state_file);
+  if (pids.sentry <= 0) {
+    // Not knowing is not stopping: a sandbox is never marked dead because a file was unreadable.
+    KJ_LOG(ERROR, "cannot watch a sandbox: no sentry pid in runsc's state file", sb.id,
+           state_file);
+    return;
+  }
+  auto sentry = watcher_.Watch(pids.sentry, cgroup);
+  if (!sentry.ok()) {
+    KJ_LOG(ERROR, "cannot watch a sandbox", sb.id, sentry.status().ToString());
+    return;
+  }
+  if (sentry->get() == nullptr) {
+    // It died between its start and now: there is no status to wait for.
+    bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
+    MarkStopped(sb, oom ? kOomKilledSandboxReason : kSentryExited, oom);
+    return;
+  }
+  kj::Own<WatchedProcess> gofer;
+  auto watched_gofer = watcher_.Watch(pids.gofer, cgroup);
+  if (watched_gofer.ok() && watched_gofer->get() != nullptr) {
+    gofer = kj::mv(*watched_gofer);
+  } else {
+    // The sentry ends with its gofer (measured), so the sandbox is still watched.
+    KJ_LOG(WARNING, "cannot watch a sandbox's gofer; watching its sentry only", sb.id);
+  }
+  // OOM kills counted before now are not this stop's cause.
+  uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
+  kj::Promise<bool> sentry_first = (*sentry)->Exited().then([] { return true; });
+  if (gofer.get() != nullptr)
+    sentry_first = sentry_first.exclusiveJoin(gofer->Exited().then([] { return false; }));
+  WatchedProcess* s = sentry->get();
+  WatchedProcess* g = gofer.get();
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
+  sb.watch =
+      sentry_first
+          .then([this, id, generation, cgroup, ooms_before, s, g](bool first) {
+            Sandbox* sb = Find(id, generation);
+            if (sb == nullptr) return kj::Promise<void>(kj::READY_NOW);
+            // Read at once: the cgroup goes when the sandbox is deleted.
+            bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > ooms_before;
+            // Nothing new starts in it from now on; the reason waits for the statuses.
+            sb->stopped = true;
+            sb->stop_reason = oom ? kOomKilledSandboxReason : first ? kSentryExited : kGoferExited;
+            auto statuses = kj::heapArrayBuilder<kj::Promise<std::optional<int>>>(2);
+            statuses.add(s->Status(kExitStatusPatience));
+            statuses.add(g != nullptr ? g->Status(kExitStatusPatience)
+                                      : kj::Promise<std::optional<int>>(std::optional<int>()));
+            return kj::joinPromises(statuses.finish())
+                .then([this, id, generation, oom, first](kj::Array<std::optional<int>> status) {
+                  if (Sandbox* sb = Find(id, generation)) {
+                    MarkStopped(*sb,
+                                oom ? kOomKilledSandboxReason
+                                    : DescribeStop(first, status[0], status[1]),
+                                oom);
+                  }
+                });
+          })
+          .attach(kj::mv(*sentry), kj::mv(gofer))
+          .eagerlyEvaluate([id](kj::Exception&& e) {
+            KJ_LOG(ERROR, "watching a sandbox failed", id, e);
+          });
 }
 
 // ---------------------------------------------------------------- delete
@@ -522,6 +703,10 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
 }
 
 void SandboxHost::Forget(Sandbox& sandbox) {
+  if (!sandbox.stop_known && sandbox.stop_fulfiller.get() != nullptr) {
+    sandbox.stop_fulfiller->reject(StatusToException(
+        absl::NotFoundError(absl::StrCat("sandbox ", sandbox.id, " was deleted"))));
+  }
   // A `runsc exec` that has not been reaped yet keeps its record until it is, so no zombie
   // is left behind and no exit is lost.
   for (auto& [pid, p] : sandbox.processes) {
@@ -667,12 +852,24 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     sb.default_cwd = record->getDefaultCwd().cStr();
     sb.created_ms = record->getCreatedAtUnixMs();
   }
-  bool adopt = policy == config::RestartPolicy::KEEP && status == "running" && record.ok() &&
-               config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 && sb.gid != 0;
+  bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
+                 sb.gid != 0;
+  // A stopped one is kept too, as stopped: its owner sees what happened and deletes it.
+  bool adopt = policy == config::RestartPolicy::KEEP && vouched &&
+               (status == "running" || status == "stopped");
   if (adopt) {
     sb.running = true;
     sb.unattached = true;
-    KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
+    if (status == "stopped") {
+      std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
+      bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
+      MarkStopped(
+          sb, oom ? kOomKilledSandboxReason : "it had stopped when the privhelper restarted", oom);
+      KJ_LOG(WARNING, "adopted a stopped sandbox from a previous privhelper", id);
+    } else {
+      WatchHostProcesses(sb);
+      KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
+    }
   } else {
     KJ_LOG(WARNING, "destroying a sandbox left by a previous privhelper", id, status);
     reaper_.add(Destroy(sb.id, sb.generation));

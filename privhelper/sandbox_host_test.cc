@@ -1,8 +1,9 @@
-// SandboxHost without root and without runsc: a fake RunscRunner answers every call, the state
-// dir and the cgroup root are temp dirs. Covers reconcile (adopt, destroy, collect, refuse to
-// collect on a bad `runsc list`), the refusals of every request, the process life (start,
-// signal, wait, oom, reattach, close input) and delete. Create is covered up to the first
-// mount: the fixture's state dir contains ',', which MountRootfsOverlay refuses before
+// SandboxHost without root and without runsc: a fake RunscRunner answers every call, a fake
+// ProcessWatcher stands in for the sandboxes' sentries and gofers, the state dir and the cgroup
+// root are temp dirs. Covers reconcile (adopt, destroy, collect, refuse to collect on a bad
+// `runsc list`), the refusals of every request, the process life (start, signal, wait, oom,
+// reattach, close input), a sandbox that stops by itself, and delete. Create is covered up to
+// the first mount: the fixture's state dir contains ',', which MountRootfsOverlay refuses before
 // mounting, so no test here mounts anything even when run as root; the mounts and a real
 // runsc create/start are covered by the root suites under testing/.
 #include "privhelper/sandbox_host.h"
@@ -20,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -79,6 +81,57 @@ class FakeRunsc final : public RunscRunner {
   std::vector<Started> started;
 };
 
+// Watches only the pids in `running`; the test decides when each exits and is reaped.
+class FakeWatcher final : public ProcessWatcher {
+ public:
+  struct Host {
+    Host() {
+      auto exit = kj::newPromiseAndFulfiller<void>();
+      exited = exit.promise.fork();
+      exit_fulfiller = kj::mv(exit.fulfiller);
+      auto reap = kj::newPromiseAndFulfiller<std::optional<int>>();
+      reaped = reap.promise.fork();
+      reap_fulfiller = kj::mv(reap.fulfiller);
+    }
+    kj::ForkedPromise<void> exited = nullptr;
+    kj::Own<kj::PromiseFulfiller<void>> exit_fulfiller;
+    kj::ForkedPromise<std::optional<int>> reaped = nullptr;
+    kj::Own<kj::PromiseFulfiller<std::optional<int>>> reap_fulfiller;
+  };
+  class Watched final : public WatchedProcess {
+   public:
+    explicit Watched(std::shared_ptr<Host> host) : host_(std::move(host)) {}
+    kj::Promise<void> Exited() override { return host_->exited.addBranch(); }
+    kj::Promise<std::optional<int>> Status(kj::Duration) override {
+      return host_->reaped.addBranch();
+    }
+
+   private:
+    std::shared_ptr<Host> host_;
+  };
+
+  absl::StatusOr<kj::Own<WatchedProcess>> Watch(pid_t pid, const std::string& cgroup) override {
+    watched.emplace_back(pid, cgroup);
+    if (!running.count(pid)) return kj::Own<WatchedProcess>();
+    auto& host = hosts[pid];
+    if (!host) host = std::make_shared<Host>();
+    return kj::Own<WatchedProcess>(kj::heap<Watched>(host));
+  }
+
+  // The process exits; its status is known once Reap is called.
+  void Exit(pid_t pid) {
+    running.erase(pid);
+    if (hosts.count(pid)) hosts[pid]->exit_fulfiller->fulfill();
+  }
+  void Reap(pid_t pid, std::optional<int> status) {
+    if (hosts.count(pid)) hosts[pid]->reap_fulfiller->fulfill(kj::mv(status));
+  }
+
+  std::set<pid_t> running;
+  std::vector<std::pair<pid_t, std::string>> watched;  // every Watch call
+  std::map<pid_t, std::shared_ptr<Host>> hosts;
+};
+
 RunscResult Failed(const std::string& stderr_text) {
   RunscResult r;
   r.wait_status = 1 << 8;  // exit status 1
@@ -124,7 +177,31 @@ class SandboxHostTest : public ::testing::Test {
     auto config = LoadConfig(dir_ + "/etc");
     ASSERT_TRUE(config.ok()) << config.status();
     config_ = std::move(*config);
-    host_ = std::make_unique<SandboxHost>(*config_, runsc_, "/shim", cgroups_);
+    // Every sandbox's sentry and gofer are these pids and run, unless a test says otherwise.
+    watcher_.running = {kSentry, kGofer};
+    host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, "/shim", cgroups_);
+  }
+
+  static constexpr pid_t kSentry = 100, kGofer = 101;
+
+  std::string RunscStateFile(const std::string& id) const {
+    return absl::StrCat(dir_, "/run/runsc/", id, "_sandbox:", id, ".state");
+  }
+  // runsc's own state file for `id`, which names the sentry and the gofer.
+  void WriteRunscStateFile(const std::string& id, pid_t sentry = kSentry, pid_t gofer = kGofer) {
+    Write(absl::StrCat("run/runsc/", id, "_sandbox:", id, ".state"),
+          absl::StrCat(R"({"id": ")", id, R"(", "status": "running", "goferPid": )", gofer,
+                       R"(, "sandbox": {"id": ")", id, R"(", "pid": )", sentry, "}}"));
+  }
+
+  // The stop a WaitStopped promise resolved to, or its error.
+  absl::StatusOr<SandboxHost::Stop> Stopped(kj::Promise<SandboxHost::Stop>& waiting) {
+    ws_.poll();
+    if (!waiting.poll(ws_)) return absl::DeadlineExceededError("not stopped");
+    absl::StatusOr<SandboxHost::Stop> out = absl::UnknownError("");
+    auto error = kj::runCatchingExceptions([&] { out = waiting.wait(ws_); });
+    KJ_IF_MAYBE(e, error) { return StatusFromException(*e); }
+    return out;
   }
 
   void TearDown() override {
@@ -173,9 +250,11 @@ class SandboxHostTest : public ::testing::Test {
 
   absl::Status Reconcile(config::RestartPolicy policy) { return Await(host_->Reconcile(policy)); }
 
-  // A running sandbox `id`, adopted from a previous privhelper.
+  // A running sandbox `id`, adopted from a previous privhelper (with runsc's state file for
+  // it, unless the test wrote its own).
   void Adopt(const std::string& id) {
     LeaveBundle(id);
+    if (!fs::exists(RunscStateFile(id))) WriteRunscStateFile(id);
     runsc_.results["list"] =
         Listed(absl::StrCat(R"([{"id": ")", id, R"(", "status": "running"}])"));
     ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
@@ -194,7 +273,8 @@ class SandboxHostTest : public ::testing::Test {
   }
 
   struct Inventory {
-    std::map<std::string, bool> unattached, oom_killed;
+    std::map<std::string, bool> unattached, oom_killed, stopped;
+    std::map<std::string, std::string> stop_reason;
     std::map<std::string, bool> tty;  // by process id
   };
   Inventory Listing() {
@@ -205,6 +285,8 @@ class SandboxHostTest : public ::testing::Test {
     for (auto s : out.getSandboxes()) {
       inv.unattached[s.getSandboxId().cStr()] = s.getUnattached();
       inv.oom_killed[s.getSandboxId().cStr()] = s.getOomKilled();
+      inv.stopped[s.getSandboxId().cStr()] = s.getStopped();
+      inv.stop_reason[s.getSandboxId().cStr()] = s.getStopReason().cStr();
     }
     for (auto p : out.getProcesses()) inv.tty[p.getProcessId().cStr()] = p.getTty();
     return inv;
@@ -264,6 +346,7 @@ class SandboxHostTest : public ::testing::Test {
   std::unique_ptr<Loop> loop_ = std::make_unique<Loop>();
   kj::WaitScope& ws_ = loop_->scope;
   FakeRunsc runsc_;
+  FakeWatcher watcher_;
   std::string dir_, state_, cgroups_;
   std::unique_ptr<Config> config_;
   std::unique_ptr<SandboxHost> host_;
@@ -331,7 +414,7 @@ TEST_F(SandboxHostTest, KillDestroysWhatAPreviousPrivhelperLeftRunning) {
 }
 
 TEST_F(SandboxHostTest, KeepStillDestroysWhatItCannotVouchFor) {
-  LeaveBundle("sb-stopped");
+  LeaveBundle("sb-stopped", "gamma");
   LeaveBundle("sb-gone-deployment", "gamma");
   LeaveBundle("sb-as-root", "alpha", /*uid=*/0);
   LeaveBundle("sb-unreadable");
@@ -460,6 +543,9 @@ TEST_F(SandboxHostTest, AnOomKillIsReportedAndRemembered) {
   EndExec(0, SIGKILL, std::nullopt);  // the sentry died: runsc logged no status
   EXPECT_EQ(waited->wait(ws_), ProcessExit::OomKilled());
   EXPECT_TRUE(Listing().oom_killed["sb-1"]);
+  EXPECT_TRUE(Listing().stopped["sb-1"]);
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-2")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(SandboxHostTest, AnEarlierOomKillIsNotThisProcesssEnd) {
@@ -481,6 +567,148 @@ TEST_F(SandboxHostTest, ARunscThatCannotStartLeavesNoProcess) {
   EXPECT_EQ(stdio.status().code(), absl::StatusCode::kInternal);
   EXPECT_EQ(host_->Wait({"sb-1", "p-1"}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(Listing().tty.count("p-1"), 0u);
+}
+
+// ---------------------------------------------------------------- a sandbox that stops by itself
+
+// Regression (attack run, item 5): a sandbox whose sentry was SIGKILLed stayed `running`, and
+// exec into it failed inside runsc instead of being refused.
+TEST_F(SandboxHostTest, ASandboxWhoseSentryDiesIsStoppedWithWhy) {
+  Adopt("sb-1");
+  const std::string cgroup = "/paseo-sandbox/sb-1";
+  EXPECT_EQ(watcher_.watched,
+            (std::vector<std::pair<pid_t, std::string>>{{kSentry, cgroup}, {kGofer, cgroup}}));
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  auto waiting = host_->WaitStopped({"sb-1"});
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(Stopped(*waiting).status().code(), absl::StatusCode::kDeadlineExceeded);
+
+  watcher_.Exit(kSentry);
+  watcher_.Exit(kGofer);
+  ws_.poll();
+  // Refused at once, while the reason still waits for the sentry's status.
+  auto refused = host_->StartProcess(Start("sb-1", "p-2"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            "sandbox sb-1 is stopped: its gVisor kernel (runsc-sandbox) exited");
+  EXPECT_EQ(Stopped(*waiting).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(Listing().stopped["sb-1"]);
+
+  watcher_.Reap(kSentry, SIGKILL);
+  watcher_.Reap(kGofer, 0);
+  auto stop = Stopped(*waiting);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->reason, "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)");
+  EXPECT_FALSE(stop->oom_killed);
+  // A late waiter is answered at once; a restarted broker learns it from the inventory.
+  auto late = host_->WaitStopped({"sb-1"});
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(Stopped(*late)->reason, stop->reason);
+  Inventory inv = Listing();
+  EXPECT_TRUE(inv.stopped["sb-1"]);
+  EXPECT_EQ(inv.stop_reason["sb-1"], stop->reason);
+  EXPECT_FALSE(inv.oom_killed["sb-1"]);
+  EXPECT_EQ(host_->Signal({{"sb-1", "p-1"}, 15}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // Its runsc exec ends (runsc could not wait), and delete removes everything.
+  EndExec(0, 128 << 8, std::nullopt);
+  EXPECT_EQ(host_->Wait({"sb-1", "p-1"})->wait(ws_), ProcessExit::Unknown());
+  ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  ExpectDestroyed("sb-1");
+}
+
+TEST_F(SandboxHostTest, AKilledGoferIsNamedEvenIfTheSentryIsSeenFirst) {
+  Adopt("sb-1");
+  auto waiting = host_->WaitStopped({"sb-1"});
+  ASSERT_TRUE(waiting.ok());
+  // Both gone by the time the loop runs; the sentry, which exits 137 when its gofer dies
+  // (measured), happens to be seen first.
+  watcher_.Exit(kSentry);
+  watcher_.Exit(kGofer);
+  watcher_.Reap(kSentry, 137 << 8);
+  watcher_.Reap(kGofer, SIGKILL);
+  auto stop = Stopped(*waiting);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->reason, "its gVisor file server (runsc-gofer) exited (killed by signal 9)");
+}
+
+TEST_F(SandboxHostTest, AGoferSeenExitingFirstIsTheCauseAndAnUnknownStatusIsLeftOut) {
+  Adopt("sb-1");
+  auto waiting = host_->WaitStopped({"sb-1"});
+  watcher_.Exit(kGofer);
+  ws_.poll();
+  watcher_.Exit(kSentry);
+  watcher_.Reap(kSentry, std::nullopt);  // not reaped within the patience
+  watcher_.Reap(kGofer, std::nullopt);
+  auto stop = Stopped(*waiting);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->reason, "its gVisor file server (runsc-gofer) exited");
+}
+
+TEST_F(SandboxHostTest, ASentryKilledOverTheMemoryLimitIsOomKilled) {
+  std::string events = cgroups_ + "/paseo-sandbox/sb-1/memory.events";
+  fs::create_directories(fs::path(events).parent_path());
+  std::ofstream(events) << "oom_kill 0\n";
+  WriteRunscStateFile("sb-1", kSentry, /*gofer=*/0);  // only the sentry can be watched
+  Adopt("sb-1");
+  EXPECT_EQ(watcher_.watched.size(), 2u);
+  auto waiting = host_->WaitStopped({"sb-1"});
+  std::ofstream(events, std::ios::trunc) << "oom_kill 1\n";
+  watcher_.Exit(kSentry);
+  watcher_.Reap(kSentry, SIGKILL);
+  auto stop = Stopped(*waiting);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_TRUE(stop->oom_killed);
+  EXPECT_EQ(stop->reason, kOomKilledSandboxReason);
+  EXPECT_TRUE(Listing().oom_killed["sb-1"]);
+}
+
+TEST_F(SandboxHostTest, ASandboxWhoseSentryIsGoneWhenWatchedIsStopped) {
+  // Its pid runs no more, or names a process outside its cgroup (the fake says "not running").
+  WriteRunscStateFile("sb-1", /*sentry=*/7);
+  Adopt("sb-1");
+  auto waiting = host_->WaitStopped({"sb-1"});
+  ASSERT_TRUE(waiting.ok());
+  auto stop = Stopped(*waiting);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_EQ(stop->reason, "its gVisor kernel (runsc-sandbox) exited");
+  EXPECT_TRUE(Listing().stopped["sb-1"]);
+  ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+}
+
+TEST_F(SandboxHostTest, NotKnowingIsNotStopping) {
+  for (const char* file : {"", "garbage", R"({"id": "sb-1", "goferPid": 101})"}) {
+    SCOPED_TRACE(file);
+    Write("run/runsc/sb-1_sandbox:sb-1.state", file);
+    Adopt("sb-1");
+    EXPECT_TRUE(watcher_.watched.empty());
+    auto waiting = host_->WaitStopped({"sb-1"});
+    ASSERT_TRUE(waiting.ok());
+    EXPECT_EQ(Stopped(*waiting).status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_FALSE(Listing().stopped["sb-1"]);
+    EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+    // Deleting it answers the waiter.
+    ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+    EXPECT_EQ(Stopped(*waiting).status().code(), absl::StatusCode::kNotFound);
+    EndExec(runsc_.started.size() - 1, 0, 0);
+  }
+  EXPECT_EQ(host_->WaitStopped({"sb-1"}).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SandboxHostTest, KeepAdoptsAStoppedSandboxAsStopped) {
+  LeaveBundle("sb-dead");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-dead", "status": "stopped"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+  EXPECT_TRUE(watcher_.watched.empty()) << "nothing to watch";
+  Inventory inv = Listing();
+  EXPECT_TRUE(inv.unattached["sb-dead"]);
+  EXPECT_TRUE(inv.stopped["sb-dead"]);
+  EXPECT_EQ(inv.stop_reason["sb-dead"], "it had stopped when the privhelper restarted");
+  auto refused = host_->StartProcess(Start("sb-dead", "p-1"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Await(host_->Delete({"sb-dead"})).ok());
+  ExpectDestroyed("sb-dead");
 }
 
 // ---------------------------------------------------------------- delete

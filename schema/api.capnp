@@ -100,13 +100,19 @@ struct SandboxInfo {
   state @3 :Text;
   # "running"; "deleting"; "running-unattached": left running by a previous service
   # instance and adopted after a restart (its earlier processes' output is gone; new processes
-  # can be started; it can be inspected and deleted); or "oom-killed": it exceeded its memory
-  # limit and the host stopped it (its output stays readable; only delete is useful).
+  # can be started; it can be inspected and deleted); "oom-killed": it exceeded its memory
+  # limit and the host stopped it; or "stopped": it stopped by itself -- its gVisor kernel or
+  # file server exited (killed, crashed), or a restarted service found it stopped. A stopped
+  # or oom-killed sandbox's processes have ended, its output stays readable, starting a
+  # process fails with failed-precondition, and only delete is useful. stateReason says why.
   createdAtUnixMs @4 :Int64;
   labels @5 :List(Label);
   processCount @6 :UInt32;
   ownerUid @7 :UInt32;
   # The uid of the client that created it.
+  stateReason @8 :Text;
+  # Why it is "stopped" or "oom-killed", for people (e.g. "its gVisor kernel (runsc-sandbox)
+  # exited (killed by signal 9)"); empty in the other states.
 }
 
 struct ProcessInfo {

@@ -66,6 +66,13 @@ struct AdoptedSandbox {
   # True if a previous privhelper started it (restart policy "keep"): its processes are gone.
   oomKilled @5 :Bool;
   # The host's OOM killer stopped it (a process of it ended oom-killed); only delete is useful.
+  stopped @6 :Bool;
+  # It stopped by itself: its gVisor kernel (runsc-sandbox, the sentry) or its file server
+  # (runsc-gofer) exited, or a restarted privhelper found it stopped. Nothing new can start in
+  # it; only delete is useful. Always true when oomKilled is.
+  stopReason @7 :Text;
+  # Why, for people (e.g. "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)");
+  # empty unless stopped.
 }
 
 struct KeptProcess {
@@ -109,4 +116,9 @@ interface Helper {
   closeInput @8 (sandboxId :Text, processId :Text) -> ();
   # The broker closed the process's stdin: the privhelper drops its copy too, so the process
   # sees end-of-file.
+
+  waitSandbox @9 (sandboxId :Text) -> (reason :Text, oomKilled :Bool);
+  # Resolves when the sandbox has stopped by itself (its sentry or gofer exited; at once if it
+  # already has), with why and whether the host's OOM killer did it. Fails with not-found once
+  # the sandbox is deleted. The broker keeps one such call open per sandbox.
 }

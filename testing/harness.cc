@@ -278,6 +278,18 @@ pid_t Service::broker_pid() const {
   return -1;
 }
 
+pid_t Service::SandboxProcess(const std::string& kind, const std::string& id) const {
+  std::vector<pid_t> found;
+  for (pid_t pid : PidsMatching(kind)) {
+    std::string cmd = Cmdline(pid);
+    // Its own runsc root and bundle: not another service's sandbox, nor a stub's text.
+    if (cmd.rfind(kind, 0) == 0 && cmd.find(runsc_root()) != std::string::npos &&
+        cmd.find(bundles() + "/" + id) != std::string::npos)
+      found.push_back(pid);
+  }
+  return found.size() == 1 ? found[0] : -1;
+}
+
 std::vector<std::string> Service::Leaks() const {
   std::vector<std::string> leaks;
   for (const auto& n : ListDir(bundles())) leaks.push_back("bundle " + n);

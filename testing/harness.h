@@ -90,6 +90,10 @@ class Service {
   // Unmounts this service's tmpfs work area and removes its directory (after Stop and Leaks).
   void RemoveWorkArea();
 
+  // The live host process of sandbox `id` of this service: `kind` is "runsc-sandbox" (its
+  // sentry) or "runsc-gofer"; -1 unless exactly one matches.
+  pid_t SandboxProcess(const std::string& kind, const std::string& id) const;
+
   // What is left behind: bundle dirs, runsc container state, mounts under base, processes
   // running a runsc from our runsc root. Empty when nothing leaked.
   std::vector<std::string> Leaks() const;

@@ -436,6 +436,8 @@ TEST_F(ProcessIoTest, AnOomKilledSandboxReportsItsProcessesAsOomKilled) {
   EXPECT_EQ(Wait(bystander).which(), api::ExitStatus::OOM_KILLED);
   auto info = Await(sandbox.inspectRequest().send(), "inspect");
   EXPECT_EQ(std::string(info.getInfo().getState().cStr()), "oom-killed");
+  EXPECT_EQ(std::string(info.getInfo().getStateReason().cStr()),
+            "it exceeded its memory limit and the host's OOM killer stopped it");
   // A restarted broker learns it from the privhelper.
   pid_t broker = svc.broker_pid();
   ASSERT_GT(broker, 0);

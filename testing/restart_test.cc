@@ -2,11 +2,13 @@
 // joins the pinned control network namespace, finds the sandboxes the old one left, and
 // applies the restart policy; stale bundles and cgroups are collected.
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -61,6 +63,63 @@ TEST(RestartTest, KeepPolicyAdoptsRunningSandboxesAsUnattached) {
   auto rm = svc.Cli(Alpha(svc), {"rm", id});
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{}) << "stale bundle or sandbox left";
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+// The sandbox's state and reason in `ps --json` (the CLI as Alpha), polled until it is no longer
+// running or `seconds` pass.
+std::string StateOf(const Service& svc, const std::string& id, int seconds = 0) {
+  std::string found;
+  for (int waited = 0;; waited += 100) {
+    auto ps = svc.Cli(Alpha(svc), {"--json", "ps"}, std::chrono::seconds(30));
+    auto at = ps.out.find("\"id\":\"" + id + "\"");
+    found = at == std::string::npos
+                ? "(not listed)"
+                : ps.out.substr(at, ps.out.find(",\"createdAt", at) - at);
+    if (!absl::StrContains(found, "\"state\":\"running") || waited >= seconds * 1000) return found;
+    usleep(100000);
+  }
+}
+
+// Keep: a sandbox whose sentry died while no privhelper ran is adopted as stopped (not as
+// running); one adopted running is watched like any other, so its later death is seen too.
+TEST(RestartTest, KeepAdoptsASandboxThatDiedMeanwhileAsStopped) {
+  ServiceOptions options;
+  options.helper_json_extra = ", \"onRestart\": \"keep\"";
+  Service svc(options);
+  std::string dead = KeepOne(svc), alive = KeepOne(svc);
+  ASSERT_FALSE(dead.empty());
+  ASSERT_FALSE(alive.empty());
+  svc.Crash();
+  pid_t sentry = svc.SandboxProcess("runsc-sandbox", dead);
+  ASSERT_GT(sentry, 0);
+  ASSERT_EQ(kill(sentry, SIGKILL), 0);
+  for (int i = 0; i < 100 && svc.SandboxProcess("runsc-sandbox", dead) > 0; ++i) usleep(50000);
+  svc.Restart();
+
+  const std::string why = "it had stopped when the privhelper restarted";
+  EXPECT_TRUE(absl::StrContains(StateOf(svc, dead),
+                                "\"state\":\"stopped\",\"stateReason\":\"" + why + "\""))
+      << StateOf(svc, dead);
+  EXPECT_TRUE(absl::StrContains(StateOf(svc, alive), "\"state\":\"running-unattached\""))
+      << StateOf(svc, alive);
+  auto exec = svc.Cli(Alpha(svc), {"exec", dead, "--", "true"}, std::chrono::seconds(30));
+  EXPECT_EQ(exec.exit_code, 125) << exec.err;
+  EXPECT_TRUE(absl::StrContains(exec.err, "is stopped: " + why)) << exec.err;
+
+  sentry = svc.SandboxProcess("runsc-sandbox", alive);
+  ASSERT_GT(sentry, 0);
+  ASSERT_EQ(kill(sentry, SIGKILL), 0);
+  std::string state = StateOf(svc, alive, 20);
+  EXPECT_TRUE(absl::StrContains(
+      state, "\"state\":\"stopped\",\"stateReason\":\"its gVisor kernel (runsc-sandbox) exited"))
+      << state;
+  for (const auto& id : {dead, alive}) {
+    auto rm = svc.Cli(Alpha(svc), {"rm", id}, std::chrono::seconds(30));
+    EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  }
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
   svc.Stop();
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
 }
