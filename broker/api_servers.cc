@@ -74,7 +74,8 @@ class ProcessImpl final : public api::Process::Server {
   }
 
   kj::Promise<void> writeInput(WriteInputContext context) override {
-    return caller_.Charged([&] { return ValueOrThrow(broker_.WriteInput(Visible(), context.getParams().getData())); });
+    return caller_.Charged(
+        [&] { return ValueOrThrow(broker_.WriteInput(Visible(), context.getParams().getData())); });
   }
 
   kj::Promise<void> closeInput(CloseInputContext context) override {
@@ -82,12 +83,15 @@ class ProcessImpl final : public api::Process::Server {
   }
 
   kj::Promise<void> signal(SignalContext context) override {
-    return caller_.Charged([&] { return ValueOrThrow(broker_.Signal(Visible(), context.getParams().getSignal())); });
+    return caller_.Charged(
+        [&] { return ValueOrThrow(broker_.Signal(Visible(), context.getParams().getSignal())); });
   }
 
   kj::Promise<void> resize(ResizeContext context) override {
     auto params = context.getParams();
-    return caller_.Charged([&] { return ValueOrThrow(broker_.Resize(Visible(), params.getRows(), params.getCols())); });
+    return caller_.Charged([&] {
+      return ValueOrThrow(broker_.Resize(Visible(), params.getRows(), params.getCols()));
+    });
   }
 
   kj::Promise<void> wait(WaitContext context) override {
@@ -132,7 +136,9 @@ class SandboxImpl final : public api::Sandbox::Server {
 
  protected:
   kj::Promise<void> startProcess(StartProcessContext context) override {
-    auto started = caller_.Charged([&] { return ValueOrThrow(broker_.StartProcess(peer_, id_, context.getParams().getSpec())); });
+    auto started = caller_.Charged([&] {
+      return ValueOrThrow(broker_.StartProcess(peer_, id_, context.getParams().getSpec()));
+    });
     return started.then([this, context](kj::Own<ProcessRecord> p) mutable {
       auto results = context.getResults();
       FillProcessInfo(*p, results.initInfo());
@@ -162,7 +168,9 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
 
   kj::Promise<void> delete_(DeleteContext context) override {
-    return caller_.Charged([&] { return ValueOrThrow(broker_.DeleteSandbox(peer_, id_, context.getParams().getForce())); });
+    return caller_.Charged([&] {
+      return ValueOrThrow(broker_.DeleteSandbox(peer_, id_, context.getParams().getForce()));
+    });
   }
 
  private:
@@ -179,7 +187,8 @@ class SupervisorImpl final : public api::Supervisor::Server {
 
  protected:
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
-    auto created = caller_.Charged([&] { return ValueOrThrow(broker_.CreateSandbox(peer_, context.getParams().getSpec())); });
+    auto created = caller_.Charged(
+        [&] { return ValueOrThrow(broker_.CreateSandbox(peer_, context.getParams().getSpec())); });
     return created.then([this, context](std::string id) mutable {
       auto results = context.getResults();
       FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id)), results.initInfo());

@@ -41,7 +41,8 @@ class Broker {
       const Peer& peer, const std::string& sandbox_id, api::ProcessSpec::Reader spec);
 
   // Operations on a process the caller has already found visible (Registry::VisibleProcess).
-  absl::StatusOr<kj::Promise<void>> WriteInput(ProcessRecord& p, kj::ArrayPtr<const capnp::byte> data);
+  absl::StatusOr<kj::Promise<void>> WriteInput(ProcessRecord& p,
+                                               kj::ArrayPtr<const capnp::byte> data);
   absl::StatusOr<kj::Promise<void>> CloseInput(ProcessRecord& p);
   absl::StatusOr<kj::Promise<void>> Resize(ProcessRecord& p, uint16_t rows, uint16_t cols);
   absl::StatusOr<kj::Promise<void>> Signal(ProcessRecord& p, int sig);

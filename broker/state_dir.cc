@@ -30,8 +30,10 @@ absl::StatusOr<std::string> StateDir::SandboxDir(const std::string& sandbox_id, 
 absl::Status StateDir::OpenLogs(ProcessRecord& p, uint64_t capacity) {
   if (!IsValidId(p.id)) return absl::InternalError("bad process id for a log");
   ASSIGN_OR_RETURN(std::string dir, SandboxDir(p.sandbox_id, /*create=*/true));
-  ASSIGN_OR_RETURN(p.stdout_log, OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stdout"), capacity));
-  ASSIGN_OR_RETURN(p.stderr_log, OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stderr"), capacity));
+  ASSIGN_OR_RETURN(p.stdout_log,
+                   OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stdout"), capacity));
+  ASSIGN_OR_RETURN(p.stderr_log,
+                   OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stderr"), capacity));
   return absl::OkStatus();
 }
 
