@@ -105,6 +105,17 @@ class BrokerTest : public ::testing::Test {
     auto res = req.send().wait(ws());
     return {res.getProcess(), res.getInfo().getId().cStr()};
   }
+  // Subscribes to the process's stdout from offset 0; the collector lives as long as the
+  // subscription.
+  std::pair<api::Subscription::Client, Collector*> Subscribe(api::Process::Client& process) {
+    auto collector = kj::heap<Collector>();
+    Collector* raw = collector.get();
+    auto sub = process.subscribeRequest();
+    sub.setStream(api::Stream::STDOUT);
+    sub.setFromOffset(0);
+    sub.setSink(kj::mv(collector));
+    return {sub.send().wait(ws()).getSubscription(), raw};
+  }
   // Runs the event loop until `done` or 5 s pass.
   void Until(const std::function<bool()>& done) {
     for (int i = 0; i < 500 && !done(); ++i) io_.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(ws());
@@ -267,13 +278,8 @@ TEST_F(BrokerTest, ProcessOutputInputAndExit) {
   Started p = Start(sb.sandbox);
   auto& fake = helper_->process(p.id);
   WriteAll(fake.stdout_w.get(), "hello ");
-  auto collector = kj::heap<Collector>();
+  auto [subscription, collector] = Subscribe(p.process);
   Collector& out = *collector;
-  auto sub = p.process.subscribeRequest();
-  sub.setStream(api::Stream::STDOUT);
-  sub.setFromOffset(0);
-  sub.setSink(kj::mv(collector));
-  auto subscription = sub.send().wait(ws()).getSubscription();
   Until([&] { return out.bytes == "hello "; });
   WriteAll(fake.stdout_w.get(), "world");
   Until([&] { return out.bytes == "hello world"; });
@@ -315,13 +321,8 @@ TEST_F(BrokerTest, ASandboxThatStopsByItselfIsShownStoppedRefusesProcessesAndDel
   Created sb = Create(sup);
   EXPECT_EQ(helper_->sandbox_waits, std::vector<std::string>{sb.id});
   Started p = Start(sb.sandbox);
-  auto collector = kj::heap<Collector>();
+  auto [subscription, collector] = Subscribe(p.process);
   Collector& out = *collector;
-  auto sub = p.process.subscribeRequest();
-  sub.setStream(api::Stream::STDOUT);
-  sub.setFromOffset(0);
-  sub.setSink(kj::mv(collector));
-  auto subscription = sub.send().wait(ws()).getSubscription();
 
   const std::string why = "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)";
   helper_->StopSandbox(sb.id, why);

@@ -17,6 +17,22 @@ std::pair<kj::AutoCloseFd, kj::AutoCloseFd> Pipe() {
   return {kj::AutoCloseFd(fds[0]), kj::AutoCloseFd(fds[1])};
 }
 
+using Waiters = std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>>;
+
+// Resolves at once if `known`, else when Wake(waiters, id) is called.
+kj::Promise<void> WhenKnown(bool known, Waiters& waiters, const std::string& id) {
+  if (known) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiters.emplace(id, kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
+void Wake(Waiters& waiters, const std::string& id) {
+  auto range = waiters.equal_range(id);
+  for (auto it = range.first; it != range.second; ++it) it->second->fulfill();
+  waiters.erase(range.first, range.second);
+}
+
 kj::Exception Error(const std::string& text) {
   return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
                        kj::heapString(text.data(), text.size()));
@@ -66,9 +82,7 @@ kj::Promise<void> FakeHelper::Held(const std::string& error) {
 
 void FakeHelper::End(const std::string& id, ProcessExit how) {
   exits_[id] = how;
-  auto range = waiters_.equal_range(id);
-  for (auto it = range.first; it != range.second; ++it) it->second->fulfill();
-  waiters_.erase(range.first, range.second);
+  Wake(waiters_, id);
   processes_.erase(id);  // the process's side of its pipes closes: the broker sees EOF
 }
 
@@ -124,21 +138,13 @@ kj::Promise<void> FakeHelper::deleteSandbox(DeleteSandboxContext context) {
 void FakeHelper::StopSandbox(const std::string& sandbox_id, const std::string& reason,
                              bool oom_killed) {
   stops_[sandbox_id] = {reason, oom_killed};
-  auto range = stop_waiters_.equal_range(sandbox_id);
-  for (auto it = range.first; it != range.second; ++it) it->second->fulfill();
-  stop_waiters_.erase(range.first, range.second);
+  Wake(stop_waiters_, sandbox_id);
 }
 
 kj::Promise<void> FakeHelper::waitSandbox(WaitSandboxContext context) {
   std::string id = context.getParams().getSandboxId().cStr();
   sandbox_waits.push_back(id);
-  kj::Promise<void> stopped = kj::READY_NOW;
-  if (stops_.count(id) == 0) {
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    stop_waiters_.emplace(id, kj::mv(paf.fulfiller));
-    stopped = kj::mv(paf.promise);
-  }
-  return stopped.then([this, id, context]() mutable {
+  return WhenKnown(stops_.count(id) > 0, stop_waiters_, id).then([this, id, context]() mutable {
     auto results = context.getResults();
     results.setReason(stops_.at(id).first);
     results.setOomKilled(stops_.at(id).second);
@@ -164,13 +170,7 @@ kj::Promise<void> FakeHelper::startProcess(StartProcessContext context) {
 kj::Promise<void> FakeHelper::waitProcess(WaitProcessContext context) {
   std::string id = context.getParams().getProcessId().cStr();
   calls.push_back("wait " + id);
-  kj::Promise<void> ended = kj::READY_NOW;
-  if (exits_.count(id) == 0) {
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    waiters_.emplace(id, kj::mv(paf.fulfiller));
-    ended = kj::mv(paf.promise);
-  }
-  return ended.then([this, id, context]() mutable {
+  return WhenKnown(exits_.count(id) > 0, waiters_, id).then([this, id, context]() mutable {
     ToCapnp(exits_.at(id), context.getResults().initStatus());
   });
 }

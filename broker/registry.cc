@@ -8,21 +8,11 @@
 namespace paseo {
 
 const char* StateName(SandboxState state) {
-  switch (state) {
-    case SandboxState::kCreating:
-      return "creating";
-    case SandboxState::kRunning:
-      return "running";
-    case SandboxState::kUnattached:
-      return "running-unattached";
-    case SandboxState::kOomKilled:
-      return "oom-killed";
-    case SandboxState::kStopped:
-      return "stopped";
-    case SandboxState::kDeleting:
-      return "deleting";
-  }
-  return "unknown";
+  // In the order of the enum (registry.h).
+  static constexpr const char* kNames[] = {"creating",   "running", "running-unattached",
+                                           "oom-killed", "stopped", "deleting"};
+  auto i = static_cast<size_t>(state);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 std::optional<helper::DeploymentPolicy::Reader> Registry::Deployment(const std::string& id) const {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <capnp/message.h>
 
 #include "schema/api.capnp.h"
@@ -48,46 +50,32 @@ TEST(CheckProcessCommandTest, AcceptsAnOrdinaryCommand) {
 
 TEST(CheckProcessCommandTest, RefusesBadCommands) {
   std::vector<std::pair<std::string, Spec>> cases;
-  Spec s;
-  s.argv = {};
-  cases.push_back({"empty argv", s});
-  s = Spec();
-  s.argv = {""};
-  cases.push_back({"empty argv[0]", s});
-  s = Spec();
-  s.argv = {std::string("a\0b", 3)};
-  cases.push_back({"NUL in argv", s});
-  s = Spec();
-  s.argv = std::vector<std::string>(kMaxArgs + 1, "x");
-  cases.push_back({"too many args", s});
-  s = Spec();
-  s.argv = {"x", std::string(kMaxArgvBytes, 'a')};
-  cases.push_back({"argv too large", s});
-  s = Spec();
-  s.env = {"NOEQUALS"};
-  cases.push_back({"env without =", s});
-  s = Spec();
-  s.env = {"=value"};
-  cases.push_back({"env with empty key", s});
-  s = Spec();
-  s.env = {std::string("A=b\0c", 5)};
-  cases.push_back({"NUL in env", s});
-  s = Spec();
-  s.env = std::vector<std::string>(kMaxEnv + 1, "A=b");
-  cases.push_back({"too many env entries", s});
-  for (std::string cwd : {"relative", "/a/../b", "/a/", "//a", "/a/./b"}) {
-    s = Spec();
-    s.cwd = cwd;
-    cases.push_back({"cwd " + cwd, s});
-  }
-  s = Spec();
-  s.tty = true;
-  s.rows = 0;
-  cases.push_back({"tty with 0 rows", s});
-  s = Spec();
-  s.tty = true;
-  s.cols = 0;
-  cases.push_back({"tty with 0 cols", s});
+  // A default spec changed by `edit`.
+  auto add = [&cases](const std::string& name, const std::function<void(Spec&)>& edit) {
+    Spec s;
+    edit(s);
+    cases.emplace_back(name, s);
+  };
+  add("empty argv", [](Spec& s) { s.argv = {}; });
+  add("empty argv[0]", [](Spec& s) { s.argv = {""}; });
+  add("NUL in argv", [](Spec& s) { s.argv = {std::string("a\0b", 3)}; });
+  add("too many args", [](Spec& s) { s.argv = std::vector<std::string>(kMaxArgs + 1, "x"); });
+  add("argv too large", [](Spec& s) { s.argv = {"x", std::string(kMaxArgvBytes, 'a')}; });
+  add("env without =", [](Spec& s) { s.env = {"NOEQUALS"}; });
+  add("env with empty key", [](Spec& s) { s.env = {"=value"}; });
+  add("NUL in env", [](Spec& s) { s.env = {std::string("A=b\0c", 5)}; });
+  add("too many env entries",
+      [](Spec& s) { s.env = std::vector<std::string>(kMaxEnv + 1, "A=b"); });
+  for (std::string cwd : {"relative", "/a/../b", "/a/", "//a", "/a/./b"})
+    add("cwd " + cwd, [cwd](Spec& s) { s.cwd = cwd; });
+  add("tty with 0 rows", [](Spec& s) {
+    s.tty = true;
+    s.rows = 0;
+  });
+  add("tty with 0 cols", [](Spec& s) {
+    s.tty = true;
+    s.cols = 0;
+  });
   for (const auto& [name, spec] : cases) {
     auto c = Check(spec);
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << name;
@@ -146,7 +134,8 @@ TEST(RequestChecksTest, Labels) {
 
 TEST(RequestChecksTest, NormalizedAbsolutePaths) {
   for (std::string p : {"/", "/a", "/a/b", "/a.b/..c"}) EXPECT_TRUE(IsNormalizedAbsolutePath(p)) << p;
-  for (std::string p : std::vector<std::string>{"", "a", "/a/", "//", "/a//b", "/./a", "/a/..", std::string("/a\0b", 4)})
+  for (std::string p :
+       std::vector<std::string>{"", "a", "/a/", "//", "/a//b", "/./a", "/a/..", std::string("/a\0b", 4)})
     EXPECT_FALSE(IsNormalizedAbsolutePath(p)) << p;
 }
 

@@ -61,13 +61,7 @@ void ExpectWorkingOrGone(const Service& svc) {
     auto rm = svc.Cli(Alpha(svc), {"rm", id});
     EXPECT_EQ(rm.exit_code, 0) << rm.err;
   }
-  std::vector<std::string> leaks;
-  for (int i = 0; i < 50; ++i) {
-    leaks = svc.Leaks();
-    if (leaks.empty()) break;
-    usleep(100000);
-  }
-  EXPECT_EQ(leaks, std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(5), std::vector<std::string>{});
 }
 
 class BrokerCrashTest : public ::testing::TestWithParam<std::string> {};

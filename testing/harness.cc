@@ -290,6 +290,15 @@ pid_t Service::SandboxProcess(const std::string& kind, const std::string& id) co
   return found.size() == 1 ? found[0] : -1;
 }
 
+std::vector<std::string> Service::LeaksAfter(int seconds) const {
+  std::vector<std::string> leaks = Leaks();
+  for (int i = 0; i < seconds * 10 && !leaks.empty(); ++i) {
+    usleep(100000);
+    leaks = Leaks();
+  }
+  return leaks;
+}
+
 std::vector<std::string> Service::Leaks() const {
   std::vector<std::string> leaks;
   for (const auto& n : ListDir(bundles())) leaks.push_back("bundle " + n);

@@ -97,6 +97,9 @@ class Service {
   // What is left behind: bundle dirs, runsc container state, mounts under base, processes
   // running a runsc from our runsc root. Empty when nothing leaked.
   std::vector<std::string> Leaks() const;
+  // Leaks(), again every 100 ms until nothing is left or `seconds` pass (teardown that runs in
+  // the background, such as a delete during a restart, gets that long to finish).
+  std::vector<std::string> LeaksAfter(int seconds) const;
 
  private:
   void Start();

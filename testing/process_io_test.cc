@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "testing/await.h"
 #include "testing/harness.h"
 
 namespace paseo::testing {
@@ -30,26 +31,8 @@ namespace {
 
 constexpr size_t kPattern = 1 << 20;
 
-kj::AsyncIoContext& Io() {
-  static kj::AsyncIoContext* io = new kj::AsyncIoContext(kj::setupAsyncIo());
-  return *io;
-}
 
-// Every wait in this suite is bounded: a hang fails the test in seconds with what it waited
-// for, instead of running into Bazel's timeout. Calls answer in well under a second here; a
-// process or stream that needs longer says so.
-constexpr int kCallSeconds = 60;
 
-template <typename T>
-T Await(kj::Promise<T>&& promise, const std::string& what, int seconds = kCallSeconds) {
-  auto timeout = Io().provider->getTimer()
-                     .afterDelay(seconds * kj::SECONDS)
-                     .then([what, seconds]() -> kj::Promise<T> {
-                       return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                            kj::str("no result within ", seconds, " s: ", what));
-                     });
-  return promise.exclusiveJoin(kj::mv(timeout)).wait(Io().waitScope);
-}
 
 // Byte `i` of the stdout and stderr test patterns: every byte value occurs.
 char OutByte(uint64_t i) { return static_cast<char>((i * 7 + i / 256) & 0xff); }

@@ -137,13 +137,7 @@ TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
   EXPECT_EQ(ps.exit_code, 0) << ps.err;
   EXPECT_FALSE(absl::StrContains(ps.out, id)) << ps.out;
   // Destroying runs in the background of the start-up; give it a moment.
-  std::vector<std::string> leaks;
-  for (int i = 0; i < 100; ++i) {
-    leaks = svc.Leaks();
-    if (leaks.empty()) break;
-    usleep(100000);
-  }
-  EXPECT_EQ(leaks, std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   svc.Stop();
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
 }

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
+#include "testing/await.h"
 #include "testing/harness.h"
 
 namespace paseo::testing {
@@ -24,22 +25,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-kj::AsyncIoContext& Io() {
-  static kj::AsyncIoContext* io = new kj::AsyncIoContext(kj::setupAsyncIo());
-  return *io;
-}
 
-// Every wait is bounded: a promise raced against a timer, failing with what it waited for.
-template <typename T>
-T Await(kj::Promise<T>&& promise, const std::string& what, int seconds = 30) {
-  auto timeout = Io().provider->getTimer()
-                     .afterDelay(seconds * kj::SECONDS)
-                     .then([what, seconds]() -> kj::Promise<T> {
-                       return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__,
-                                            kj::str("no result within ", seconds, " s: ", what));
-                     });
-  return promise.exclusiveJoin(kj::mv(timeout)).wait(Io().waitScope);
-}
 
 void Sleep(int ms) {
   Io().provider->getTimer().afterDelay(ms * kj::MILLISECONDS).wait(Io().waitScope);
@@ -155,6 +141,17 @@ class SandboxDeathTest : public ::testing::Test {
   }
 
   // What every death must look like from the outside, once the service has noticed.
+  // The sandbox becomes stopped because `who` was killed by SIGKILL; then it refuses new
+  // processes and deletes cleanly.
+  void ExpectStoppedByKillThenDeletable(const std::string& id, const std::string& who) {
+    double took = 0;
+    State s = AwaitStopped(svc, id, &took);
+    std::printf("stopped after %.2f s: %s\n", took, s.reason.c_str());
+    ASSERT_EQ(s.state, "stopped") << s.reason;
+    ExpectReason(s.reason, who, " (killed by signal 9)");
+    ExpectRefusedAndDeletable(id, s.reason);
+  }
+
   void ExpectRefusedAndDeletable(const std::string& id, const std::string& reason) {
     auto exec = svc.Cli(Root(svc), {"exec", id, "--", "true"}, std::chrono::seconds(30));
     EXPECT_EQ(exec.exit_code, 125) << exec.err;
@@ -181,13 +178,7 @@ class SandboxDeathTest : public ::testing::Test {
       Await(del.send(), "delete");
       ADD_FAILURE() << "test left sandbox " << info.getId().cStr();
     }
-    std::vector<std::string> leaks;
-    for (int i = 0; i < 50; ++i) {
-      leaks = svc.Leaks();
-      if (leaks.empty()) break;
-      Sleep(100);
-    }
-    EXPECT_EQ(leaks, std::vector<std::string>{});
+    EXPECT_EQ(svc.LeaksAfter(5), std::vector<std::string>{});
   }
 };
 
@@ -207,12 +198,7 @@ TEST_F(SandboxDeathTest, AKilledSentryStopsTheSandboxEndsItsProcessesAndIsRefuse
   EXPECT_EQ(status.getStatus().which(), api::ExitStatus::UNKNOWN);
   Await(kj::mv(subscriber.ended), "the subscriber's end after the sentry died", 20);
   EXPECT_EQ(subscriber.sink->status, api::ExitStatus::UNKNOWN);
-  double took = 0;
-  State s = AwaitStopped(svc, id, &took);
-  std::printf("stopped after %.2f s: %s\n", took, s.reason.c_str());
-  ASSERT_EQ(s.state, "stopped") << s.reason;
-  ExpectReason(s.reason, "its gVisor kernel (runsc-sandbox) exited", " (killed by signal 9)");
-  ExpectRefusedAndDeletable(id, s.reason);
+  ExpectStoppedByKillThenDeletable(id, "its gVisor kernel (runsc-sandbox) exited");
 }
 
 // The attack run's steps: `run --keep -- true`, then the gofer killed.
@@ -226,12 +212,7 @@ TEST_F(SandboxDeathTest, AKilledGoferStopsTheSandbox) {
   pid_t gofer = svc.SandboxProcess("runsc-gofer", id);
   ASSERT_GT(gofer, 0);
   ASSERT_EQ(kill(gofer, SIGKILL), 0);
-  double took = 0;
-  State s = AwaitStopped(svc, id, &took);
-  std::printf("stopped after %.2f s: %s\n", took, s.reason.c_str());
-  ASSERT_EQ(s.state, "stopped") << s.reason;
-  ExpectReason(s.reason, "its gVisor file server (runsc-gofer) exited", " (killed by signal 9)");
-  ExpectRefusedAndDeletable(id, s.reason);
+  ExpectStoppedByKillThenDeletable(id, "its gVisor file server (runsc-gofer) exited");
 }
 
 // The sentry dies while no broker runs: the restarted broker learns it from the privhelper's
