@@ -150,13 +150,14 @@ TEST(BrokerMemoryTest, PipelinedWaitingCallsAreRefusedPastTheBoundAndMemoryRetur
     client::Connection a(io, svc.socket()), b(io, svc.socket());
     auto create = a.supervisor().createSandboxRequest();
     create.initSpec().setDeploymentId("io");
-    auto created = create.send().wait(io.waitScope);
+    auto& timer = io.provider->getTimer();  // every wait bounded: a hang fails in a minute
+    auto created = timer.timeoutAfter(60 * kj::SECONDS, create.send()).wait(io.waitScope);
     sandbox_id = created.getInfo().getId().cStr();
     auto start = created.getSandbox().startProcessRequest();
     auto argv = start.initSpec().initArgv(2);
     argv.set(0, "sleep");
     argv.set(1, "120");
-    auto started = start.send().wait(io.waitScope);
+    auto started = timer.timeoutAfter(60 * kj::SECONDS, start.send()).wait(io.waitScope);
     auto process = started.getProcess();
     auto get = b.supervisor().getSandboxRequest();
     get.setId(sandbox_id);
