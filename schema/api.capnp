@@ -48,6 +48,13 @@ struct SandboxSpec {
   # Names of credential directories to mount (for example "claude"). Each must be registered
   # for the deployment and placed by the launch profile; mounted read-only unless the profile
   # says otherwise. The client never learns or sends their host paths.
+  key @5 :Text;
+  # A name the client chooses for the sandbox (at most 256 bytes of UTF-8, no NUL; empty:
+  # none), unique within the deployment; findSandbox looks it up. Creating with a key that an
+  # existing sandbox of the deployment has returns that sandbox (created = false; the rest of
+  # the spec is not compared) if the same uid created it, and fails with already-exists
+  # otherwise. Concurrent creates with one key yield one sandbox. A key is free again once its
+  # sandbox is deleted.
 }
 
 struct ProcessSpec {
@@ -66,6 +73,31 @@ struct ProcessSpec {
   rows @4 :UInt16 = 24;
   cols @5 :UInt16 = 80;
   # Initial terminal size (tty only).
+  key @6 :Text;
+  # A name the client chooses for the process (at most 256 bytes of UTF-8, no NUL; empty:
+  # none), unique among the sandbox's processes: starting a second process with a key the
+  # sandbox still has (or remembers as released, see Sandbox.findProcess) fails with
+  # already-exists and starts nothing. Sandbox.findProcess looks it up.
+  output @7 :OutputMode;
+  # What happens when the process writes faster than its output is read (see OutputMode).
+  workspaceCwd @8 :Text;
+  # A working directory relative to the first workspace (for example "packages/app"), used
+  # instead of cwd, which must then be empty. It is resolved beneath the workspace and must
+  # stay there: no absolute path, no ".." that leaves it, no symlink whose target is absolute
+  # or leads out of it; it must be a directory. Checked against the workspace itself when the
+  # process starts; invalid-argument otherwise, and nothing starts.
+}
+
+enum OutputMode {
+  dropOldest @0;
+  # Each stream keeps the newest outputBufferBytes (the profile's); a reader that falls
+  # further behind is told how many bytes it lost (OutputSink.gap). The process never waits.
+  lossless @1;
+  # Like a pipe: once a stream has outputBufferBytes that no subscriber has read yet, the
+  # process's writes to it wait until one reads on. "Read" is the furthest offset any
+  # subscriber of the stream has been sent and acknowledged (OutputSink.write returned), so
+  # one reader that keeps up is enough, and a reader that resubscribes from its own last
+  # offset after a reconnect (or a broker restart) misses nothing. Nothing is ever dropped.
 }
 
 enum Stream {
@@ -98,7 +130,8 @@ struct SandboxInfo {
   deploymentId @1 :Text;
   profile @2 :Text;
   state @3 :Text;
-  # "running"; "deleting"; "running-unattached": left running by a previous service
+  # "running"; "paused" (Sandbox.pause: its processes are frozen, nothing new starts, resume
+  # continues them); "deleting"; "running-unattached": left running by a previous service
   # instance and adopted after a restart (its earlier processes' output is gone; new processes
   # can be started; it can be inspected and deleted); "oom-killed": it exceeded its memory
   # limit and the host stopped it; or "stopped": it stopped by itself -- its gVisor kernel or
@@ -113,6 +146,8 @@ struct SandboxInfo {
   stateReason @8 :Text;
   # Why it is "stopped" or "oom-killed", for people (e.g. "its gVisor kernel (runsc-sandbox)
   # exited (killed by signal 9)"); empty in the other states.
+  key @9 :Text;
+  # The key it was created with (SandboxSpec.key); empty if none.
 }
 
 struct ProcessInfo {
@@ -125,6 +160,9 @@ struct ProcessInfo {
   stderrBytes @5 :UInt64;
   tty @6 :Bool;
   # A tty process: its output is the `pty` stream (counted in stdoutBytes).
+  key @7 :Text;
+  # The key it was started with (ProcessSpec.key); empty if none.
+  output @8 :OutputMode;
 }
 
 # ---------------------------------------------------------------- interfaces
@@ -132,10 +170,11 @@ struct ProcessInfo {
 interface Supervisor {
   # The bootstrap capability, one per connection, bound to the peer's uid and gids.
 
-  createSandbox @0 (spec :SandboxSpec) -> (sandbox :Sandbox, info :SandboxInfo);
+  createSandbox @0 (spec :SandboxSpec) -> (sandbox :Sandbox, info :SandboxInfo, created :Bool);
   # Creates and starts a gVisor sandbox over the given workspaces. Fails with
   # permission-denied if the caller may not use the deployment, invalid-argument for a bad
-  # spec or a workspace outside the deployment's roots.
+  # spec or a workspace outside the deployment's roots. `created` is false when spec.key named
+  # an existing sandbox, which is returned instead (see SandboxSpec.key).
 
   getSandbox @1 (id :Text) -> (sandbox :Sandbox);
   # Looks up a sandbox by id (for reconnecting). not-found if absent or not visible to the caller.
@@ -145,6 +184,11 @@ interface Supervisor {
 
   info @3 () -> (version :Text, peerUid :UInt32, deployments :List(Text));
   # Service version, the caller's uid as the service sees it, and the deployments it may use.
+
+  findSandbox @4 (deploymentId :Text, key :Text) -> (sandbox :Sandbox, info :SandboxInfo);
+  # The sandbox of this deployment created with this key (SandboxSpec.key), surviving restarts
+  # of the broker and of the whole service. not-found if there is none, it is still being
+  # created, or the caller may not use the deployment.
 }
 
 interface Sandbox {
@@ -156,14 +200,31 @@ interface Sandbox {
   # Looks up a process of this sandbox by id. not-found if absent.
 
   listProcesses @2 () -> (processes :List(ProcessInfo));
-  # Every process started in this sandbox, running or ended.
+  # Every process of this sandbox that runs or has ended and not been released yet.
 
   inspect @3 () -> (info :SandboxInfo);
   # The sandbox's current state.
 
   delete @4 (force :Bool) -> ();
   # Stops the sandbox and frees everything it held. Without force, fails with
-  # failed-precondition while processes still run.
+  # failed-precondition while processes still run. A paused sandbox is deleted as well.
+
+  pause @5 () -> ();
+  # Freezes every process of the sandbox (runsc pause); its state becomes "paused". Starting
+  # a process fails with failed-precondition until resume; output already written stays
+  # readable, signals are delivered on resume. Pausing a paused sandbox does nothing;
+  # failed-precondition in any state other than running, running-unattached or paused.
+
+  resume @6 () -> ();
+  # Continues a paused sandbox (runsc resume): its state is what it was before pause.
+  # Resuming a sandbox that is not paused does nothing (failed-precondition if it is stopped,
+  # oom-killed or being deleted).
+
+  findProcess @7 (key :Text) -> (process :Process, info :ProcessInfo, released :Bool);
+  # The process of this sandbox started with this key (ProcessSpec.key). If that process has
+  # ended and been released (Process.release), `released` is true, `process` is null and
+  # `info` holds only its id, key and how it ended: the sandbox remembers the keys of its
+  # last 1024 released processes. not-found if the key is unknown.
 }
 
 interface Process {
@@ -190,6 +251,14 @@ interface Process {
   resize @6 (rows :UInt16, cols :UInt16) -> ();
   # Sets a tty process's terminal size (its foreground process group gets SIGWINCH), in order
   # with the input written before it. failed-precondition for a pipe process.
+
+  release @7 () -> ();
+  # Forgets an ended process: its record, output logs and everything the service held for it
+  # go (its key is remembered, see Sandbox.findProcess). failed-precondition while it runs.
+  # The service also releases ended processes by itself: once every stream has been read to
+  # its end (OutputSink.end returned) and a minute has passed or the sandbox has more than 64
+  # such processes, or an hour after the end when nobody reads, or when the sandbox has more
+  # than 1024 ended processes (oldest first). Nothing counts ended processes against a limit.
 }
 
 interface OutputSink {

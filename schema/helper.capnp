@@ -50,6 +50,9 @@ struct StartProcessRequest {
   tty @5 :Bool;
   rows @6 :UInt16;
   cols @7 :UInt16;
+  workspaceCwd @8 :Text;
+  # Api.ProcessSpec.workspaceCwd: resolved by the privhelper beneath the sandbox's first
+  # workspace (cwd is then empty).
 }
 
 interface Fd {
@@ -73,6 +76,8 @@ struct AdoptedSandbox {
   stopReason @7 :Text;
   # Why, for people (e.g. "its gVisor kernel (runsc-sandbox) exited (killed by signal 9)");
   # empty unless stopped.
+  paused @8 :Bool;
+  # Paused (pauseSandbox, or found paused by a restarted privhelper).
 }
 
 struct KeptProcess {
@@ -121,4 +126,14 @@ interface Helper {
   # Resolves when the sandbox has stopped by itself (its sentry or gofer exited; at once if it
   # already has), with why and whether the host's OOM killer did it. Fails with not-found once
   # the sandbox is deleted. The broker keeps one such call open per sandbox.
+
+  releaseProcess @10 (sandboxId :Text, processId :Text) -> ();
+  # Forgets an ended process: its kept stdio, files and record. failed-precondition while it
+  # runs; not-found if unknown.
+
+  pauseSandbox @11 (sandboxId :Text) -> ();
+  # runsc pause; nothing new starts in it until resumeSandbox. Idempotent.
+
+  resumeSandbox @12 (sandboxId :Text) -> ();
+  # runsc resume. Idempotent.
 }
