@@ -112,6 +112,11 @@ absl::Status CheckLabels(const std::vector<LabelView>& labels) {
   return absl::OkStatus();
 }
 
+absl::Status CheckKey(absl::string_view field, capnp::Text::Reader key) {
+  if (key.size() > kMaxKeyBytes) return Invalid(field, "longer than 256 bytes");
+  return CheckName(field, key);
+}
+
 absl::StatusOr<ProcessCommand> CheckProcessCommand(capnp::List<capnp::Text>::Reader argv,
                                                    capnp::List<capnp::Text>::Reader env,
                                                    capnp::Text::Reader cwd, bool tty,

@@ -50,6 +50,11 @@ struct LabelView {
 };
 absl::Status CheckLabels(const std::vector<LabelView>& labels);
 
+// A client-chosen key (api.capnp SandboxSpec.key, ProcessSpec.key): at most kMaxKeyBytes and a
+// valid name. Empty is allowed (no key).
+inline constexpr size_t kMaxKeyBytes = 256;
+absl::Status CheckKey(absl::string_view field, capnp::Text::Reader key);
+
 // What a process runs: argv (non-empty, no NUL, argv[0] non-empty), env (KEY=VALUE, no NUL),
 // total size bounded, cwd absolute and normalized when given, a terminal size when tty.
 struct ProcessCommand {

@@ -132,6 +132,17 @@ TEST(RequestChecksTest, Labels) {
   EXPECT_FALSE(CheckLabels(many).ok());
 }
 
+TEST(RequestChecksTest, Keys) {
+  auto text = [](const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); };
+  std::string empty, max(kMaxKeyBytes, 'k'), big(kMaxKeyBytes + 1, 'k'), nul("a\0b", 3);
+  EXPECT_TRUE(CheckKey("key", text(empty)).ok());
+  EXPECT_TRUE(CheckKey("key", text(max)).ok());
+  EXPECT_TRUE(CheckKey("key", text("paseo/workspace-01")).ok());
+  EXPECT_FALSE(CheckKey("key", text(big)).ok());
+  EXPECT_FALSE(CheckKey("key", text(nul)).ok());
+  EXPECT_FALSE(CheckKey("key", text("\xff")).ok());
+}
+
 TEST(RequestChecksTest, NormalizedAbsolutePaths) {
   for (std::string p : {"/", "/a", "/a/b", "/a.b/..c"}) EXPECT_TRUE(IsNormalizedAbsolutePath(p)) << p;
   for (std::string p :
