@@ -85,6 +85,8 @@ class FakeService::Process final : public api::Process::Server {
                        api::ProcessInfo::Builder info) {
     info.setId(p.id);
     info.setSandboxId(sandbox_id);
+    info.setKey(p.key);
+    info.setOutput(p.output);
     auto argv = info.initArgv(static_cast<unsigned>(p.argv.size()));
     for (size_t i = 0; i < p.argv.size(); ++i) argv.set(static_cast<unsigned>(i), p.argv[i]);
     bool running = p.script.echo_input && !p.input_closed;
@@ -193,7 +195,14 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     info.setId(sb.id);
     info.setDeploymentId(sb.deployment);
     info.setProfile(sb.profile);
-    info.setState("running");
+    info.setState(sb.state);
+    info.setStateReason(sb.state_reason);
+    info.setKey(sb.key);
+    auto labels = info.initLabels(static_cast<unsigned>(sb.labels.size()));
+    for (unsigned i = 0; i < sb.labels.size(); ++i) {
+      labels[i].setKey(sb.labels[i].first);
+      labels[i].setValue(sb.labels[i].second);
+    }
     info.setProcessCount(static_cast<uint32_t>(sb.processes.size()));
     info.setOwnerUid(1000);
   }
@@ -209,6 +218,17 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     p.tty = spec.getTty();
     p.rows = spec.getRows();
     p.cols = spec.getCols();
+    p.key = spec.getKey();
+    p.output = spec.getOutput();
+    p.workspace_cwd = spec.getWorkspaceCwd();
+    if (Get().state != "running") {
+      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is " + Get().state));
+    }
+    if (!p.key.empty()) {
+      for (const auto& [unused, other] : Get().processes) {
+        if (other.key == p.key) ThrowStatus(absl::AlreadyExistsError("process key " + p.key));
+      }
+    }
     p.script = service_.script;
     std::string id = p.id;
     FakeProcess& stored = Get().processes[id] = kj::mv(p);
@@ -243,9 +263,48 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     if (std::find(undeletable.begin(), undeletable.end(), id_) != undeletable.end())
       ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " has running processes"));
     FakeSandbox& sb = Get();
+    if (sb.deleted) ThrowStatus(absl::NotFoundError("no sandbox " + id_));
     sb.deleted = true;
     sb.delete_force = context.getParams().getForce();
     return kj::READY_NOW;
+  }
+
+  kj::Promise<void> pause(PauseContext context) override {
+    FakeSandbox& sb = Get();
+    if (sb.state != "running" && sb.state != "paused")
+      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is " + sb.state));
+    sb.state = "paused";
+    ++sb.pauses;
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> resume(ResumeContext context) override {
+    FakeSandbox& sb = Get();
+    if (sb.state != "running" && sb.state != "paused")
+      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is " + sb.state));
+    sb.state = "running";
+    ++sb.resumes;
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findProcess(FindProcessContext context) override {
+    std::string key = context.getParams().getKey();
+    for (const auto& [id, p] : Get().processes) {
+      if (p.key != key || key.empty()) continue;
+      auto results = context.getResults();
+      if (p.released) {
+        results.setReleased(true);
+        auto info = results.initInfo();
+        info.setId(p.id);
+        info.setKey(p.key);
+        ToCapnp(p.script.exit, info.initStatus());
+      } else {
+        results.setProcess(kj::heap<Process>(service_, id_, id));
+        Process::FillInfo(p, id_, results.initInfo());
+      }
+      return kj::READY_NOW;
+    }
+    ThrowStatus(absl::NotFoundError("no process with key " + key));
   }
 
  private:
@@ -263,15 +322,36 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
     if (service_.refuse_create) ThrowStatus(*service_.refuse_create);
     auto spec = context.getParams().getSpec();
+    std::string key = spec.getKey();
+    if (FakeSandbox* existing = service_.FindByKey(spec.getDeploymentId(), key)) {
+      auto results = context.getResults();
+      results.setSandbox(kj::heap<Sandbox>(service_, existing->id));
+      Sandbox::FillInfo(*existing, results.initInfo());
+      results.setCreated(false);
+      return kj::READY_NOW;
+    }
     FakeSandbox& sb = service_.AddSandbox("sb-" + std::to_string(service_.next_id_++));
     sb.deployment = spec.getDeploymentId();
     sb.profile = spec.getProfile();
     for (auto w : spec.getWorkspaces())
       sb.workspaces.emplace_back(w.getPath(), w.getDestination(), w.getMode());
     for (auto c : spec.getCredentials()) sb.credentials.emplace_back(c.cStr());
+    sb.key = key;
+    for (auto l : spec.getLabels()) sb.labels.emplace_back(l.getKey(), l.getValue());
     auto results = context.getResults();
     results.setSandbox(kj::heap<Sandbox>(service_, sb.id));
     Sandbox::FillInfo(sb, results.initInfo());
+    results.setCreated(true);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findSandbox(FindSandboxContext context) override {
+    auto params = context.getParams();
+    FakeSandbox* sb = service_.FindByKey(params.getDeploymentId(), params.getKey());
+    if (sb == nullptr) ThrowStatus(absl::NotFoundError("no sandbox with that key"));
+    auto results = context.getResults();
+    results.setSandbox(kj::heap<Sandbox>(service_, sb->id));
+    Sandbox::FillInfo(*sb, results.initInfo());
     return kj::READY_NOW;
   }
 
@@ -317,6 +397,14 @@ FakeSandbox& FakeService::AddSandbox(const std::string& id) {
   FakeSandbox& sb = sandboxes[id];
   sb.id = id;
   return sb;
+}
+
+FakeSandbox* FakeService::FindByKey(const std::string& deployment, const std::string& key) {
+  if (key.empty()) return nullptr;
+  for (auto& [id, sb] : sandboxes) {
+    if (!sb.deleted && sb.deployment == deployment && sb.key == key) return &sb;
+  }
+  return nullptr;
 }
 
 FakeProcess& FakeService::AddProcess(const std::string& sandbox_id, const std::string& process_id,
