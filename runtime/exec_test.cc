@@ -251,8 +251,8 @@ TEST_F(ExecTest, ABrokerCrashLosesAndDuplicatesNothing) {
   EXPECT_EQ(fds.ReadAll(1), data);
   EXPECT_EQ(fds.ReadAll(4), StartedEvent() + EofEvent() + ExitEvent(0, std::nullopt));
   auto& subs = OnlyProcess().subscriptions;
-  // Resubscribed where the written bytes end (the fake sends 4-byte chunks).
-  std::pair<api::Stream, uint64_t> resumed{api::Stream::STDOUT, 36};
+  // Resubscribed where the written bytes end (the fake stopped right before byte 37).
+  std::pair<api::Stream, uint64_t> resumed{api::Stream::STDOUT, 37};
   EXPECT_NE(std::find(subs.begin(), subs.end(), resumed), subs.end());
 }
 
