@@ -138,6 +138,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   ASSIGN_OR_RETURN(ProcessCommand command,
                    CheckProcessCommand(spec.getArgv(), spec.getEnv(), spec.getCwd(),
                                        spec.getTty(), spec.getRows(), spec.getCols()));
+  RETURN_IF_ERROR(CheckWorkspaceCwd(spec.getWorkspaceCwd(), spec.getCwd()).status());
   auto p = kj::refcounted<ProcessRecord>();
   p->id = NewId("p-");
   p->sandbox_id = sandbox_id;
@@ -152,6 +153,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   r.setArgv(spec.getArgv());
   r.setEnv(spec.getEnv());
   r.setCwd(spec.getCwd());
+  r.setWorkspaceCwd(spec.getWorkspaceCwd());  // resolved by the privhelper, against the workspace
   r.setTty(spec.getTty());
   r.setRows(spec.getRows());
   r.setCols(spec.getCols());

@@ -262,6 +262,7 @@ struct SandboxHost::CreatePlan {
   std::string rootfs;
   std::vector<ResolvedWorkspace> workspaces;   // in request.mounts order
   std::vector<ResolvedWorkspace> credentials;  // in request.credentials order
+  std::vector<ResolvedWorkspace> tools;        // in request.tools order
   uid_t uid = 0;
   gid_t gid = 0;
 };
@@ -278,6 +279,8 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
     RETURN_IF_ERROR(CheckDestination(plan.rootfs, m.destination));
   for (const auto& c : request.credentials)
     RETURN_IF_ERROR(CheckDestination(plan.rootfs, c.destination));
+  for (const auto& t : request.tools)
+    RETURN_IF_ERROR(CheckDestination(plan.rootfs, t.destination));
   for (const auto& m : request.mounts) {
     ASSIGN_OR_RETURN(ResolvedWorkspace ws,
                      ResolveWorkspace(deployment, m.client_path, request.peer, m.read_only));
@@ -286,6 +289,10 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
   for (const auto& c : request.credentials) {
     ASSIGN_OR_RETURN(ResolvedWorkspace cred, ResolveCredential(c.name, c.host_path));
     plan.credentials.push_back(std::move(cred));
+  }
+  for (const auto& t : request.tools) {
+    ASSIGN_OR_RETURN(ResolvedWorkspace tool, ResolveTool(deployment, t.root));
+    plan.tools.push_back(std::move(tool));
   }
   if (deployment.hasRunAs()) {
     plan.uid = deployment.getRunAs().getUid();
@@ -324,6 +331,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   sb.uid = plan.uid;
   sb.gid = plan.gid;
   sb.default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
+  for (const auto& t : request.tools) sb.tool_path.push_back(t.destination);
   sb.created_ms = NowUnixMs();
   // Until runsc is asked to create the container, a failure undoes all that was written and
   // mounted (sb.files, sb.staging, the overlay) and forgets the record.
@@ -368,6 +376,12 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
     const auto& c = request.credentials[i];
     RETURN_IF_ERROR(stage(plan.credentials[i], absl::StrCat(mounts_dir, "/credential-", c.name),
                           c.destination, c.read_only));
+  }
+  // Tools are always read-only: one root serves every sandbox of the deployment.
+  for (size_t i = 0; i < plan.tools.size(); ++i) {
+    const auto& t = request.tools[i];
+    RETURN_IF_ERROR(stage(plan.tools[i], absl::StrCat(mounts_dir, "/tool-", t.name),
+                          t.destination, /*read_only=*/true));
   }
   std::string config_path = sb.bundle_dir + "/config.json";
   RETURN_IF_ERROR(WriteNewFile(config_path, RenderOciConfig(spec)));
@@ -423,10 +437,11 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
     return absl::ResourceExhaustedError("too many processes in this sandbox");
 
   ExecSpec exec;
+  ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
   exec.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
   exec.tty = command.tty;
   exec.env = command.env;
-  exec.cwd = command.cwd.empty() ? sb->default_cwd : command.cwd;
+  exec.path_prefix = sb->tool_path;
   exec.uid = sb->uid;
   exec.gid = sb->gid;
   std::string process_json = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".json");
@@ -462,6 +477,31 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
     return absl::ResourceExhaustedError("out of file descriptors");
   return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+}
+
+absl::StatusOr<std::string> SandboxHost::WorkingDirectory(const Sandbox& sb,
+                                                          const ProcessCommand& command) {
+  if (!command.workspace_cwd.has_value())
+    return command.cwd.empty() ? sb.default_cwd : command.cwd;
+  if (sb.default_cwd == "/")
+    return absl::InvalidArgumentError("workspaceCwd: the sandbox has no workspace");
+  const std::string& relative = *command.workspace_cwd;
+  // Checked on the host, beneath the staged bind the sandbox sees at default_cwd; the same path
+  // is then handed to runsc, so the sandbox's kernel resolves what was checked.
+  RETURN_IF_ERROR(CheckWorkspaceCwdBeneath(sb.bundle_dir + "/mounts/0", relative));
+  std::string cwd = relative.empty() ? sb.default_cwd : absl::StrCat(sb.default_cwd, "/", relative);
+  if (cwd.size() > kMaxWorkspaceCwdBytes)
+    return absl::InvalidArgumentError(
+        "workspaceCwd: longer than 4095 bytes with the workspace's destination");
+  return cwd;
+}
+
+std::vector<std::string> SandboxHost::ToolPath(const std::string& profile) const {
+  std::vector<std::string> path;
+  if (const config::LaunchProfile::Reader* p = config_.FindProfile(profile)) {
+    for (auto t : p->getTools()) path.emplace_back(t.getDestination().cStr());
+  }
+  return path;
 }
 
 SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id,
@@ -851,6 +891,9 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     sb.gid = record->getGid();
     sb.default_cwd = record->getDefaultCwd().cStr();
     sb.created_ms = record->getCreatedAtUnixMs();
+    // From the profile as configured now: if an operator changed its tools since, a directory
+    // on PATH may be missing (harmless) or a mounted one absent from PATH.
+    sb.tool_path = ToolPath(sb.profile);
   }
   bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
                  sb.gid != 0;

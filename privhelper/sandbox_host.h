@@ -119,7 +119,10 @@ class SandboxHost {
     std::vector<std::string> files;    // files we wrote in the bundle
     uid_t uid = 0;
     gid_t gid = 0;
+    // The first workspace's destination (staged at <bundle>/mounts/0), or "/" without one.
     std::string default_cwd = "/";
+    // The profile's tool destinations, in front of every process's PATH.
+    std::vector<std::string> tool_path;
     bool container_created = false;
     bool running = false;
     bool deleting = false;
@@ -169,6 +172,12 @@ class SandboxHost {
   void MarkStopped(Sandbox& sb, std::string reason, bool oom_killed);
   // A started sandbox is refused new processes and signals once it has stopped.
   static absl::Status RequireNotStopped(const Sandbox& sb);
+  // Where a process starts: its workspaceCwd resolved beneath the sandbox's first workspace
+  // (invalid-argument if it leaves it or is no directory), else its cwd, else the default.
+  static absl::StatusOr<std::string> WorkingDirectory(const Sandbox& sb,
+                                                      const ProcessCommand& command);
+  // The tool destinations the profile places, for a sandbox created (or adopted) with it.
+  std::vector<std::string> ToolPath(const std::string& profile) const;
   // Watches a started `runsc exec` and records it under the sandbox.
   Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<int> runsc_exit,
                  const std::string& pid_file, kj::AutoCloseFd exec_log);
