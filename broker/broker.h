@@ -32,9 +32,19 @@ class Broker {
 
   Registry& registry() { return registry_; }
 
-  // Resolves to the new sandbox's id once the privhelper has created and started it.
-  absl::StatusOr<kj::Promise<std::string>> CreateSandbox(const Peer& peer,
-                                                         api::SandboxSpec::Reader spec);
+  struct CreatedSandbox {
+    std::string id;
+    bool created = true;  // false: spec.key named an existing sandbox
+  };
+  // Resolves to the new sandbox's id once the privhelper has created and started it. With a
+  // key that names an existing sandbox of the caller's uid, resolves to that one instead --
+  // after its own create has ended, if it is still being created (and fails as that create
+  // did), so concurrent creates with one key make one sandbox.
+  absl::StatusOr<kj::Promise<CreatedSandbox>> CreateSandbox(const Peer& peer,
+                                                            api::SandboxSpec::Reader spec);
+  // Pause and resume (runsc pause/resume through the privhelper); both idempotent.
+  absl::StatusOr<kj::Promise<void>> PauseSandbox(const Peer& peer, const std::string& id);
+  absl::StatusOr<kj::Promise<void>> ResumeSandbox(const Peer& peer, const std::string& id);
   absl::StatusOr<kj::Promise<void>> DeleteSandbox(const Peer& peer, const std::string& id,
                                                   bool force);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
@@ -68,6 +78,9 @@ class Broker {
   helper::Helper::Client helper_;
   Registry registry_;
   StateDir state_;
+  // The creates under way of sandboxes with a key, by sandbox id: a second create with the key
+  // waits for the first one's outcome.
+  std::map<std::string, kj::ForkedPromise<std::string>> keyed_creates_;
   kj::TaskSet tasks_;
 };
 
