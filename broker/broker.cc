@@ -134,22 +134,28 @@ absl::StatusOr<kj::Promise<Broker::CreatedSandbox>> Broker::CreateSandbox(
   return mine;
 }
 
+template <typename Request>
+kj::Promise<void> Broker::SendThenRecord(Request request, const std::string& id,
+                                         void (Registry::*record)(const std::string&)) {
+  request.setSandboxId(id);
+  return ToCompletion(request.send().then(
+      [this, id, record](auto&&) -> kj::Promise<void> {
+        (registry_.*record)(id);
+        return kj::READY_NOW;
+      },
+      [](kj::Exception&& e) -> kj::Promise<void> { return Forward(kj::mv(e)); }));
+}
+
 absl::StatusOr<kj::Promise<void>> Broker::PauseSandbox(const Peer& peer, const std::string& id) {
   ASSIGN_OR_RETURN(bool needed, registry_.BeginPause(peer, id));
   if (!needed) return kj::Promise<void>(kj::READY_NOW);
-  auto req = helper_.pauseSandboxRequest();
-  req.setSandboxId(id);
-  return ToCompletion(req.send().then([this, id](auto&&) { registry_.FinishPause(id); },
-                                      [](kj::Exception&& e) { return Forward(kj::mv(e)); }));
+  return SendThenRecord(helper_.pauseSandboxRequest(), id, &Registry::FinishPause);
 }
 
 absl::StatusOr<kj::Promise<void>> Broker::ResumeSandbox(const Peer& peer, const std::string& id) {
   ASSIGN_OR_RETURN(bool needed, registry_.BeginResume(peer, id));
   if (!needed) return kj::Promise<void>(kj::READY_NOW);
-  auto req = helper_.resumeSandboxRequest();
-  req.setSandboxId(id);
-  return ToCompletion(req.send().then([this, id](auto&&) { registry_.FinishResume(id); },
-                                      [](kj::Exception&& e) { return Forward(kj::mv(e)); }));
+  return SendThenRecord(helper_.resumeSandboxRequest(), id, &Registry::FinishResume);
 }
 
 absl::StatusOr<kj::Promise<void>> Broker::DeleteSandbox(const Peer& peer, const std::string& id,

@@ -69,6 +69,11 @@ class Broker {
   // Keeps a waitSandbox open with the privhelper and records the stop it reports (its sentry or
   // gofer exited). Ends quietly when the sandbox is deleted.
   void WatchForStop(const std::string& sandbox_id);
+  // Sends a helper request naming sandbox `id` (to its end, as ToCompletion) and, once it
+  // succeeded, records that in the registry; a failure is forwarded with its reason.
+  template <typename Request>
+  kj::Promise<void> SendThenRecord(Request request, const std::string& id,
+                                   void (Registry::*record)(const std::string&));
   // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
   template <typename T>
   kj::Promise<T> ToCompletion(kj::Promise<T> work);
