@@ -212,7 +212,8 @@ class SupervisorImpl final : public api::Supervisor::Server {
     auto params = context.getParams();
     ThrowIfError(CheckName("deploymentId", params.getDeploymentId()));
     ThrowIfError(CheckKey("key", params.getKey()));
-    if (params.getKey().size() == 0) ThrowStatus(absl::InvalidArgumentError("key: must not be empty"));
+    if (params.getKey().size() == 0)
+      ThrowStatus(absl::InvalidArgumentError("key: must not be empty"));
     SandboxRecord* sb = ValueOrThrow(broker_.registry().FindByKey(
         peer_, params.getDeploymentId().cStr(), params.getKey().cStr()));
     auto results = context.getResults();

@@ -482,7 +482,8 @@ TEST_F(CommandsTest, PauseAndResumeEachSandbox) {
   EXPECT_EQ(paused.err, "paseo-sandbox: sb-9: not-found: no sandbox sb-9\n");
   EXPECT_TRUE(service_.sandboxes.at("sb-1").paused);
   EXPECT_TRUE(service_.sandboxes.at("sb-2").paused);
-  EXPECT_THAT(Cli({"ps"}).out, HasSubstr("sb-1                         alpha            paused     0\n"));
+  EXPECT_THAT(Cli({"ps"}).out,
+              HasSubstr("sb-1                         alpha            paused     0\n"));
   Outcome resumed = Cli({"resume", "sb-1"});
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_FALSE(service_.sandboxes.at("sb-1").paused);

@@ -556,7 +556,8 @@ kj::Promise<void> SandboxHost::Freeze(const std::string& id, uint64_t generation
     return StatusToException(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
   return runsc_.Run({"pause", id}).then([this, id, generation](RunscResult paused) {
     Sandbox* sb = Find(id, generation);
-    if (sb == nullptr) return Settle(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+    if (sb == nullptr)
+      return Settle(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
     if (paused.ok()) {
       sb->frozen = true;
       return Settle(absl::OkStatus());

@@ -97,7 +97,8 @@ TEST_F(KeysPauseTest, APausedSandboxsProcessesStopAndContinueOnResume) {
   client::Connection conn(Io(), svc().socket());
   std::string id;
   auto sandbox = NewSandbox(conn, &id);
-  auto counter = Start(sandbox, {"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i; sleep 0.05; done"});
+  auto counter =
+      Start(sandbox, {"sh", "-c", "i=0; while :; do i=$((i+1)); echo $i; sleep 0.05; done"});
   for (int i = 0; i < 100 && StdoutBytes(counter) == 0; ++i) Sleep(50);
   ASSERT_GT(StdoutBytes(counter), 0u) << "the counter never printed";
 
@@ -112,7 +113,8 @@ TEST_F(KeysPauseTest, APausedSandboxsProcessesStopAndContinueOnResume) {
   auto start = sandbox.startProcessRequest();
   start.initSpec().initArgv(1).set(0, "true");
   auto refused = kj::runCatchingExceptions([&] { Await(start.send(), "startProcess"); });
-  EXPECT_TRUE(absl::StrContains(Reason(refused), "failed-precondition: sandbox " + id + " is paused"))
+  EXPECT_TRUE(
+      absl::StrContains(Reason(refused), "failed-precondition: sandbox " + id + " is paused"))
       << Reason(refused);
 
   Await(sandbox.resumeRequest().send(), "resume");
