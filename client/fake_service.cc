@@ -193,7 +193,8 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     info.setId(sb.id);
     info.setDeploymentId(sb.deployment);
     info.setProfile(sb.profile);
-    info.setState("running");
+    info.setState(sb.paused ? "paused" : "running");
+    info.setKey(sb.key);
     info.setProcessCount(static_cast<uint32_t>(sb.processes.size()));
     info.setOwnerUid(1000);
   }
@@ -248,6 +249,16 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> pause(PauseContext) override {
+    Get().paused = true;
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> resume(ResumeContext) override {
+    Get().paused = false;
+    return kj::READY_NOW;
+  }
+
  private:
   FakeSandbox& Get() { return service_.sandboxes.at(id_); }
 
@@ -263,15 +274,35 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
     if (service_.refuse_create) ThrowStatus(*service_.refuse_create);
     auto spec = context.getParams().getSpec();
+    auto results = context.getResults();
+    if (const FakeSandbox* keyed = Keyed(spec.getDeploymentId(), spec.getKey())) {
+      results.setSandbox(kj::heap<Sandbox>(service_, keyed->id));
+      Sandbox::FillInfo(*keyed, results.initInfo());
+      results.setCreated(false);
+      return kj::READY_NOW;
+    }
     FakeSandbox& sb = service_.AddSandbox("sb-" + std::to_string(service_.next_id_++));
+    sb.key = spec.getKey();
     sb.deployment = spec.getDeploymentId();
     sb.profile = spec.getProfile();
     for (auto w : spec.getWorkspaces())
       sb.workspaces.emplace_back(w.getPath(), w.getDestination(), w.getMode());
     for (auto c : spec.getCredentials()) sb.credentials.emplace_back(c.cStr());
-    auto results = context.getResults();
     results.setSandbox(kj::heap<Sandbox>(service_, sb.id));
     Sandbox::FillInfo(sb, results.initInfo());
+    results.setCreated(true);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findSandbox(FindSandboxContext context) override {
+    auto params = context.getParams();
+    const FakeSandbox* keyed = Keyed(params.getDeploymentId(), params.getKey());
+    if (keyed == nullptr)
+      ThrowStatus(absl::NotFoundError(std::string("no sandbox with key ") +
+                                      params.getKey().cStr()));
+    auto results = context.getResults();
+    results.setSandbox(kj::heap<Sandbox>(service_, keyed->id));
+    Sandbox::FillInfo(*keyed, results.initInfo());
     return kj::READY_NOW;
   }
 
@@ -305,6 +336,15 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   }
 
  private:
+  // The live sandbox of `deployment` created with `key` (never for an empty key).
+  const FakeSandbox* Keyed(capnp::Text::Reader deployment, capnp::Text::Reader key) const {
+    if (key.size() == 0) return nullptr;
+    for (const auto& [id, sb] : service_.sandboxes) {
+      if (!sb.deleted && sb.key == key.cStr() && sb.deployment == deployment.cStr()) return &sb;
+    }
+    return nullptr;
+  }
+
   FakeService& service_;
 };
 

@@ -71,6 +71,8 @@ struct FakeSandbox {
   std::map<std::string, FakeProcess> processes;
   bool deleted = false;
   std::optional<bool> delete_force;  // the force flag of the delete, once deleted
+  std::string key;                   // SandboxSpec.key
+  bool paused = false;
 };
 
 class FakeService {

@@ -237,11 +237,29 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
   return CheckProcessRef(params.getSandboxId(), params.getProcessId());
 }
 
+namespace {
+
+absl::StatusOr<ValidatedSandboxRef> CheckSandboxRef(capnp::Text::Reader sandbox_id) {
+  ValidatedSandboxRef out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", sandbox_id));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
     helper::Helper::WaitSandboxParams::Reader params) {
-  ValidatedSandboxRef out;
-  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", params.getSandboxId()));
-  return out;
+  return CheckSandboxRef(params.getSandboxId());
+}
+
+absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
+    helper::Helper::PauseSandboxParams::Reader params) {
+  return CheckSandboxRef(params.getSandboxId());
+}
+
+absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
+    helper::Helper::ResumeSandboxParams::Reader params) {
+  return CheckSandboxRef(params.getSandboxId());
 }
 
 }  // namespace paseo

@@ -126,4 +126,10 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
 absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
     helper::Helper::WaitSandboxParams::Reader params);
 
+absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
+    helper::Helper::PauseSandboxParams::Reader params);
+
+absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
+    helper::Helper::ResumeSandboxParams::Reader params);
+
 }  // namespace paseo

@@ -458,6 +458,20 @@ MethodCases ProcessRefCases(Validate validate) {
            {"uppercase process id", with(kSandbox, "P-1")}}};
 }
 
+// The sandboxId cases every method naming only a sandbox shares.
+template <typename Params, typename Validate>
+MethodCases SandboxRefCases(Validate validate) {
+  auto with = [validate](capnp::Text::Reader sandbox) {
+    return [=] { return Check<Params>(validate, [&](auto p) { p.setSandboxId(sandbox); }); };
+  };
+  return {with(kSandbox),
+          {{"..", with("..")},
+           {"empty id", with("")},
+           {"NUL in the id", with(kNulId)},
+           {"traversing id", with("../../etc")},
+           {"id with a slash", with("sb/1")}}};
+}
+
 // Parameterless methods: their params struct must stay empty (HelperMethodsTest checks it),
 // so there is nothing a broker could send them.
 const std::set<std::string> kParameterless = {"policy", "inventory"};
@@ -524,28 +538,10 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
                              {"signal 99", signal(kSandbox, 99)},
                              {"negative signal", signal(kSandbox, -9)},
                              {"traversing sandbox id", signal("..", 9)}}};
-  auto del = [](capnp::Text::Reader sandbox) {
-    return [=] {
-      return Check<H::DeleteSandboxParams>(ValidateDelete,
-                                           [&](auto p) { p.setSandboxId(sandbox); });
-    };
-  };
-  auto wait_sandbox = [](capnp::Text::Reader sandbox) {
-    return [=] {
-      return Check<H::WaitSandboxParams>(ValidateWaitSandbox,
-                                         [&](auto p) { p.setSandboxId(sandbox); });
-    };
-  };
-  cases["waitSandbox"] = {wait_sandbox(kSandbox),
-                          {{"..", wait_sandbox("..")},
-                           {"empty id", wait_sandbox("")},
-                           {"NUL in the id", wait_sandbox(kNulId)},
-                           {"traversing id", wait_sandbox("../../etc")}}};
-  cases["deleteSandbox"] = {del(kSandbox),
-                            {{"..", del("..")},
-                             {"empty id", del("")},
-                             {"NUL in the id", del(kNulId)},
-                             {"id with a slash", del("sb/1")}}};
+  cases["waitSandbox"] = SandboxRefCases<H::WaitSandboxParams>(ValidateWaitSandbox);
+  cases["deleteSandbox"] = SandboxRefCases<H::DeleteSandboxParams>(ValidateDelete);
+  cases["pauseSandbox"] = SandboxRefCases<H::PauseSandboxParams>(ValidatePauseSandbox);
+  cases["resumeSandbox"] = SandboxRefCases<H::ResumeSandboxParams>(ValidateResumeSandbox);
   return cases;
 }
 

@@ -431,6 +431,8 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   const ProcessCommand& command = request.command;
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.process.sandbox_id, Need::kRunning));
   RETURN_IF_ERROR(RequireNotStopped(*sb));
+  if (sb->paused)
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", sb->id, " is paused"));
   if (sb->processes.count(process_id))
     return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
   if (sb->processes.size() >= kMaxProcessesPerSandbox)
@@ -544,14 +546,111 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Signal(const ValidatedSignal& req
   ASSIGN_OR_RETURN(Process * p, FindProcess(request.process, Need::kRunning));
   // `exited` is set as soon as the exit is reaped, so a stale pid file is never used.
   if (p->exited) return absl::FailedPreconditionError("process has ended");
-  RETURN_IF_ERROR(RequireNotStopped(*Find(request.process.sandbox_id)));
-  ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p->pid_file));
-  return runsc_
-      .Run({"kill", absl::StrCat("--pid=", internal_pid), request.process.sandbox_id,
-            absl::StrCat(request.signal)})
+  Sandbox& sb = *Find(request.process.sandbox_id);
+  RETURN_IF_ERROR(RequireNotStopped(sb));
+  if (sb.paused) {
+    // runsc cannot signal into a frozen container: the signal goes out on resume.
+    if (sb.queued_signals.size() >= kMaxQueuedSignals)
+      return absl::ResourceExhaustedError("too many signals queued for a paused sandbox");
+    sb.queued_signals.emplace_back(request.process.process_id, request.signal);
+    return kj::Promise<void>(kj::READY_NOW);
+  }
+  return Kill(sb, *p, request.signal);
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Kill(const Sandbox& sb, const Process& p, int sig) {
+  ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p.pid_file));
+  return runsc_.Run({"kill", absl::StrCat("--pid=", internal_pid), sb.id, absl::StrCat(sig)})
       .then([](RunscResult killed) {
         return Settle(RunscStatus(killed, absl::StatusCode::kFailedPrecondition, ""));
       });
+}
+
+// ---------------------------------------------------------------- pause and resume
+
+kj::Promise<void> SandboxHost::Sequenced(Sandbox& sb, kj::Function<kj::Promise<void>()> step) {
+  kj::Promise<void> before = kj::READY_NOW;
+  KJ_IF_MAYBE(last, sb.transitions) { before = last->addBranch(); }
+  auto run = before.then([step = kj::mv(step)]() mutable { return step(); }).fork();
+  sb.transitions = run.addBranch().catch_([](kj::Exception&&) {}).fork();
+  return run.addBranch();
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Pause(const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
+  sb->paused = true;  // nothing new starts from now on, even before runsc has frozen it
+  return Sequenced(*sb, [this, id = sb->id, gen = sb->generation] { return Freeze(id, gen); });
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Resume(const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
+  return Sequenced(*sb, [this, id = sb->id, gen = sb->generation] { return Thaw(id, gen); });
+}
+
+kj::Promise<void> SandboxHost::Freeze(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb != nullptr && sb->frozen) return kj::READY_NOW;  // paused already
+  if (sb == nullptr || sb->deleting)
+    return StatusToException(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+  return runsc_.Run({"pause", id}).then([this, id, generation](RunscResult paused) {
+    Sandbox* sb = Find(id, generation);
+    if (sb == nullptr)
+      return Settle(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+    if (paused.ok()) {
+      sb->frozen = true;
+      return Settle(absl::OkStatus());
+    }
+    sb->paused = sb->frozen;  // as before this pause
+    absl::Status stopped = RequireNotStopped(*sb);
+    return Settle(stopped.ok() ? RunscStatus(paused, absl::StatusCode::kInternal,
+                                             "cannot pause sandbox: ")
+                               : stopped);
+  });
+}
+
+kj::Promise<void> SandboxHost::Thaw(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr || sb->deleting)
+    return StatusToException(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+  kj::Promise<void> thawed = kj::READY_NOW;
+  if (sb->frozen) {
+    thawed = runsc_.Run({"resume", id}).then([this, id, generation](RunscResult resumed) {
+      Sandbox* sb = Find(id, generation);
+      if (sb == nullptr)
+        return Settle(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+      if (resumed.ok()) sb->frozen = false;
+      absl::Status stopped = RequireNotStopped(*sb);
+      return Settle(resumed.ok() || !stopped.ok()
+                        ? stopped
+                        : RunscStatus(resumed, absl::StatusCode::kInternal,
+                                      "cannot resume sandbox: "));
+    });
+  }
+  return thawed.then([this, id, generation] {
+    if (Sandbox* sb = Find(id, generation)) sb->paused = false;
+    return SendQueuedSignals(id, generation);
+  });
+}
+
+kj::Promise<void> SandboxHost::SendQueuedSignals(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr || sb->paused || sb->queued_signals.empty()) return kj::READY_NOW;
+  auto [process_id, sig] = sb->queued_signals.front();
+  sb->queued_signals.erase(sb->queued_signals.begin());
+  kj::Promise<void> sent = kj::READY_NOW;
+  auto it = sb->processes.find(process_id);
+  if (it != sb->processes.end() && !it->second->exited) {
+    // A process that ended meanwhile needs no signal; a failed one does not fail the resume.
+    auto killed = Kill(*sb, *it->second, sig);
+    if (killed.ok()) {
+      sent = kj::mv(*killed).catch_([id, process_id](kj::Exception&& e) {
+        KJ_LOG(WARNING, "a signal queued while paused failed", id, process_id, e);
+      });
+    }
+  }
+  return sent.then([this, id, generation] { return SendQueuedSignals(id, generation); });
 }
 
 absl::StatusOr<SandboxHost::Stdio> SandboxHost::Reattach(const ValidatedProcessRef& request) {
@@ -587,6 +686,7 @@ void SandboxHost::Inventory(const ValidatedInventory&,
     o.setProfile(sb->profile);
     o.setCreatedAtUnixMs(sb->created_ms);
     o.setUnattached(sb->unattached);
+    o.setPaused(sb->paused);
     o.setOomKilled(sb->oom_killed);
     o.setStopped(sb->stopped || sb->oom_killed);
     o.setStopReason(sb->stopped ? sb->stop_reason
@@ -717,15 +817,29 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
   sb->running = false;
   kj::Promise<void> destroy = kj::READY_NOW;
   if (sb->container_created) {
-    destroy = runsc_.Run({"kill", "--all", id, "KILL"})
-                  .ignoreResult()
-                  .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
-                  .then([](RunscResult deleted) {
-                    // Already gone (a racing delete, or it died): that is what we wanted.
-                    if (deleted.stderr_text.find("does not exist") != std::string::npos)
-                      return Settle(absl::OkStatus());
-                    return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
-                  });
+    // After any pause or resume still under way, so a frozen container is seen as frozen.
+    destroy = Sequenced(*sb, [this, id, generation] {
+      Sandbox* sb = Find(id, generation);
+      kj::Promise<void> thawed = kj::READY_NOW;
+      // runsc refuses to kill a frozen container, and its `delete --force` panics on one
+      // (measured on 20221219): resume it first.
+      if (sb != nullptr && sb->frozen) {
+        thawed = runsc_.Run({"resume", id}).then([this, id, generation](RunscResult resumed) {
+          if (!resumed.ok()) KJ_LOG(ERROR, "cannot resume a paused sandbox to delete it", id,
+                                    resumed.Describe());
+          else if (Sandbox* sb = Find(id, generation)) sb->frozen = false;
+        });
+      }
+      return thawed.then([this, id] { return runsc_.Run({"kill", "--all", id, "KILL"}); })
+          .ignoreResult()
+          .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
+          .then([](RunscResult deleted) {
+            // Already gone (a racing delete, or it died): that is what we wanted.
+            if (deleted.stderr_text.find("does not exist") != std::string::npos)
+              return Settle(absl::OkStatus());
+            return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
+          });
+    });
   }
   return destroy.then(
       [this, id, generation]() -> kj::Promise<void> {
@@ -898,11 +1012,14 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
   bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
                  sb.gid != 0;
   // A stopped one is kept too, as stopped: its owner sees what happened and deletes it.
+  // A paused one stays paused (its owner resumes it), and is resumed before it is destroyed.
+  sb.frozen = status == "paused";
   bool adopt = policy == config::RestartPolicy::KEEP && vouched &&
-               (status == "running" || status == "stopped");
+               (status == "running" || status == "stopped" || status == "paused");
   if (adopt) {
     sb.running = true;
     sb.unattached = true;
+    sb.paused = sb.frozen;
     if (status == "stopped") {
       std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
       bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;

@@ -283,7 +283,7 @@ class SandboxHostTest : public ::testing::Test {
   }
 
   struct Inventory {
-    std::map<std::string, bool> unattached, oom_killed, stopped;
+    std::map<std::string, bool> unattached, oom_killed, stopped, paused;
     std::map<std::string, std::string> stop_reason;
     std::map<std::string, bool> tty;  // by process id
   };
@@ -296,6 +296,7 @@ class SandboxHostTest : public ::testing::Test {
       inv.unattached[s.getSandboxId().cStr()] = s.getUnattached();
       inv.oom_killed[s.getSandboxId().cStr()] = s.getOomKilled();
       inv.stopped[s.getSandboxId().cStr()] = s.getStopped();
+      inv.paused[s.getSandboxId().cStr()] = s.getPaused();
       inv.stop_reason[s.getSandboxId().cStr()] = s.getStopReason().cStr();
     }
     for (auto p : out.getProcesses()) inv.tty[p.getProcessId().cStr()] = p.getTty();
@@ -903,6 +904,111 @@ TEST_F(SandboxHostTest, KeepAdoptsAStoppedSandboxAsStopped) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(Await(host_->Delete({"sb-dead"})).ok());
   ExpectDestroyed("sb-dead");
+}
+
+// ---------------------------------------------------------------- pause and resume
+
+using Calls = std::vector<std::vector<std::string>>;
+
+TEST_F(SandboxHostTest, APausedSandboxStartsNothingAndGetsItsSignalsOnResume) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  WritePid(0, 42);
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("pause"), (Calls{{"pause", "sb-1"}}));
+  EXPECT_TRUE(Listing().paused["sb-1"]);
+  // Idempotent: runsc would refuse a second pause ("in state paused").
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("pause").size(), 1u);
+
+  auto refused = host_->StartProcess(Start("sb-1", "p-2"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("paused"));
+  EXPECT_EQ(runsc_.started.size(), 1u) << "no runsc exec while paused";
+  // runsc cannot signal into a frozen container: queued, sent in order on resume.
+  ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 15})).ok());
+  ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 2})).ok());
+  EXPECT_TRUE(runsc_.CallsOf("kill").empty());
+
+  ASSERT_TRUE(Await(host_->Resume({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume"), (Calls{{"resume", "sb-1"}}));
+  EXPECT_EQ(runsc_.CallsOf("kill"),
+            (Calls{{"kill", "--pid=42", "sb-1", "15"}, {"kill", "--pid=42", "sb-1", "2"}}));
+  EXPECT_FALSE(Listing().paused["sb-1"]);
+  ASSERT_TRUE(Await(host_->Resume({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume").size(), 1u) << "resuming a running sandbox does nothing";
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-2")).ok());
+}
+
+TEST_F(SandboxHostTest, QueuedSignalsAreBounded) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  WritePid(0, 42);
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  for (size_t i = 0; i < SandboxHost::kMaxQueuedSignals; ++i)
+    ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 10})).ok());
+  EXPECT_EQ(Await(host_->Signal({{"sb-1", "p-1"}, 10})).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(SandboxHostTest, AFailedPauseLeavesTheSandboxRunning) {
+  Adopt("sb-1");
+  runsc_.results["pause"] = Failed("cannot pause");
+  EXPECT_EQ(Await(host_->Pause({"sb-1"})).code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(Listing().paused["sb-1"]);
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+}
+
+TEST_F(SandboxHostTest, DeletingAPausedSandboxResumesItFirst) {
+  Adopt("sb-1");
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  // Asked together: the delete runs after the pause, and resumes before it kills, since runsc
+  // refuses `kill` on a frozen container and its `delete --force` panics on one.
+  auto paused = host_->Pause({"sb-1"});
+  auto deleted = host_->Delete({"sb-1"});
+  ASSERT_TRUE(paused.ok() && deleted.ok());
+  EXPECT_TRUE(Await(std::move(*paused)).ok());
+  ASSERT_TRUE(Await(std::move(*deleted)).ok());
+  std::vector<std::string> order;
+  for (const auto& c : runsc_.calls) order.push_back(c.at(0));
+  EXPECT_EQ(order, (std::vector<std::string>{"pause", "resume", "kill", "delete"}));
+  ExpectDestroyed("sb-1");
+}
+
+TEST_F(SandboxHostTest, KeepAdoptsAPausedSandboxAsPaused) {
+  LeaveBundle("sb-1");
+  WriteRunscStateFile("sb-1");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-1", "status": "paused"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+  Inventory inv = Listing();
+  EXPECT_TRUE(inv.unattached["sb-1"]);
+  EXPECT_TRUE(inv.paused["sb-1"]);
+  EXPECT_FALSE(inv.stopped["sb-1"]);
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Await(host_->Resume({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume"), (Calls{{"resume", "sb-1"}}));
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+}
+
+TEST_F(SandboxHostTest, KillResumesAPausedLeftoverBeforeDestroyingIt) {
+  LeaveBundle("sb-1");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-1", "status": "paused"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume"), (Calls{{"resume", "sb-1"}}));
+  ExpectDestroyed("sb-1");
+}
+
+TEST_F(SandboxHostTest, PauseAndResumeRefuseAStoppedOrMissingSandbox) {
+  LeaveBundle("sb-dead");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-dead", "status": "stopped"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+  runsc_.calls.clear();
+  EXPECT_EQ(host_->Pause({"sb-dead"}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host_->Resume({"sb-dead"}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host_->Pause({"sb-none"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host_->Resume({"sb-none"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(runsc_.calls.empty());
 }
 
 // ---------------------------------------------------------------- delete
