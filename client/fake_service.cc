@@ -195,7 +195,7 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     info.setId(sb.id);
     info.setDeploymentId(sb.deployment);
     info.setProfile(sb.profile);
-    info.setState(sb.state);
+    info.setState(sb.paused ? "paused" : sb.state);
     info.setStateReason(sb.state_reason);
     info.setKey(sb.key);
     auto labels = info.initLabels(static_cast<unsigned>(sb.labels.size()));
@@ -221,13 +221,11 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     p.key = spec.getKey();
     p.output = spec.getOutput();
     p.workspace_cwd = spec.getWorkspaceCwd();
-    if (Get().state != "running") {
-      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is " + Get().state));
-    }
-    if (!p.key.empty()) {
-      for (const auto& [unused, other] : Get().processes) {
-        if (other.key == p.key) ThrowStatus(absl::AlreadyExistsError("process key " + p.key));
-      }
+    if (Get().paused || (Get().state != "running" && Get().state != "running-unattached"))
+      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is not running"));
+    for (const auto& [unused, other] : Get().processes) {
+      if (!p.key.empty() && other.key == p.key)
+        ThrowStatus(absl::AlreadyExistsError("process key " + p.key));
     }
     p.script = service_.script;
     std::string id = p.id;
@@ -269,28 +267,20 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     return kj::READY_NOW;
   }
 
-  kj::Promise<void> pause(PauseContext context) override {
-    FakeSandbox& sb = Get();
-    if (sb.state != "running" && sb.state != "paused")
-      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is " + sb.state));
-    sb.state = "paused";
-    ++sb.pauses;
+  kj::Promise<void> pause(PauseContext) override {
+    Get().paused = true;
     return kj::READY_NOW;
   }
 
-  kj::Promise<void> resume(ResumeContext context) override {
-    FakeSandbox& sb = Get();
-    if (sb.state != "running" && sb.state != "paused")
-      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is " + sb.state));
-    sb.state = "running";
-    ++sb.resumes;
+  kj::Promise<void> resume(ResumeContext) override {
+    Get().paused = false;
     return kj::READY_NOW;
   }
 
   kj::Promise<void> findProcess(FindProcessContext context) override {
     std::string key = context.getParams().getKey();
     for (const auto& [id, p] : Get().processes) {
-      if (p.key != key || key.empty()) continue;
+      if (key.empty() || p.key != key) continue;
       auto results = context.getResults();
       if (p.released) {
         results.setReleased(true);
@@ -322,23 +312,21 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
     if (service_.refuse_create) ThrowStatus(*service_.refuse_create);
     auto spec = context.getParams().getSpec();
-    std::string key = spec.getKey();
-    if (FakeSandbox* existing = service_.FindByKey(spec.getDeploymentId(), key)) {
-      auto results = context.getResults();
-      results.setSandbox(kj::heap<Sandbox>(service_, existing->id));
-      Sandbox::FillInfo(*existing, results.initInfo());
+    auto results = context.getResults();
+    if (const FakeSandbox* keyed = Keyed(spec.getDeploymentId(), spec.getKey())) {
+      results.setSandbox(kj::heap<Sandbox>(service_, keyed->id));
+      Sandbox::FillInfo(*keyed, results.initInfo());
       results.setCreated(false);
       return kj::READY_NOW;
     }
     FakeSandbox& sb = service_.AddSandbox("sb-" + std::to_string(service_.next_id_++));
+    sb.key = spec.getKey();
     sb.deployment = spec.getDeploymentId();
     sb.profile = spec.getProfile();
     for (auto w : spec.getWorkspaces())
       sb.workspaces.emplace_back(w.getPath(), w.getDestination(), w.getMode());
     for (auto c : spec.getCredentials()) sb.credentials.emplace_back(c.cStr());
-    sb.key = key;
     for (auto l : spec.getLabels()) sb.labels.emplace_back(l.getKey(), l.getValue());
-    auto results = context.getResults();
     results.setSandbox(kj::heap<Sandbox>(service_, sb.id));
     Sandbox::FillInfo(sb, results.initInfo());
     results.setCreated(true);
@@ -347,11 +335,13 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
 
   kj::Promise<void> findSandbox(FindSandboxContext context) override {
     auto params = context.getParams();
-    FakeSandbox* sb = service_.FindByKey(params.getDeploymentId(), params.getKey());
-    if (sb == nullptr) ThrowStatus(absl::NotFoundError("no sandbox with that key"));
+    const FakeSandbox* keyed = Keyed(params.getDeploymentId(), params.getKey());
+    if (keyed == nullptr)
+      ThrowStatus(absl::NotFoundError(std::string("no sandbox with key ") +
+                                      params.getKey().cStr()));
     auto results = context.getResults();
-    results.setSandbox(kj::heap<Sandbox>(service_, sb->id));
-    Sandbox::FillInfo(*sb, results.initInfo());
+    results.setSandbox(kj::heap<Sandbox>(service_, keyed->id));
+    Sandbox::FillInfo(*keyed, results.initInfo());
     return kj::READY_NOW;
   }
 
@@ -385,6 +375,11 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   }
 
  private:
+  // The live sandbox of `deployment` created with `key` (never for an empty key).
+  const FakeSandbox* Keyed(capnp::Text::Reader deployment, capnp::Text::Reader key) const {
+    return service_.FindByKey(deployment.cStr(), key.cStr());
+  }
+
   FakeService& service_;
 };
 
@@ -402,7 +397,7 @@ FakeSandbox& FakeService::AddSandbox(const std::string& id) {
 FakeSandbox* FakeService::FindByKey(const std::string& deployment, const std::string& key) {
   if (key.empty()) return nullptr;
   for (auto& [id, sb] : sandboxes) {
-    if (!sb.deleted && sb.deployment == deployment && sb.key == key) return &sb;
+    if (!sb.deleted && sb.key == key && sb.deployment == deployment) return &sb;
   }
   return nullptr;
 }

@@ -76,12 +76,12 @@ struct FakeSandbox {
   std::map<std::string, FakeProcess> processes;
   bool deleted = false;
   std::optional<bool> delete_force;  // the force flag of the delete, once deleted
-  // SandboxSpec.key and .labels; what inspect() reports as its state and stateReason.
-  std::string key;
-  std::vector<std::pair<std::string, std::string>> labels;
+  std::string key;                   // SandboxSpec.key
+  bool paused = false;
+  std::vector<std::pair<std::string, std::string>> labels;  // SandboxSpec.labels
+  // What inspect() reports when not paused, and its stateReason.
   std::string state = "running";
   std::string state_reason;
-  int pauses = 0, resumes = 0;
 };
 
 class FakeService {
@@ -96,7 +96,7 @@ class FakeService {
   FakeSandbox& AddSandbox(const std::string& id);
   FakeProcess& AddProcess(const std::string& sandbox_id, const std::string& process_id,
                           const FakeProcessScript& script);
-  // The live sandbox of `deployment` with `key` (SandboxSpec.key), if any.
+  // The live sandbox of `deployment` created with `key` (never for an empty key).
   FakeSandbox* FindByKey(const std::string& deployment, const std::string& key);
 
   // What info() answers.

@@ -93,7 +93,7 @@ TEST_F(LifecycleTest, CreateIsIdempotentAndRefusesAnotherSourceOrOwner) {
   EXPECT_NE(foreign.status().message().find("owned by another Paseo instance"),
             std::string::npos);
 
-  Sandbox("ws1")->state = "paused";
+  Sandbox("ws1")->paused = true;
   EXPECT_EQ(*Create(s, "ws1", DirectoryRequest("ws1", "/src")),
             StateResponse("ws1", Lifecycle::kPaused, "/workspace", false));
 }
@@ -124,8 +124,9 @@ TEST_F(LifecycleTest, InspectReportsEveryState) {
   EXPECT_EQ(*Inspect(s, "ws1"), InspectionState("ws1", Lifecycle::kReady, "/workspace"));
   Sandbox("ws1")->state = "running-unattached";
   EXPECT_EQ(*Inspect(s, "ws1"), InspectionState("ws1", Lifecycle::kReady, "/workspace"));
-  Sandbox("ws1")->state = "paused";
+  Sandbox("ws1")->paused = true;
   EXPECT_EQ(*Inspect(s, "ws1"), InspectionState("ws1", Lifecycle::kPaused, "/workspace"));
+  Sandbox("ws1")->paused = false;
   Sandbox("ws1")->state = "oom-killed";
   Sandbox("ws1")->state_reason = "it exceeded its memory limit";
   std::string oom = *Inspect(s, "ws1");
@@ -149,14 +150,14 @@ TEST_F(LifecycleTest, PauseResumeDestroyAreIdempotentAndOwnerChecked) {
   EXPECT_FALSE(Pause(theirs, "ws1").ok());
   EXPECT_FALSE(Resume(theirs, "ws1").ok());
   EXPECT_FALSE(Destroy(theirs, "ws1").ok());
-  EXPECT_EQ(Sandbox("ws1")->pauses, 0);
+  EXPECT_FALSE(Sandbox("ws1")->paused);
 
   EXPECT_EQ(*Pause(s, "ws1"), OkResponse());
   EXPECT_EQ(*Pause(s, "ws1"), OkResponse());
-  EXPECT_EQ(Sandbox("ws1")->state, "paused");
+  EXPECT_TRUE(Sandbox("ws1")->paused);
   EXPECT_EQ(*Resume(s, "ws1"), StateResponse("ws1", Lifecycle::kReady, "/workspace", std::nullopt));
   EXPECT_EQ(*Resume(s, "ws1"), StateResponse("ws1", Lifecycle::kReady, "/workspace", std::nullopt));
-  EXPECT_EQ(Sandbox("ws1")->state, "running");
+  EXPECT_FALSE(Sandbox("ws1")->paused);
   client::FakeSandbox* sb = Sandbox("ws1");
   EXPECT_EQ(*Destroy(s, "ws1"), OkResponse());
   EXPECT_TRUE(sb->deleted);
