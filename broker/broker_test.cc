@@ -71,7 +71,7 @@ class BrokerTest : public ::testing::Test {
     auto fake = kj::heap<FakeHelper>();
     helper_ = fake.get();
     helper_client_ = kj::mv(fake);
-    broker_ = kj::heap<Broker>(*io_.lowLevelProvider, io_.unixEventPort, helper_client_,
+    broker_ = kj::heap<Broker>(*io_.lowLevelProvider, io_.unixEventPort, timer_, helper_client_,
                                helper_->policy(), dir_);
   }
 
@@ -123,6 +123,8 @@ class BrokerTest : public ::testing::Test {
   }
 
   kj::AsyncIoContext io_;
+  // The release rules' clock, advanced by the tests (ReleaseRules, registry.h).
+  kj::TimerImpl timer_{kj::origin<kj::TimePoint>()};
   CallLimiter calls_{4, 6};
   std::string dir_;
   FakeHelper* helper_ = nullptr;

@@ -15,6 +15,7 @@
 //   reattach       ValidateReattach     Reattach
 //   closeInput     ValidateCloseInput   CloseInput
 //   waitSandbox    ValidateWaitSandbox  WaitStopped
+//   releaseProcess ValidateReleaseProcess ReleaseProcess
 #pragma once
 
 #include <kj/async.h>
@@ -40,6 +41,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> reattach(ReattachContext context) override;
   kj::Promise<void> closeInput(CloseInputContext context) override;
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
+  kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
 
  private:
   const Config& config_;

@@ -202,6 +202,11 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
   return CheckProcessRef(params.getSandboxId(), params.getProcessId());
 }
 
+absl::StatusOr<ValidatedProcessRef> ValidateReleaseProcess(
+    helper::Helper::ReleaseProcessParams::Reader params) {
+  return CheckProcessRef(params.getSandboxId(), params.getProcessId());
+}
+
 absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
     helper::Helper::WaitSandboxParams::Reader params) {
   ValidatedSandboxRef out;

@@ -115,4 +115,7 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
 absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
     helper::Helper::WaitSandboxParams::Reader params);
 
+absl::StatusOr<ValidatedProcessRef> ValidateReleaseProcess(
+    helper::Helper::ReleaseProcessParams::Reader params);
+
 }  // namespace paseo

@@ -68,6 +68,9 @@ class SandboxHost {
   // Duplicates of a process's kept stdio (stdin may be absent).
   absl::StatusOr<Stdio> Reattach(const ValidatedProcessRef& request);
   absl::Status CloseInput(const ValidatedProcessRef& request);
+  // Forgets an ended process: its record, kept stdio, exec log and its files in the bundle
+  // (process-<id>.json, .pid). failed-precondition while it runs, not-found if unknown.
+  absl::Status ReleaseProcess(const ValidatedProcessRef& request);
 
   // Why a sandbox stopped by itself.
   struct Stop {
@@ -90,6 +93,7 @@ class SandboxHost {
   kj::Promise<void> Reconcile(config::RestartPolicy policy);
   size_t size() const { return sandboxes_.size(); }
 
+  // Counts running processes only: ended ones are the broker's to release.
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
   // How long a stop's reason waits for the sentry's or gofer's wait status: the kernel has it
   // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
@@ -102,6 +106,7 @@ class SandboxHost {
     kj::ForkedPromise<ProcessExit> exit;
     kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
     std::string pid_file;
+    std::string process_json;
     bool exited = false;
     bool tty = false;
     std::vector<std::string> argv;

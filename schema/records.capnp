@@ -3,6 +3,7 @@
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("paseo::records");
+using Api = import "/schema/api.capnp";
 
 struct SandboxRecord {
   # Written by the privhelper into <stateDir>/bundles/<id>/sandbox.json when it creates a
@@ -27,6 +28,10 @@ struct BrokerSandbox {
   createdAtUnixMs @4 :Int64;
   labels @5 :List(Label);
   processes @6 :List(BrokerProcess);
+  # Processes not released yet (Process.release), in start order.
+  released @7 :List(ReleasedProcess);
+  # Tombstones of the last released processes that had a key (Sandbox.findProcess), oldest
+  # first, at most 1024.
 
   struct Label {
     key @0 :Text;
@@ -36,5 +41,14 @@ struct BrokerSandbox {
   struct BrokerProcess {
     id @0 :Text;
     argv @1 :List(Text);
+    key @2 :Text;
+    # Api.ProcessSpec.key; empty if none.
+    output @3 :Api.OutputMode;
+  }
+
+  struct ReleasedProcess {
+    id @0 :Text;
+    key @1 :Text;
+    status @2 :Api.ExitStatus;
   }
 }
