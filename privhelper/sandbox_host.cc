@@ -421,7 +421,7 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
     return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
   size_t running = 0;
   for (const auto& [id, p] : sb->processes) running += p->exited ? 0 : 1;
-  if (running >= kMaxProcessesPerSandbox)
+  if (running >= max_processes_)
     return absl::ResourceExhaustedError("too many processes running in this sandbox");
 
   ExecSpec exec;

@@ -95,6 +95,8 @@ class SandboxHost {
 
   // Counts running processes only: ended ones are the broker's to release.
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
+  // Tests lower the cap to reach it cheaply.
+  void SetMaxProcessesPerSandbox(size_t max) { max_processes_ = max; }
   // How long a stop's reason waits for the sentry's or gofer's wait status: the kernel has it
   // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
   // under this VM's init; at once under systemd. The sandbox is refused new processes meanwhile.
@@ -199,6 +201,7 @@ class SandboxHost {
   std::string shim_;
   std::string cgroup_root_;
   uint64_t next_generation_ = 1;
+  size_t max_processes_ = kMaxProcessesPerSandbox;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;
   ReapErrors reap_errors_;
   kj::TaskSet reaper_;
