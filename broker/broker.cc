@@ -255,10 +255,16 @@ kj::Promise<void> Broker::FreeReleased(kj::Own<ProcessRecord> p) {
   req.setProcessId(p->id);
   // Released here whatever the privhelper answers: a privhelper that restarted no longer has
   // it (not-found), and one that failed to is asked again by the next broker's Restore.
-  return ToCompletion(req.send().ignoreResult().catch_([id = p->id](kj::Exception&& e) {
-    if (StatusFromException(e).code() != absl::StatusCode::kNotFound)
-      KJ_LOG(WARNING, "the privhelper did not release a process", id, e);
-  }));
+  // The record lives until the privhelper answers, never going away synchronously: this may
+  // run inside one of its own tasks (an end call that made it drained).
+  std::string id = p->id;
+  return ToCompletion(req.send()
+                          .ignoreResult()
+                          .catch_([id](kj::Exception&& e) {
+                            if (StatusFromException(e).code() != absl::StatusCode::kNotFound)
+                              KJ_LOG(WARNING, "the privhelper did not release a process", id, e);
+                          })
+                          .attach(kj::mv(p)));
 }
 
 void Broker::WatchForRelease(ProcessRecord& p) {

@@ -122,6 +122,14 @@ void ProcessRecord::SetExit(ProcessExit how) {
   if (end_.get() != nullptr) end_->fulfill();
 }
 
+kj::TaskSet::ErrorHandler& IgnoreTaskErrors() {
+  class Ignore final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  };
+  static Ignore ignore;
+  return ignore;
+}
+
 void ProcessRecord::MarkDrained(api::Stream stream) {
   bool was = drained();
   (stream == api::Stream::STDERR ? stderr_drained : stdout_drained) = true;
@@ -179,7 +187,9 @@ kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t
     auto req = sink.endRequest();
     ToCapnp(p->exit, req.initStatus());
     req.setEndOffset(log.end());
-    return req.send().then([p = kj::mv(p), stream](auto&&) mutable { p->MarkDrained(stream); });
+    ProcessRecord* raw = p.get();  // the record owns the task
+    raw->end_calls.add(req.send().then([raw, stream](auto&&) { raw->MarkDrained(stream); }));
+    return kj::READY_NOW;
   }
   auto changed = log.closed() ? p->WhenEnded() : log.WhenChanged();
   return changed.then([p = kj::mv(p), stream, next, sink]() mutable {

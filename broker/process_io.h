@@ -59,6 +59,9 @@ class InputQueue : public kj::Refcounted {
   size_t queued_ = 0;
 };
 
+// Drops the failures of tasks nobody waits for (an end call to a subscriber that went away).
+kj::TaskSet::ErrorHandler& IgnoreTaskErrors();
+
 struct ProcessRecord : public kj::Refcounted {
   std::string id;
   std::string sandbox_id;
@@ -81,6 +84,10 @@ struct ProcessRecord : public kj::Refcounted {
   bool stdout_drained = false, stderr_drained = false;
   // Called once when the process becomes drained (the broker considers releasing it).
   std::function<void()> on_drained;
+  // End calls in flight, owned here rather than by their subscription: a client that drops
+  // its subscription as soon as end() reaches it must still count as having read to the end
+  // (its Finish can overtake the end call's Return).
+  kj::TaskSet end_calls{IgnoreTaskErrors()};
   // When the broker learned of its end and of its drain (for ReleaseRules, registry.h).
   std::optional<kj::TimePoint> ended_at, drained_at;
 
