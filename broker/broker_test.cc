@@ -611,6 +611,7 @@ TEST_F(BrokerTest, ADrainedProcessIsReleasedAfterAMinute) {
   WriteAll(helper_->process(p.id).stdout_w.get(), "out");
   helper_->Exit(p.id, 0);
   ReadToEnd(p.process);
+  ws().poll();  // the end calls' returns (their subscriptions are gone already)
   ProcessRecord* r = *broker_->registry().VisibleProcess(owner_, sb.id, p.id);
   EXPECT_TRUE(r->stdout_drained);
   EXPECT_TRUE(r->stderr_drained);
