@@ -1,12 +1,15 @@
-// Lossless output against the real service: a process writes about 256 MiB (busybox `seq`)
-// to a subscriber that acknowledges slowly, through a profile that keeps 8 MiB per stream.
-// Every line arrives once and in order, nothing is announced lost, and the writer was held
-// back (it took measurably longer than with a fast reader). The same holds with the broker
+// Lossless output against the real service: a process writes 256 MiB (`cat` of a 64 MiB
+// pattern file, four times) to a subscriber that acknowledges slowly, through a profile that
+// keeps 8 MiB per stream. Every byte arrives once and in order, nothing is announced lost, and
+// the writer was held back (it ended measurably later than with a fast reader). The same holds with the broker
 // SIGKILLed twice mid-transfer: the client reconnects and resubscribes from its own offset.
 #include <signal.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <cstdio>
 
 #include "client/client.h"
@@ -17,19 +20,22 @@
 namespace paseo::testing {
 namespace {
 
-// seq 1 kLines: 1..31,500,000, one per line, about 260 MiB.
-constexpr uint64_t kLines = 31500000;
+// The pattern file and how often the process writes it.
+constexpr uint64_t kPatternBytes = 64 << 20;
+constexpr int kCopies = 4;
+constexpr uint64_t kTotal = kPatternBytes * kCopies;
+
+// Byte `i` of the pattern: every value occurs, and a byte out of place shows.
+char PatternByte(uint64_t i) { return static_cast<char>((i * 7 + i / 256 + i / 65521) & 0xff); }
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// What the client has received of `seq 1 kLines`, checked line by line: shared by the sinks of
-// successive subscriptions (one per connection), as a reconnecting client keeps its offset.
+// What the client has received, checked byte by byte: shared by the sinks of successive
+// subscriptions (one per connection), as a reconnecting client keeps its offset.
 struct SeqReader {
   uint64_t next_offset = 0;  // the client's own offset: where it resubscribes
-  uint64_t expected = 1;     // the next number
-  std::string partial;       // an unfinished line
   uint64_t lost = 0;
   bool ended = false;
   std::string errors;
@@ -37,22 +43,20 @@ struct SeqReader {
   void Take(uint64_t offset, const char* data, size_t size) {
     if (offset != next_offset && errors.size() < 400)
       errors += "offset " + std::to_string(offset) + " expected " + std::to_string(next_offset);
-    next_offset = offset + size;
     for (size_t i = 0; i < size; ++i) {
-      if (data[i] != '\n') {
-        partial += data[i];
-        continue;
+      if (data[i] != PatternByte((offset + i) % kPatternBytes) && errors.size() < 400) {
+        errors += "wrong byte at offset " + std::to_string(offset + i) + "; ";
+        break;
       }
-      if (partial != std::to_string(expected) && errors.size() < 400)
-        errors += "line \"" + partial + "\" expected " + std::to_string(expected) + "; ";
-      ++expected;
-      partial.clear();
     }
+    next_offset = offset + size;
   }
+  bool complete() const { return next_offset == kTotal; }
 };
 
-// Receives stdout into a SeqReader, holding each acknowledgement for `delay` (a reader that
-// sleeps between reads).
+// Receives stdout into a SeqReader. With a `delay`, it reads like a program that sleeps
+// between reads: each write is acknowledged `delay` after the previous acknowledgement, so
+// capnp's streaming window cannot hide the sleeps.
 class SlowSink final : public api::OutputSink::Server {
  public:
   SlowSink(SeqReader& reader, kj::Duration delay) : reader_(reader), delay_(delay) {}
@@ -63,7 +67,10 @@ class SlowSink final : public api::OutputSink::Server {
     reader_.Take(p.getOffset(), reinterpret_cast<const char*>(p.getData().begin()),
                  p.getData().size());
     if (delay_ == 0 * kj::SECONDS) return kj::READY_NOW;
-    return Io().provider->getTimer().afterDelay(delay_);
+    auto forked = acked_.then([delay = delay_] { return Io().provider->getTimer().afterDelay(delay); })
+                      .fork();
+    acked_ = forked.addBranch();
+    return forked.addBranch();
   }
   kj::Promise<void> gap(GapContext context) override {
     reader_.lost += context.getParams().getLostBytes();
@@ -77,6 +84,7 @@ class SlowSink final : public api::OutputSink::Server {
  private:
   SeqReader& reader_;
   kj::Duration delay_;
+  kj::Promise<void> acked_ = kj::READY_NOW;
 };
 
 // One connection's view of the process: the sandbox, the process and our subscription.
@@ -84,10 +92,11 @@ struct Session {
   kj::Own<client::Connection> conn;
   api::Process::Client process = nullptr;
   api::Subscription::Client subscription = nullptr;
+  kj::Promise<void> waited = nullptr;  // notes when the process ended
 };
 
 Session Attach(const Service& svc, const std::string& sandbox_id, const std::string& process_id,
-               SeqReader& reader, kj::Duration delay) {
+               SeqReader& reader, kj::Duration delay, std::function<void()> on_end) {
   Session s;
   s.conn = kj::heap<client::Connection>(Io(), svc.socket());
   auto get = s.conn->supervisor().getSandboxRequest();
@@ -100,6 +109,8 @@ Session Attach(const Service& svc, const std::string& sandbox_id, const std::str
   sub.setFromOffset(reader.next_offset);
   sub.setSink(kj::heap<SlowSink>(reader, delay));
   s.subscription = Await(sub.send(), "subscribe").getSubscription();
+  s.waited = s.process.waitRequest().send().then([on_end](auto&&) { on_end(); }).eagerlyEvaluate(
+      [](kj::Exception&&) {});  // the connection went with a killed broker
   return s;
 }
 
@@ -128,15 +139,15 @@ void WaitForNewBroker(const Service& svc, pid_t old) {
 }
 
 struct Transfer {
-  double seconds = 0;  // from the start to the process's end
+  double seconds = 0;          // from the start to the end of the stream
+  double process_seconds = 0;  // from the start to the process's end
   SeqReader reader;
 };
 
-// Starts `seq 1 kLines` (lossless) in `sandbox`, reads it with `delay` per acknowledgement,
+// Starts `cat` of the pattern kCopies times (lossless) in `sandbox`, reads it with `delay` per acknowledgement,
 // SIGKILLing the broker at each fraction of the stream in `kill_at`.
 void RunTransfer(const Service& svc, const std::string& sandbox_id, kj::Duration delay,
                  std::vector<double> kill_at, Transfer& out) {
-  const uint64_t total_lines = kLines;
   std::string process_id;
   auto t0 = std::chrono::steady_clock::now();
   {
@@ -145,52 +156,59 @@ void RunTransfer(const Service& svc, const std::string& sandbox_id, kj::Duration
     get.setId(sandbox_id);
     auto start = get.send().getSandbox().startProcessRequest();
     auto spec = start.initSpec();
-    auto argv = spec.initArgv(3);
-    argv.set(0, "seq");
-    argv.set(1, "1");
-    argv.set(2, std::to_string(total_lines));
+    auto argv = spec.initArgv(1 + kCopies);
+    argv.set(0, "cat");
+    for (int i = 1; i <= kCopies; ++i) argv.set(i, "/workspace/lossless.pattern");
     spec.setOutput(api::OutputMode::LOSSLESS);
     process_id = Await(start.send(), "start").getInfo().getId().cStr();
   }
-  Session session = Attach(svc, sandbox_id, process_id, out.reader, delay);
+  auto on_end = [&out, t0] { out.process_seconds = Seconds(t0); };
+  Session session = Attach(svc, sandbox_id, process_id, out.reader, delay, on_end);
   for (double fraction : kill_at) {
-    uint64_t line = static_cast<uint64_t>(fraction * total_lines);
-    ASSERT_TRUE(RunUntil([&] { return out.reader.expected > line; }, 600))
-        << "stuck at line " << out.reader.expected;
+    uint64_t offset = static_cast<uint64_t>(fraction * kTotal);
+    ASSERT_TRUE(RunUntil([&] { return out.reader.next_offset > offset; }, 600))
+        << "stuck at offset " << out.reader.next_offset;
     pid_t broker = svc.broker_pid();
     ASSERT_GT(broker, 0);
     ASSERT_EQ(kill(broker, SIGKILL), 0);
     session = Session();  // the connection is gone with the broker
     WaitForNewBroker(svc, broker);
-    session = Attach(svc, sandbox_id, process_id, out.reader, delay);
+    session = Attach(svc, sandbox_id, process_id, out.reader, delay, on_end);
   }
   ASSERT_TRUE(RunUntil([&] { return out.reader.ended; }, 900)) << "the stream never ended";
-  auto waited = Await(session.process.waitRequest().send(), "wait");
   out.seconds = Seconds(t0);
+  auto waited = Await(session.process.waitRequest().send(), "wait");
   EXPECT_EQ(waited.getStatus().which(), api::ExitStatus::EXIT_CODE);
 }
 
 class LosslessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    client::Connection conn(Io(), Service::Get().socket());
+    Service& svc = Service::Get();
+    pattern_ = svc.base() + "/ws-io/lossless.pattern";
+    std::string data(kPatternBytes, '\0');
+    for (uint64_t i = 0; i < kPatternBytes; ++i) data[i] = PatternByte(i);
+    WriteText(pattern_, data);
+    client::Connection conn(Io(), svc.socket());
     auto create = conn.supervisor().createSandboxRequest();
     create.initSpec().setDeploymentId("io");
     create.getSpec().setProfile("default");  // keeps 8 MiB per stream
+    auto ws = create.getSpec().initWorkspaces(1);
+    ws[0].setPath(svc.base() + "/ws-io");
     sandbox_id_ = Await(create.send(), "create").getInfo().getId().cStr();
   }
   void TearDown() override {
     auto rm = Service::Get().Cli({0, 0, {0}}, {"rm", sandbox_id_});
     EXPECT_EQ(rm.exit_code, 0) << rm.err;
+    unlink(pattern_.c_str());
   }
-  std::string sandbox_id_;
+  std::string sandbox_id_, pattern_;
 };
 
 void ExpectEveryLineOnce(const Transfer& t) {
   EXPECT_EQ(t.reader.errors, "");
   EXPECT_EQ(t.reader.lost, 0u) << "nothing announced lost";
-  EXPECT_EQ(t.reader.expected, kLines + 1) << "every line arrived";
-  EXPECT_EQ(t.reader.partial, "");
+  EXPECT_TRUE(t.reader.complete()) << "every byte arrived: " << t.reader.next_offset;
 }
 
 TEST_F(LosslessTest, ASlowReaderGetsEveryByteAndHoldsTheWriterBack) {
@@ -198,13 +216,17 @@ TEST_F(LosslessTest, ASlowReaderGetsEveryByteAndHoldsTheWriterBack) {
   Transfer fast, slow;
   RunTransfer(svc, sandbox_id_, 0 * kj::SECONDS, {}, fast);
   ExpectEveryLineOnce(fast);
-  RunTransfer(svc, sandbox_id_, 3 * kj::MILLISECONDS, {}, slow);
+  RunTransfer(svc, sandbox_id_, 5 * kj::MILLISECONDS, {}, slow);
   ExpectEveryLineOnce(slow);
-  std::printf("lossless %llu bytes: fast reader %.1f s, reader sleeping 3 ms per 64 KiB %.1f s\n",
-              (unsigned long long)slow.reader.next_offset, fast.seconds, slow.seconds);
-  // 260 MiB in 64 KiB writes is over 4,000 acknowledgements, each held 3 ms: at least 12 s
-  // more if the writer really waited for the reader.
-  EXPECT_GT(slow.seconds, fast.seconds + 8);
+  std::printf("lossless %llu bytes: fast reader: process ended after %.1f s, stream after "
+              "%.1f s; reader sleeping 5 ms per write: %.1f s, %.1f s\n",
+              (unsigned long long)slow.reader.next_offset, fast.process_seconds, fast.seconds,
+              slow.process_seconds, slow.seconds);
+  // 256 MiB in 64 KiB writes is 4,096 acknowledgements 5 ms apart: about 20 s. The
+  // process can end only 8 MiB (the profile's buffer) before the reader is done, so it was
+  // held back that long too.
+  EXPECT_GT(slow.process_seconds, fast.process_seconds + 12);
+  EXPECT_GT(slow.process_seconds, 0.8 * slow.seconds);
 }
 
 TEST_F(LosslessTest, NothingIsLostAcrossTwoBrokerKills) {
