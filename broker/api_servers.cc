@@ -16,6 +16,17 @@ void FillProcessInfo(const ProcessRecord& p, api::ProcessInfo::Builder out) {
   ToCapnp(p.exit, out.initStatus());
   out.setStdoutBytes(p.stdout_log->end());
   out.setStderrBytes(p.stderr_log->end());
+  out.setKey(p.key);
+  out.setOutput(p.output);
+}
+
+// What a sandbox remembers of a released process: its id, key and how it ended.
+void FillReleasedInfo(const std::string& sandbox_id, const ReleasedProcess& r,
+                      api::ProcessInfo::Builder out) {
+  out.setId(r.id);
+  out.setSandboxId(sandbox_id);
+  out.setKey(r.key);
+  ToCapnp(r.exit, out.initStatus());
 }
 
 void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
@@ -104,6 +115,10 @@ class ProcessImpl final : public api::Process::Server {
     });
   }
 
+  kj::Promise<void> release(ReleaseContext context) override {
+    return caller_.Charged([&] { return ValueOrThrow(broker_.Release(Visible())); });
+  }
+
   kj::Promise<void> subscribe(SubscribeContext context) override {
     ProcessRecord& p = Visible();
     auto params = context.getParams();
@@ -120,9 +135,11 @@ class ProcessImpl final : public api::Process::Server {
   }
 
  private:
-  // The process stays reachable only while its sandbox exists and the peer may use it.
+  // The process stays reachable only while its sandbox exists, the peer may use it, and it
+  // has not been released.
   ProcessRecord& Visible() {
     ThrowIfError(broker_.registry().Visible(caller_.peer, p_->sandbox_id).status());
+    if (p_->released) ThrowStatus(absl::NotFoundError("the process was released"));
     return *p_;
   }
 
@@ -160,6 +177,21 @@ class SandboxImpl final : public api::Sandbox::Server {
     auto list = context.getResults().initProcesses(static_cast<unsigned>(sb->process_order.size()));
     for (unsigned i = 0; i < list.size(); ++i)
       FillProcessInfo(*sb->processes.at(sb->process_order[i]), list[i]);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findProcess(FindProcessContext context) override {
+    auto found = ValueOrThrow(
+        broker_.registry().FindProcessByKey(peer_, id_, context.getParams().getKey().cStr()));
+    auto results = context.getResults();
+    if (found.process != nullptr) {
+      FillProcessInfo(*found.process, results.initInfo());
+      results.setProcess(
+          kj::heap<ProcessImpl>(broker_, caller_.Copy(), kj::addRef(*found.process)));
+    } else {
+      FillReleasedInfo(id_, *found.released, results.initInfo());
+      results.setReleased(true);
+    }
     return kj::READY_NOW;
   }
 

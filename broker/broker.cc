@@ -61,11 +61,12 @@ LoggingErrorHandler error_handler;
 
 }  // namespace
 
-Broker::Broker(kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events,
+Broker::Broker(kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events, kj::Timer& timer,
                helper::Helper::Client helper, helper::BrokerPolicy::Reader policy,
                std::string state_dir)
     : low_(low),
       events_(events),
+      timer_(timer),
       helper_(kj::mv(helper)),
       registry_(policy),
       state_(std::move(state_dir)),
@@ -182,12 +183,29 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
                    CheckProcessCommand(spec.getArgv(), spec.getEnv(), spec.getCwd(),
                                        spec.getTty(), spec.getRows(), spec.getCols()));
   RETURN_IF_ERROR(CheckWorkspaceCwd(spec.getWorkspaceCwd(), spec.getCwd()).status());
+  RETURN_IF_ERROR(CheckKey("key", spec.getKey()));
+  if (spec.getOutput() != api::OutputMode::DROP_OLDEST &&
+      spec.getOutput() != api::OutputMode::LOSSLESS)
+    return absl::InvalidArgumentError("output: unknown output mode");
   auto p = kj::refcounted<ProcessRecord>();
   p->id = NewId("p-");
   p->sandbox_id = sandbox_id;
+  p->key = spec.getKey().cStr();
+  p->output = spec.getOutput();
   p->argv = std::move(command.argv);
   p->tty = command.tty;
-  RETURN_IF_ERROR(state_.OpenLogs(*p, sb->buffer_bytes));
+  // The key is taken from here on, so a concurrent start with it is refused; a start that
+  // fails frees it (and its logs) again.
+  RETURN_IF_ERROR(registry_.ReserveProcessKey(*sb, p->key, p->id));
+  auto unreserve = [this, sandbox_id, key = p->key, id = p->id] {
+    registry_.UnreserveProcessKey(sandbox_id, key);
+    state_.RemoveLogs(sandbox_id, id);
+  };
+  absl::Status opened = state_.OpenLogs(*p, sb->buffer_bytes);
+  if (!opened.ok()) {
+    unreserve();
+    return opened;
+  }
 
   auto req = helper_.startProcessRequest();
   auto r = req.initRequest();
@@ -201,7 +219,8 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   r.setRows(spec.getRows());
   r.setCols(spec.getCols());
   return req.send()
-      .catch_([](kj::Exception&& e) -> capnp::Response<helper::Helper::StartProcessResults> {
+      .catch_([unreserve](kj::Exception&& e) -> capnp::Response<helper::Helper::StartProcessResults> {
+        unreserve();
         kj::throwFatalException(Forward(kj::mv(e)));
       })
       .then([](capnp::Response<helper::Helper::StartProcessResults> res) { return OwnStdio(res); })
@@ -212,6 +231,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
         Attach(*p, kj::mv(fds[0]), kj::mv(fds[1]), kj::mv(fds[2]));
         absl::Status added = registry_.AddProcess(kj::addRef(*p));
         if (!added.ok()) return StatusToException(added);
+        WatchForRelease(*p);
         absl::Status persisted = state_.Persist(*sb);
         if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
         return kj::mv(p);
@@ -261,6 +281,86 @@ absl::StatusOr<kj::Promise<void>> Broker::Signal(ProcessRecord& p, int sig) {
       [](kj::Exception&& e) -> kj::Promise<void> { return Forward(kj::mv(e)); });
 }
 
+absl::StatusOr<kj::Promise<void>> Broker::Release(ProcessRecord& p) {
+  ASSIGN_OR_RETURN(kj::Own<ProcessRecord> released, registry_.Release(p.sandbox_id, p.id));
+  if (SandboxRecord* sb = registry_.Find(p.sandbox_id)) {
+    absl::Status persisted = state_.Persist(*sb);
+    if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
+  }
+  return FreeReleased(kj::mv(released));
+}
+
+kj::Promise<void> Broker::FreeReleased(kj::Own<ProcessRecord> p) {
+  // A lossless pump may still wait for a reader that will never come: its pipe goes now.
+  p->pumps = kj::READY_NOW;
+  p->on_drained = nullptr;
+  state_.RemoveLogs(p->sandbox_id, p->id);
+  auto req = helper_.releaseProcessRequest();
+  req.setSandboxId(p->sandbox_id);
+  req.setProcessId(p->id);
+  // Released here whatever the privhelper answers: a privhelper that restarted no longer has
+  // it (not-found), and one that failed to is asked again by the next broker's Restore.
+  // The record lives until the privhelper answers, never going away synchronously: this may
+  // run inside one of its own tasks (an end call that made it drained).
+  std::string id = p->id;
+  return ToCompletion(req.send()
+                          .ignoreResult()
+                          .catch_([id](kj::Exception&& e) {
+                            if (StatusFromException(e).code() != absl::StatusCode::kNotFound)
+                              KJ_LOG(WARNING, "the privhelper did not release a process", id, e);
+                          })
+                          .attach(kj::mv(p)));
+}
+
+void Broker::WatchForRelease(ProcessRecord& p) {
+  ProcessRecord* raw = &p;  // on_drained is the record's own: it never outlives it
+  p.on_drained = [this, raw] {
+    raw->drained_at = timer_.now();
+    ReleaseDue(raw->sandbox_id);
+  };
+  tasks_.add(p.WhenEnded().then([this, p = kj::addRef(p)]() mutable {
+    if (p->released) return;
+    p->ended_at = timer_.now();
+    ReleaseDue(p->sandbox_id);
+  }));
+}
+
+void Broker::ReleaseDue(const std::string& sandbox_id) {
+  SandboxRecord* sb = registry_.Find(sandbox_id);
+  if (sb == nullptr || sb->state == SandboxState::kDeleting) return;
+  auto due = Registry::DueForRelease(*sb, timer_.now());
+  for (const auto& id : due) {
+    auto released = registry_.Release(sandbox_id, id);
+    if (released.ok()) tasks_.add(FreeReleased(kj::mv(*released)));
+  }
+  if (!due.empty()) {
+    absl::Status persisted = state_.Persist(*sb);
+    if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
+  }
+  ArmReleaseTimer();
+}
+
+void Broker::ArmReleaseTimer() {
+  std::optional<kj::TimePoint> next;
+  for (SandboxRecord* sb : registry_.All()) {
+    auto at = Registry::NextReleaseAt(*sb);
+    if (at && (!next || *at < *next)) next = at;
+  }
+  if (!next || (release_at_ && *release_at_ <= *next)) return;
+  release_at_ = next;
+  // Only the latest armed timer acts; one superseded by an earlier time just ends when it
+  // fires (deadlines are at most an hour away, so those are few and short-lived).
+  uint64_t generation = ++release_generation_;
+  tasks_.add(timer_.atTime(*next).then([this, generation] {
+    if (generation != release_generation_) return;
+    release_at_ = std::nullopt;
+    std::vector<std::string> ids;
+    for (SandboxRecord* sb : registry_.All()) ids.push_back(sb->id);
+    for (const auto& id : ids) ReleaseDue(id);
+    ArmReleaseTimer();
+  }));
+}
+
 void Broker::Attach(ProcessRecord& p, kj::AutoCloseFd in, kj::AutoCloseFd out,
                     kj::AutoCloseFd err) {
   if (in.get() >= 0)
@@ -291,7 +391,7 @@ void Broker::WatchForStop(const std::string& sandbox_id) {
 }
 
 void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::WaitScope& wait) {
-  std::map<std::string, std::map<std::string, std::vector<std::string>>> saved_argv;
+  std::map<std::string, std::map<std::string, StateDir::SavedProcess>> saved;
   std::set<std::string> live;
   for (auto known : inventory.getSandboxes()) {
     auto sandbox = std::make_unique<SandboxRecord>();
@@ -315,8 +415,8 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     }
     sandbox->buffer_bytes = registry_.BufferBytes(sandbox->deployment_id, sandbox->profile);
     // What only the broker knew survives its crash.
-    auto argv = state_.Load(*sandbox);
-    if (argv.ok()) saved_argv[sandbox->id] = std::move(*argv);
+    auto processes = state_.Load(*sandbox);
+    if (processes.ok()) saved[sandbox->id] = std::move(*processes);
     live.insert(sandbox->id);
     bool stopped = !sandbox->stop_reason.empty();
     registry_.Restore(std::move(sandbox));
@@ -325,11 +425,26 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
   for (auto kept : inventory.getProcesses()) {
     SandboxRecord* sb = registry_.Find(kept.getSandboxId().cStr());
     if (sb == nullptr || !IsValidId(kept.getProcessId().cStr())) continue;
+    std::string id = kept.getProcessId().cStr();
+    bool was_released = false;
+    for (const auto& r : sb->released) was_released = was_released || r.id == id;
+    if (was_released) {
+      // Its predecessor released it but died before the privhelper did: finish that.
+      auto p = kj::refcounted<ProcessRecord>();
+      p->id = id;
+      p->sandbox_id = sb->id;
+      tasks_.add(FreeReleased(kj::mv(p)));
+      continue;
+    }
     auto p = kj::refcounted<ProcessRecord>();
-    p->id = kept.getProcessId().cStr();
+    p->id = id;
     p->sandbox_id = sb->id;
-    p->argv = saved_argv[sb->id][p->id];
+    const StateDir::SavedProcess& what = saved[sb->id][p->id];
+    p->argv = what.argv;
+    p->key = what.key;
+    p->output = what.output;
     p->tty = kept.getTty();
+    if (!p->key.empty()) sb->process_keys[p->key] = p->id;
     auto error = kj::runCatchingExceptions([&] {
       ThrowIfError(state_.OpenLogs(*p, sb->buffer_bytes));
       auto req = helper_.reattachRequest();
@@ -338,6 +453,7 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
       auto res = req.send().wait(wait);
       auto fds = OwnStdio(res).wait(wait);
       Attach(*p, kj::mv(fds[0]), kj::mv(fds[1]), kj::mv(fds[2]));
+      WatchForRelease(*p);
       ThrowIfError(registry_.AddProcess(kj::mv(p)));
     });
     KJ_IF_MAYBE(e, error) { KJ_LOG(ERROR, "cannot reattach a process", kept.getProcessId(), *e); }

@@ -8,6 +8,7 @@
 // forwarded with their reason -- is the promise. The RPC servers (api_servers.h) translate.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <kj/async-io.h>
@@ -25,8 +26,9 @@ namespace paseo {
 
 class Broker {
  public:
-  // `state_dir`: the broker's own directory of logs and records.
-  Broker(kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events,
+  // `state_dir`: the broker's own directory of logs and records. `timer` times the release of
+  // ended processes (ReleaseRules, registry.h); tests pass a kj::TimerImpl they advance.
+  Broker(kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events, kj::Timer& timer,
          helper::Helper::Client helper, helper::BrokerPolicy::Reader policy,
          std::string state_dir);
 
@@ -56,6 +58,9 @@ class Broker {
   absl::StatusOr<kj::Promise<void>> CloseInput(ProcessRecord& p);
   absl::StatusOr<kj::Promise<void>> Resize(ProcessRecord& p, uint16_t rows, uint16_t cols);
   absl::StatusOr<kj::Promise<void>> Signal(ProcessRecord& p, int sig);
+  // Process.release: failed-precondition while it runs. The promise resolves once the
+  // privhelper has let go of it too.
+  absl::StatusOr<kj::Promise<void>> Release(ProcessRecord& p);
 
   // Rebuilds the registry at start-up from the privhelper's inventory and the state dir's
   // records, reattaching every kept process (its output continues in its log at the same
@@ -74,12 +79,22 @@ class Broker {
   template <typename Request>
   kj::Promise<void> SendThenRecord(Request request, const std::string& id,
                                    void (Registry::*record)(const std::string&));
+  // Releases a process the registry has let go of: cancels its pumps, removes its logs and
+  // has the privhelper release its part. Persisting the record is the caller's.
+  kj::Promise<void> FreeReleased(kj::Own<ProcessRecord> p);
+  // Releases what ReleaseRules says is due in one sandbox, then re-arms the release timer.
+  void ReleaseDue(const std::string& sandbox_id);
+  // Arms the timer for the earliest time a process becomes due (if earlier than the armed one).
+  void ArmReleaseTimer();
+  // Hooks a process's end and drain into the release rules.
+  void WatchForRelease(ProcessRecord& p);
   // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
   template <typename T>
   kj::Promise<T> ToCompletion(kj::Promise<T> work);
 
   kj::LowLevelAsyncIoProvider& low_;
   kj::UnixEventPort& events_;
+  kj::Timer& timer_;
   helper::Helper::Client helper_;
   Registry registry_;
   StateDir state_;
@@ -87,6 +102,10 @@ class Broker {
   // waits for the first one's outcome.
   std::map<std::string, kj::ForkedPromise<std::string>> keyed_creates_;
   kj::TaskSet tasks_;
+  // The release timer: when it fires next (none: not armed). A timer armed for a later time
+  // finds release_at_ changed when it fires and does nothing.
+  std::optional<kj::TimePoint> release_at_;
+  uint64_t release_generation_ = 0;
 };
 
 }  // namespace paseo

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <tuple>
 
 #include <gtest/gtest.h>
@@ -74,7 +76,7 @@ class BrokerTest : public ::testing::Test {
     auto fake = kj::heap<FakeHelper>();
     helper_ = fake.get();
     helper_client_ = kj::mv(fake);
-    broker_ = kj::heap<Broker>(*io_.lowLevelProvider, io_.unixEventPort, helper_client_,
+    broker_ = kj::heap<Broker>(*io_.lowLevelProvider, io_.unixEventPort, timer_, helper_client_,
                                helper_->policy(), dir_);
   }
 
@@ -119,6 +121,46 @@ class BrokerTest : public ::testing::Test {
     sub.setSink(kj::mv(collector));
     return {sub.send().wait(ws()).getSubscription(), raw};
   }
+  Started StartKeyed(api::Sandbox::Client& sandbox, const std::string& key,
+                     api::OutputMode output = api::OutputMode::DROP_OLDEST) {
+    auto req = sandbox.startProcessRequest();
+    auto spec = req.initSpec();
+    spec.initArgv(1).set(0, "cat");
+    spec.setKey(key);
+    spec.setOutput(output);
+    auto res = req.send().wait(ws());
+    return {res.getProcess(), res.getInfo().getId().cStr()};
+  }
+  // Reads both streams of a pipe process to their end (it must end), so it counts as drained.
+  void ReadToEnd(api::Process::Client& process) {
+    for (auto stream : {api::Stream::STDOUT, api::Stream::STDERR}) {
+      auto collector = kj::heap<Collector>();
+      Collector* raw = collector.get();
+      auto sub = process.subscribeRequest();
+      sub.setStream(stream);
+      sub.setSink(kj::mv(collector));
+      auto subscription = sub.send().wait(ws()).getSubscription();
+      // Dropped as soon as end() arrives, before its return reaches the broker (regression:
+      // the end call was cancelled with the subscription, so the process never counted as
+      // drained and was never released).
+      Until([&] { return raw->ended; });
+    }
+  }
+  // Moves the release rules' clock on and lets the broker act on it.
+  void Advance(kj::Duration by) {
+    timer_.advanceTo(timer_.now() + by);
+    for (int i = 0; i < 5; ++i) io_.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(ws());
+  }
+  size_t Released(const std::string& process_id) {
+    size_t n = 0;
+    for (const auto& c : helper_->calls) n += c == "release " + process_id;
+    return n;
+  }
+  bool Exists(const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0;
+  }
+
   // Runs the event loop until `done` or 5 s pass.
   void Until(const std::function<bool()>& done) {
     for (int i = 0; i < 500 && !done(); ++i) io_.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(ws());
@@ -126,6 +168,8 @@ class BrokerTest : public ::testing::Test {
   }
 
   kj::AsyncIoContext io_;
+  // The release rules' clock, advanced by the tests (ReleaseRules, registry.h).
+  kj::TimerImpl timer_{kj::origin<kj::TimePoint>()};
   CallLimiter calls_{4, 6};
   std::string dir_;
   FakeHelper* helper_ = nullptr;
@@ -663,6 +707,240 @@ TEST_F(BrokerTest, KeysAndPauseSurviveABrokerRestart) {
   req.initSpec().setDeploymentId("work");
   req.getSpec().setKey("survivor");
   EXPECT_FALSE(req.send().wait(ws()).getCreated());
+}
+
+TEST_F(BrokerTest, AProcessKeyIsUniqueInItsSandboxAndFindsItsProcess) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started a = StartKeyed(sb.sandbox, "agent-1");
+  size_t calls = helper_->calls.size();
+  auto again = kj::runCatchingExceptions([&] { StartKeyed(sb.sandbox, "agent-1"); });
+  EXPECT_EQ(Description(again).rfind("already-exists: ", 0), 0u) << Description(again);
+  EXPECT_EQ(helper_->calls.size(), calls) << "a refused start reaches nothing";
+  for (auto bad : {std::string("a\0b", 3), std::string(257, 'k')}) {
+    auto refused = kj::runCatchingExceptions([&] {
+      auto req = sb.sandbox.startProcessRequest();
+      req.initSpec().initArgv(1).set(0, "cat");
+      req.getSpec().setKey(capnp::Text::Reader(bad.data(), bad.size()));
+      req.send().wait(ws());
+    });
+    EXPECT_EQ(Description(refused).rfind("invalid-argument: ", 0), 0u) << Description(refused);
+  }
+  // Another sandbox has its own keys.
+  Created other = Create(sup);
+  StartKeyed(other.sandbox, "agent-1");
+
+  auto find = sb.sandbox.findProcessRequest();
+  find.setKey("agent-1");
+  auto found = find.send().wait(ws());
+  EXPECT_FALSE(found.getReleased());
+  EXPECT_EQ(std::string(found.getInfo().getId().cStr()), a.id);
+  EXPECT_EQ(std::string(found.getInfo().getKey().cStr()), "agent-1");
+  EXPECT_EQ(found.getProcess().infoRequest().send().wait(ws()).getInfo().getId(), a.id);
+  auto missing = sb.sandbox.findProcessRequest();
+  missing.setKey("nobody");
+  auto error = kj::runCatchingExceptions([&] { missing.send().wait(ws()); });
+  EXPECT_EQ(Description(error).rfind("not-found: ", 0), 0u) << Description(error);
+  // Another deployment's client cannot probe keys.
+  auto stranger = Connect(other_);
+  auto get = stranger.getSandboxRequest();
+  get.setId(sb.id);
+  auto hidden = kj::runCatchingExceptions([&] { get.send().wait(ws()); });
+  EXPECT_EQ(Description(hidden).rfind("not-found: ", 0), 0u);
+}
+
+TEST_F(BrokerTest, ReleaseIsRefusedWhileRunningThenForgetsEverythingButTheKey) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started p = StartKeyed(sb.sandbox, "job");
+  std::string log = dir_ + "/" + sb.id + "/" + p.id + ".stdout";
+  ASSERT_TRUE(Exists(log));
+  auto running = kj::runCatchingExceptions([&] { p.process.releaseRequest().send().wait(ws()); });
+  EXPECT_EQ(Description(running).rfind("failed-precondition: ", 0), 0u) << Description(running);
+  EXPECT_EQ(Released(p.id), 0u);
+
+  helper_->Exit(p.id, 7);
+  p.process.waitRequest().send().wait(ws());
+  p.process.releaseRequest().send().wait(ws());
+  EXPECT_EQ(Released(p.id), 1u);
+  EXPECT_EQ(helper_->held_processes(), 0u) << "the privhelper let go of it too";
+  EXPECT_FALSE(Exists(log));
+  EXPECT_FALSE(Exists(dir_ + "/" + sb.id + "/" + p.id + ".stderr"));
+  EXPECT_EQ(sb.sandbox.listProcessesRequest().send().wait(ws()).getProcesses().size(), 0u);
+  auto info = kj::runCatchingExceptions([&] { p.process.infoRequest().send().wait(ws()); });
+  EXPECT_EQ(Description(info).rfind("not-found: ", 0), 0u) << "a held capability goes too";
+  auto get = sb.sandbox.getProcessRequest();
+  get.setId(p.id);
+  auto gone = kj::runCatchingExceptions([&] { get.send().wait(ws()); });
+  EXPECT_EQ(Description(gone).rfind("not-found: ", 0), 0u);
+
+  auto find = sb.sandbox.findProcessRequest();
+  find.setKey("job");
+  auto found = find.send().wait(ws());
+  EXPECT_TRUE(found.getReleased());
+  EXPECT_EQ(std::string(found.getInfo().getId().cStr()), p.id);
+  EXPECT_EQ(FromCapnp(found.getInfo().getStatus()), ProcessExit::Exited(7));
+  auto reuse = kj::runCatchingExceptions([&] { StartKeyed(sb.sandbox, "job"); });
+  EXPECT_EQ(Description(reuse).rfind("already-exists: ", 0), 0u) << "a released key stays taken";
+}
+
+TEST_F(BrokerTest, TheLastReleasedKeysAreRemembered) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  SandboxRecord* record = broker_->registry().Find(sb.id);
+  for (size_t i = 0; i < ReleaseRules::kReleasedKeysKept; ++i)
+    record->released.push_back({"p-x" + std::to_string(i), "k" + std::to_string(i), {}});
+  auto p = StartKeyed(sb.sandbox, "last");
+  helper_->Exit(p.id, 0);
+  p.process.waitRequest().send().wait(ws());
+  p.process.releaseRequest().send().wait(ws());
+  EXPECT_EQ(record->released.size(), ReleaseRules::kReleasedKeysKept);
+  EXPECT_EQ(record->released.back().key, "last");
+}
+
+TEST_F(BrokerTest, ADrainedProcessIsReleasedAfterAMinute) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started p = Start(sb.sandbox);
+  WriteAll(helper_->process(p.id).stdout_w.get(), "out");
+  helper_->Exit(p.id, 0);
+  ReadToEnd(p.process);
+  ws().poll();  // the end calls' returns (their subscriptions are gone already)
+  ProcessRecord* r = *broker_->registry().VisibleProcess(owner_, sb.id, p.id);
+  EXPECT_TRUE(r->stdout_drained);
+  EXPECT_TRUE(r->stderr_drained);
+  EXPECT_TRUE(r->drained_at.has_value());
+  EXPECT_TRUE(r->ended_at.has_value());
+  Advance(59 * kj::SECONDS);
+  EXPECT_EQ(Released(p.id), 0u);
+  Advance(2 * kj::SECONDS);
+  EXPECT_EQ(Released(p.id), 1u);
+  EXPECT_EQ(broker_->registry().Find(sb.id)->processes.size(), 0u);
+}
+
+TEST_F(BrokerTest, AnEndedProcessNobodyReadsIsReleasedAfterAnHour) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  Started p = Start(sb.sandbox);
+  Started partly = Start(sb.sandbox);
+  helper_->Exit(p.id, 0);
+  helper_->Exit(partly.id, 0);
+  {
+    auto [subscription, out] = Subscribe(partly.process);  // stdout only: not drained
+    Until([&, out = out] { return out->ended; });
+  }
+  Advance(59 * kj::MINUTES);
+  EXPECT_EQ(Released(p.id) + Released(partly.id), 0u);
+  Advance(2 * kj::MINUTES);
+  EXPECT_EQ(Released(p.id), 1u);
+  EXPECT_EQ(Released(partly.id), 1u);
+}
+
+TEST_F(BrokerTest, MoreThan64DrainedProcessesAreReleasedOldestFirstAtOnce) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < ReleaseRules::kDrainedKept + 2; ++i) {
+    Started p = Start(sb.sandbox);
+    helper_->Exit(p.id, 0);
+    ReadToEnd(p.process);
+    ids.push_back(p.id);
+  }
+  ws().poll();
+  EXPECT_EQ(Released(ids[0]), 1u);
+  EXPECT_EQ(Released(ids[1]), 1u);
+  EXPECT_EQ(Released(ids[2]), 0u);
+  EXPECT_EQ(broker_->registry().Find(sb.id)->processes.size(), ReleaseRules::kDrainedKept);
+}
+
+TEST_F(BrokerTest, MoreThan1024EndedProcessesAreReleasedOldestFirst) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < ReleaseRules::kEndedKept + 1; ++i) {
+    Started p = Start(sb.sandbox);
+    helper_->Exit(p.id, 0);
+    ids.push_back(p.id);
+  }
+  Until([&] { return Released(ids[0]) == 1; });
+  EXPECT_EQ(Released(ids[1]), 0u);
+  EXPECT_EQ(broker_->registry().Find(sb.id)->processes.size(), ReleaseRules::kEndedKept);
+}
+
+TEST_F(BrokerTest, KeysAndReleasedKeysSurviveABrokerRestart) {
+  std::string sandbox_id, live_id, released_id, half_released_id;
+  {
+    auto sup = Connect(owner_);
+    Created sb = Create(sup);
+    sandbox_id = sb.id;
+    Started live = StartKeyed(sb.sandbox, "live", api::OutputMode::LOSSLESS);
+    Started done = StartKeyed(sb.sandbox, "done");
+    live_id = live.id;
+    released_id = done.id;
+    helper_->Exit(done.id, 4);
+    done.process.waitRequest().send().wait(ws());
+    done.process.releaseRequest().send().wait(ws());
+  }
+  broker_ = nullptr;
+  Start();
+  helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
+  helper_->AddKeptProcess(sandbox_id, live_id);
+  // The predecessor released this one but died before the privhelper did.
+  helper_->AddKeptProcess(sandbox_id, released_id);
+  helper_->Exit(released_id, 4);
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+  ws().poll();
+  EXPECT_EQ(Released(released_id), 1u) << "the interrupted release is finished";
+  EXPECT_EQ(broker_->registry().Find(sandbox_id)->processes.count(released_id), 0u);
+
+  auto sup = Connect(owner_);
+  auto get = sup.getSandboxRequest();
+  get.setId(sandbox_id);
+  auto sandbox = get.send().wait(ws()).getSandbox();
+  auto find = sandbox.findProcessRequest();
+  find.setKey("live");
+  auto live = find.send().wait(ws());
+  EXPECT_FALSE(live.getReleased());
+  EXPECT_EQ(live.getInfo().getOutput(), api::OutputMode::LOSSLESS);
+  auto find_done = sandbox.findProcessRequest();
+  find_done.setKey("done");
+  auto done = find_done.send().wait(ws());
+  EXPECT_TRUE(done.getReleased());
+  EXPECT_EQ(FromCapnp(done.getInfo().getStatus()), ProcessExit::Exited(4));
+  auto reuse = kj::runCatchingExceptions([&] { StartKeyed(sandbox, "live"); });
+  EXPECT_EQ(Description(reuse).rfind("already-exists: ", 0), 0u);
+}
+
+// Lossless through the broker: a process that writes more than the profile keeps, with no
+// subscriber, is held back (its pipe fills) instead of losing bytes; a late subscriber gets
+// every byte from offset 0 and none is announced lost.
+TEST_F(BrokerTest, ALosslessProcessWaitsForItsReaderAndLosesNothing) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);  // profile "default": 1 MiB kept per stream
+  Started p = StartKeyed(sb.sandbox, "json", api::OutputMode::LOSSLESS);
+  int out = helper_->process(p.id).stdout_w.get();
+  std::string data(4 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7 + i / 4093);
+  std::atomic<size_t> written{0};
+  std::thread writer([&] {
+    while (written < data.size()) {
+      ssize_t n = write(out, data.data() + written, std::min<size_t>(64 << 10, data.size() - written));
+      if (n <= 0) return;
+      written += static_cast<size_t>(n);
+    }
+  });
+  ProcessRecord* record = *broker_->registry().VisibleProcess(owner_, sb.id, p.id);
+  Until([&] { return record->stdout_log->end() == (1u << 20); });
+  for (int i = 0; i < 20; ++i) ws().poll();
+  EXPECT_EQ(record->stdout_log->end(), 1u << 20) << "nothing beyond the capacity unread";
+  EXPECT_LT(written.load(), data.size()) << "the writer is held back";
+  auto [subscription, collector] = Subscribe(p.process);
+  Collector& got = *collector;
+  Until([&] { return got.bytes.size() == data.size(); });
+  writer.join();
+  EXPECT_EQ(got.lost, 0u);
+  EXPECT_TRUE(got.bytes == data) << "every byte, in order";
 }
 
 }  // namespace

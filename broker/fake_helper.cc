@@ -101,6 +101,7 @@ FakeHelper::FakeProcess& FakeHelper::AddKeptProcess(const std::string& sandbox_i
   kept.push_back(kj::mv(out_r));
   kept.push_back(kj::mv(err_r));
   inventory_processes.emplace_back(sandbox_id, process_id);
+  known_.insert(process_id);
   FakeProcess& p = processes_[process_id];
   p.sandbox_id = sandbox_id;
   p.stdin_r = kj::mv(in_r);
@@ -231,6 +232,16 @@ kj::Promise<void> FakeHelper::closeInput(CloseInputContext context) {
   std::string id = context.getParams().getProcessId().cStr();
   calls.push_back("closeInput " + id);
   if (has_process(id)) processes_.at(id).input_closed = true;
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::releaseProcess(ReleaseProcessContext context) {
+  std::string id = context.getParams().getProcessId().cStr();
+  calls.push_back("release " + id);
+  if (known_.count(id) == 0) return Error("not-found: no process " + id);
+  // The privhelper refuses a process it has not seen end.
+  if (exits_.count(id) == 0) return Error("failed-precondition: process " + id + " still runs");
+  known_.erase(id);
   return kj::READY_NOW;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ class FakeHelper final : public helper::Helper::Server {
 
   helper::BrokerPolicy::Reader policy() { return policy_.getRoot<helper::BrokerPolicy>(); }
 
-  // Every call, as "method sandbox-id [process-id] [signal]".
+  // Every call, as "method sandbox-id [process-id] [signal]" (releaseProcess: "release <id>").
   std::vector<std::string> calls;
   // The client each create was made for, as "uid:gid,gid...".
   std::vector<std::string> create_peers;
@@ -48,6 +49,8 @@ class FakeHelper final : public helper::Helper::Server {
   };
   FakeProcess& process(const std::string& id) { return processes_.at(id); }
   bool has_process(const std::string& id) const { return processes_.count(id) > 0; }
+  // Processes started or kept and not released yet (what the privhelper would still hold).
+  size_t held_processes() const { return known_.size(); }
   // Ends the process: every waitProcess for it resolves with this status.
   void Exit(const std::string& id, int exit_code);
   void Kill(const std::string& id, int signal);
@@ -86,6 +89,7 @@ class FakeHelper final : public helper::Helper::Server {
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
   kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
+  kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
 
  private:
   kj::Promise<void> Held(const std::string& error);
@@ -96,6 +100,7 @@ class FakeHelper final : public helper::Helper::Server {
   // The broker's ends of kept processes, until reattach() takes them.
   std::map<std::string, std::vector<kj::AutoCloseFd>> kept_;
   std::map<std::string, ProcessExit> exits_;
+  std::set<std::string> known_;  // started or kept, not released
   std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>> waiters_;
   std::map<std::string, std::pair<std::string, bool>> stops_;  // sandbox -> reason, oom
   std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>> stop_waiters_;

@@ -247,7 +247,7 @@ int Main(int argc, char** argv) {
   capnp::MallocMessageBuilder policy_message;
   policy_message.setRoot(policy_response.getPolicy());
 
-  Broker broker(low, io.unixEventPort, helper,
+  Broker broker(low, io.unixEventPort, io.provider->getTimer(), helper,
                 policy_message.getRoot<helper::BrokerPolicy>().asReader(), log_dir);
   // Rebuild the registry from the privhelper's inventory: after a broker crash, every sandbox
   // and process is taken over (its output continues in its log at the same offsets); after a

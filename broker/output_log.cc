@@ -15,23 +15,32 @@ uint64_t OutputLog::Slack(uint64_t capacity) {
   return std::clamp<uint64_t>(capacity / 8, 64 << 10, 1 << 20);
 }
 
-absl::StatusOr<kj::Own<OutputLog>> OutputLog::Open(const std::string& path, uint64_t capacity) {
+absl::StatusOr<kj::Own<OutputLog>> OutputLog::Open(const std::string& path, uint64_t capacity,
+                                                   bool lossless) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return ErrnoStatus("open", path);
   kj::AutoCloseFd owned(fd);
   struct stat st;
   if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", path);
   if (!S_ISREG(st.st_mode)) return absl::FailedPreconditionError(path + " is not a file");
-  auto log = kj::heap<OutputLog>(kj::mv(owned), static_cast<uint64_t>(st.st_size), capacity);
+  auto log = kj::heap<OutputLog>(kj::mv(owned), static_cast<uint64_t>(st.st_size), capacity,
+                                 lossless);
   // A predecessor that died may have left up to a step unpunched (or kept more, under another
   // capacity): release everything before start() now, or it would stay allocated for good.
   log->Punch();
   return log;
 }
 
-absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more) {
+uint64_t OutputLog::Room() const {
+  if (!lossless_) return UINT64_MAX;
+  uint64_t unread = end_ - read_mark_;
+  return unread >= capacity_ ? 0 : capacity_ - unread;
+}
+
+absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more, bool* full) {
   *eof = false;
   *more = false;
+  *full = false;
   size_t moved = 0;
   // One splice adds at most a step, and Advance punches after each: a turn of kTurnBytes into
   // a small log must not hold kTurnBytes more on disk than the log keeps.
@@ -41,9 +50,17 @@ absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more)
       *more = true;
       break;
     }
+    // Lossless: never more than nobody-has-read allows, so start() never passes the read
+    // mark and nothing unread is punched.
+    uint64_t room = Room();
+    if (room == 0) {
+      *full = true;
+      break;
+    }
+    size_t len = static_cast<size_t>(std::min<uint64_t>(step, room));
     // An explicit file offset: splice into an O_APPEND file fails with EINVAL.
     loff_t off = static_cast<loff_t>(end_);
-    ssize_t n = splice(pipe_fd, nullptr, fd_.get(), &off, step,
+    ssize_t n = splice(pipe_fd, nullptr, fd_.get(), &off, len,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
     if (n > 0) {
       moved += static_cast<size_t>(n);
@@ -60,6 +77,22 @@ absl::StatusOr<size_t> OutputLog::SpliceFrom(int pipe_fd, bool* eof, bool* more)
   }
   if (moved > 0) Notify();
   return moved;
+}
+
+void OutputLog::MarkRead(uint64_t offset) {
+  if (offset <= read_mark_) return;
+  read_mark_ = std::min(offset, end_);
+  if (room_.get() != nullptr && Room() > 0) {
+    room_->fulfill();
+    room_ = nullptr;
+  }
+}
+
+kj::Promise<void> OutputLog::WhenRoom() {
+  if (Room() > 0) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  room_ = kj::mv(paf.fulfiller);  // one pump per log
+  return kj::mv(paf.promise);
 }
 
 absl::Status OutputLog::Append(const char* data, size_t size) {

@@ -9,8 +9,16 @@
 // the file never has more than MaxAllocatedBytes(capacity) = capacity + 2 x Slack(capacity)
 // bytes allocated (plus a filesystem block at each end of the kept range). Subscribers read
 // with pread, served from the page cache; the broker's own memory does not grow with output.
+//
+// A lossless log (api.capnp OutputMode.lossless) never drops a byte nobody has read: it tracks
+// a read mark (the furthest offset a subscriber was sent and acknowledged) and refuses to
+// take more from the pipe once end() - read mark reaches the capacity, so the pipe fills and
+// the process's writes wait. Bytes before the read mark may go as in dropOldest; bytes after
+// it never do. A reopened lossless log does not know its predecessor's mark and takes the
+// start of what it keeps, so nothing unread can be punched.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -25,17 +33,34 @@ namespace paseo {
 class OutputLog {
  public:
   // Opens `path`, creating it if needed; an existing file continues at its size.
-  static absl::StatusOr<kj::Own<OutputLog>> Open(const std::string& path, uint64_t capacity);
+  static absl::StatusOr<kj::Own<OutputLog>> Open(const std::string& path, uint64_t capacity,
+                                                 bool lossless = false);
 
-  uint64_t start() const { return end_ > capacity_ ? end_ - capacity_ : 0; }
+  // The oldest byte kept: the newest `capacity` bytes, and in a lossless log never past the
+  // read mark.
+  uint64_t start() const {
+    uint64_t newest = end_ > capacity_ ? end_ - capacity_ : 0;
+    return lossless_ ? std::min(newest, read_mark_) : newest;
+  }
   uint64_t end() const { return end_; }
   bool closed() const { return closed_; }
+  bool lossless() const { return lossless_; }
+  uint64_t read_mark() const { return read_mark_; }
+  // How many more bytes the log takes now: unbounded unless lossless, else the capacity less
+  // what nobody has read.
+  uint64_t Room() const;
 
   // Moves what `pipe_fd` (non-blocking) holds into the log, at most kTurnBytes per call so one
   // busy stream cannot monopolize the broker, in splices of at most Slack(capacity) bytes with
   // old bytes punched after each. Returns the bytes moved; sets *eof when its writers are gone
-  // and *more when it stopped at the bound with data left.
-  absl::StatusOr<size_t> SpliceFrom(int pipe_fd, bool* eof, bool* more);
+  // and *more when it stopped at the bound with data left. A lossless log with no Room() moves
+  // nothing and sets *full: wait for WhenRoom() before calling again.
+  absl::StatusOr<size_t> SpliceFrom(int pipe_fd, bool* eof, bool* more, bool* full);
+  // A subscriber was sent and acknowledged everything before `offset`: moves the read mark on
+  // (never back) and wakes a pump waiting for room.
+  void MarkRead(uint64_t offset);
+  // Resolves once MarkRead made room (at once if there is some).
+  kj::Promise<void> WhenRoom();
   static constexpr size_t kTurnBytes = 4 << 20;
   // The step in which old bytes are released and the most one splice (or write) adds before
   // the next release: capacity / 8, at least 64 KiB (fewer fallocate calls for small logs), at
@@ -52,8 +77,12 @@ class OutputLog {
   kj::Promise<void> WhenChanged();
 
   // Use Open().
-  OutputLog(kj::AutoCloseFd fd, uint64_t size, uint64_t capacity)
-      : fd_(kj::mv(fd)), end_(size), punched_(0), capacity_(capacity) {}
+  OutputLog(kj::AutoCloseFd fd, uint64_t size, uint64_t capacity, bool lossless)
+      : fd_(kj::mv(fd)), end_(size), punched_(0), capacity_(capacity), lossless_(lossless) {
+    // A new log has read nothing; a reopened one cannot know what was read: everything kept
+    // counts as unread.
+    read_mark_ = end_ > capacity_ ? end_ - capacity_ : 0;
+  }
 
  private:
   // Counts `bytes` more and punches out what fell before start() once it is a step or more.
@@ -66,7 +95,10 @@ class OutputLog {
   uint64_t end_;
   uint64_t punched_;  // bytes before this offset have been released from the file
   uint64_t capacity_;
+  bool lossless_;
+  uint64_t read_mark_ = 0;  // lossless: the furthest offset some subscriber acknowledged
   bool closed_ = false;
+  kj::Own<kj::PromiseFulfiller<void>> room_;  // the pump waiting in WhenRoom()
   // One forked promise per change: a cancelled subscriber drops only its branch, so waiting
   // costs nothing that outlives the waiter.
   kj::Maybe<kj::ForkedPromise<void>> changed_;

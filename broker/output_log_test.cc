@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include <kj/async.h>
+
 #include "gtest/gtest.h"
 
 namespace paseo {
@@ -50,16 +52,16 @@ TEST(OutputLogTest, SplicesPipeBytesAndNumbersThem) {
   ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
   std::string data = Pattern(40000, 1);
   ASSERT_EQ(write(p[1], data.data(), data.size()), static_cast<ssize_t>(data.size()));
-  bool eof = false, more = false;
-  auto moved = (*log)->SpliceFrom(p[0], &eof, &more);
+  bool eof = false, more = false, full = false;
+  auto moved = (*log)->SpliceFrom(p[0], &eof, &more, &full);
   ASSERT_TRUE(moved.ok());
   EXPECT_EQ(*moved, data.size());
   EXPECT_FALSE(eof);
   EXPECT_FALSE(more);
-  moved = (*log)->SpliceFrom(p[0], &eof, &more);
+  moved = (*log)->SpliceFrom(p[0], &eof, &more, &full);
   EXPECT_EQ(*moved, 0u) << "an empty pipe moves nothing";
   close(p[1]);
-  moved = (*log)->SpliceFrom(p[0], &eof, &more);
+  moved = (*log)->SpliceFrom(p[0], &eof, &more, &full);
   EXPECT_TRUE(eof);
   close(p[0]);
   EXPECT_EQ((*log)->end(), data.size());
@@ -104,14 +106,14 @@ TEST(OutputLogTest, DiskAllocationStaysWithinTheStatedBound) {
     ASSERT_EQ(fcntl(p[1], F_SETFL, O_NONBLOCK), 0);
     const uint64_t bound = Bound(path, capacity);
     const std::string piece = Pattern(768 << 10, 5);
-    bool eof = false, more = false;
+    bool eof = false, more = false, full = false;
     for (int i = 0; i < 12; ++i) {  // pipe and log in turns: single-threaded, deterministic
       size_t put = 0;
       while (put < piece.size()) {
         ssize_t n = write(p[1], piece.data() + put, piece.size() - put);
         ASSERT_TRUE(n > 0 || errno == EAGAIN);
         if (n > 0) put += static_cast<size_t>(n);
-        ASSERT_TRUE((*log)->SpliceFrom(p[0], &eof, &more).ok());
+        ASSERT_TRUE((*log)->SpliceFrom(p[0], &eof, &more, &full).ok());
         EXPECT_LE(Allocated(path), bound) << "capacity " << capacity << ", end " << (*log)->end();
       }
     }
@@ -137,7 +139,7 @@ TEST(OutputLogTest, DiskAllocationStaysWithinTheStatedBound) {
     });
     uint64_t start_end = (*log)->end();
     while (!eof) {
-      auto moved = (*log)->SpliceFrom(p[0], &eof, &more);
+      auto moved = (*log)->SpliceFrom(p[0], &eof, &more, &full);
       ASSERT_TRUE(moved.ok()) << moved.status();
       if (*moved == 0 && !eof) {
         pollfd pfd = {p[0], POLLIN, 0};
@@ -194,6 +196,121 @@ TEST(OutputLogTest, RefusesSymlinks) {
   unlink(link.c_str());
   ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
   EXPECT_FALSE(OutputLog::Open(link, 1 << 20).ok());
+}
+
+// Fills a non-blocking pipe with `bytes` (as much as it takes) and returns what it took.
+size_t Fill(int fd, const std::string& bytes) {
+  ssize_t n = write(fd, bytes.data(), bytes.size());
+  return n > 0 ? static_cast<size_t>(n) : 0;
+}
+
+TEST(OutputLogTest, ALosslessLogStopsTakingAtTheCapacityUnreadAndResumesAsTheReadMarkMoves) {
+  std::string path = TempPath("lossless.log");
+  unlink(path.c_str());
+  const uint64_t capacity = 256 << 10;
+  auto log = OutputLog::Open(path, capacity, /*lossless=*/true);
+  ASSERT_TRUE(log.ok()) << log.status();
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  ASSERT_GE(fcntl(p[1], F_SETPIPE_SZ, 1 << 20), 1 << 20);
+  std::string data = Pattern(1 << 20, 9);
+  size_t sent = Fill(p[1], data);
+  ASSERT_EQ(sent, data.size());
+  bool eof = false, more = false, full = false;
+  auto moved = (*log)->SpliceFrom(p[0], &eof, &more, &full);
+  ASSERT_TRUE(moved.ok());
+  EXPECT_EQ(*moved, capacity) << "exactly the capacity is taken while nothing is read";
+  EXPECT_TRUE(full);
+  EXPECT_EQ((*log)->Room(), 0u);
+  EXPECT_EQ((*log)->start(), 0u) << "nothing unread is dropped";
+  auto room = (*log)->WhenRoom();
+  kj::EventLoop loop;
+  kj::WaitScope ws(loop);
+  EXPECT_FALSE(room.poll(ws)) << "no room until someone reads";
+
+  (*log)->MarkRead(100 << 10);
+  EXPECT_TRUE(room.poll(ws));
+  EXPECT_EQ((*log)->Room(), uint64_t{100} << 10);
+  moved = (*log)->SpliceFrom(p[0], &eof, &more, &full);
+  EXPECT_EQ(*moved, uint64_t{100} << 10);
+  EXPECT_TRUE(full);
+  EXPECT_EQ((*log)->start(), uint64_t{100} << 10) << "what was read may go, nothing else";
+  (*log)->MarkRead(50);  // a slower subscriber's acknowledgement never moves the mark back
+  EXPECT_EQ((*log)->read_mark(), uint64_t{100} << 10);
+
+  // Read everything as it comes: every byte arrives, none announced lost.
+  std::string got = (*log)->Read(0, 1 << 20);
+  ASSERT_EQ(got.size(), 0u) << "offset 0 was read by someone and may be gone";
+  got = data.substr(0, 100 << 10);
+  uint64_t next = 100 << 10;
+  close(p[1]);
+  while (!eof) {
+    ASSERT_GE(next, (*log)->start()) << "an unread byte was dropped";
+    std::string chunk = (*log)->Read(next, 64 << 10);
+    got += chunk;
+    next += chunk.size();
+    (*log)->MarkRead(next);
+    ASSERT_TRUE((*log)->SpliceFrom(p[0], &eof, &more, &full).ok());
+    ASSERT_LE((*log)->end() - (*log)->read_mark(), capacity);
+  }
+  got += (*log)->Read(next, 1 << 20);
+  EXPECT_EQ(got, data);
+  EXPECT_LE(Allocated(path), Bound(path, capacity));
+  close(p[0]);
+}
+
+TEST(OutputLogTest, ADropOldestLogNeverWaitsForReaders) {
+  std::string path = TempPath("dropping.log");
+  unlink(path.c_str());
+  auto log = OutputLog::Open(path, 64 << 10);
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  std::string data = Pattern(60000, 2);
+  bool eof = false, more = false, full = false;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(Fill(p[1], data), data.size());
+    ASSERT_TRUE((*log)->SpliceFrom(p[0], &eof, &more, &full).ok());
+    EXPECT_FALSE(full);
+  }
+  EXPECT_EQ((*log)->end(), 4 * data.size());
+  EXPECT_EQ((*log)->start(), 4 * data.size() - (64 << 10));
+  close(p[0]);
+  close(p[1]);
+}
+
+// After a broker restart nobody knows how far the subscribers read: the reopened lossless log
+// counts everything it keeps as unread, so it takes nothing more and punches nothing until a
+// subscriber acknowledges bytes.
+TEST(OutputLogTest, AReopenedLosslessLogTakesEverythingKeptAsUnread) {
+  std::string path = TempPath("lossless-reopen.log");
+  unlink(path.c_str());
+  const uint64_t capacity = 64 << 10;
+  std::string first = Pattern(200 << 10, 4);
+  {
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_EQ(write(fd, first.data(), first.size()), static_cast<ssize_t>(first.size()));
+    close(fd);
+  }
+  auto log = OutputLog::Open(path, capacity, /*lossless=*/true);
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ((*log)->start(), first.size() - capacity);
+  EXPECT_EQ((*log)->read_mark(), (*log)->start());
+  EXPECT_EQ((*log)->Room(), 0u);
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  ASSERT_EQ(Fill(p[1], "more"), 4u);
+  bool eof = false, more = false, full = false;
+  ASSERT_TRUE((*log)->SpliceFrom(p[0], &eof, &more, &full).ok());
+  EXPECT_TRUE(full);
+  EXPECT_EQ((*log)->end(), first.size());
+  EXPECT_EQ((*log)->Read((*log)->start(), 1 << 20), first.substr(first.size() - capacity));
+  // A client resubscribing from its own offset (within what is kept) moves the mark on.
+  (*log)->MarkRead(first.size() - 10);
+  ASSERT_TRUE((*log)->SpliceFrom(p[0], &eof, &more, &full).ok());
+  EXPECT_EQ((*log)->end(), first.size() + 4);
+  EXPECT_EQ((*log)->Read(first.size(), 16), "more");
+  close(p[0]);
+  close(p[1]);
 }
 
 }  // namespace

@@ -23,16 +23,21 @@ struct DrainSource {
 // Moves a pipe's bytes into `log` until EOF. Moving never waits for any subscriber, so a slow
 // client cannot stall the process.
 kj::Promise<void> Drain(kj::Own<DrainSource> source, OutputLog& log) {
-  bool eof = false, more = false;
-  auto moved = log.SpliceFrom(source->fd.get(), &eof, &more);
+  bool eof = false, more = false, full = false;
+  auto moved = log.SpliceFrom(source->fd.get(), &eof, &more, &full);
   if (!moved.ok() || eof) {
     if (!moved.ok()) KJ_LOG(ERROR, "output log failed", moved.status().ToString());
     log.Close();
     return kj::READY_NOW;
   }
   // Edge-triggered: only wait for readability once the pipe is empty; after a bounded turn
-  // with more to move, yield to the event loop and continue.
-  auto next = more ? kj::evalLater([] {}) : source->observer->whenBecomesReadable();
+  // with more to move, yield to the event loop and continue. A full lossless log waits for a
+  // reader instead (the pipe fills and the writer blocks): nothing wakes the loop until a
+  // subscriber acknowledges bytes, and then the next splice comes first (the pipe's readable
+  // edge may have passed while nobody waited for it).
+  auto next = full   ? log.WhenRoom()
+              : more ? kj::evalLater([] {})
+                     : source->observer->whenBecomesReadable();
   return next.then([source = kj::mv(source), &log]() mutable {
     return Drain(kj::mv(source), log);
   });
@@ -117,6 +122,20 @@ void ProcessRecord::SetExit(ProcessExit how) {
   if (end_.get() != nullptr) end_->fulfill();
 }
 
+kj::TaskSet::ErrorHandler& IgnoreTaskErrors() {
+  class Ignore final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  };
+  static Ignore ignore;
+  return ignore;
+}
+
+void ProcessRecord::MarkDrained(api::Stream stream) {
+  bool was = drained();
+  (stream == api::Stream::STDERR ? stderr_drained : stdout_drained) = true;
+  if (!was && drained() && on_drained) on_drained();
+}
+
 kj::Promise<void> ProcessRecord::WhenEnded() {
   if (ended()) return kj::READY_NOW;
   KJ_IF_MAYBE(forked, ended_) { return forked->addBranch(); }
@@ -159,6 +178,8 @@ kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t
     req.setData(kj::arrayPtr(reinterpret_cast<const capnp::byte*>(bytes.data()), bytes.size()));
     uint64_t after = next + bytes.size();
     return req.send().then([p = kj::mv(p), stream, after, sink]() mutable {
+      // Acknowledged: a lossless stream may take that much more from its pipe.
+      p->log(stream).MarkRead(after);
       return Deliver(kj::mv(p), stream, after, kj::mv(sink));
     });
   }
@@ -166,7 +187,9 @@ kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t
     auto req = sink.endRequest();
     ToCapnp(p->exit, req.initStatus());
     req.setEndOffset(log.end());
-    return req.send().ignoreResult();
+    ProcessRecord* raw = p.get();  // the record owns the task
+    raw->end_calls.add(req.send().then([raw, stream](auto&&) { raw->MarkDrained(stream); }));
+    return kj::READY_NOW;
   }
   auto changed = log.closed() ? p->WhenEnded() : log.WhenChanged();
   return changed.then([p = kj::mv(p), stream, next, sink]() mutable {

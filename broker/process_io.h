@@ -4,12 +4,14 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 #include <kj/io.h>
+#include <kj/time.h>
 
 #include "absl/status/statusor.h"
 #include "broker/output_log.h"
@@ -57,11 +59,16 @@ class InputQueue : public kj::Refcounted {
   size_t queued_ = 0;
 };
 
+// Drops the failures of tasks nobody waits for (an end call to a subscriber that went away).
+kj::TaskSet::ErrorHandler& IgnoreTaskErrors();
+
 struct ProcessRecord : public kj::Refcounted {
   std::string id;
   std::string sandbox_id;
+  std::string key;  // api.capnp ProcessSpec.key; empty if none
   std::vector<std::string> argv;
   bool tty = false;
+  api::OutputMode output = api::OutputMode::DROP_OLDEST;
   bool input_closed = false;  // tty: closeInput sent the EOF frame; the pipe stays for resize
   kj::Own<OutputLog> stdout_log;  // a tty process's single stream is kept here (`pty`)
   kj::Own<OutputLog> stderr_log;
@@ -69,8 +76,25 @@ struct ProcessRecord : public kj::Refcounted {
   ProcessExit exit;
   kj::Promise<void> pumps = nullptr;
 
+  // Released (Process.release, or by the service): gone from its sandbox; a client still
+  // holding it gets not-found.
+  bool released = false;
+  // Each stream has been delivered to its end to some subscriber (OutputSink.end returned).
+  // A tty process has one stream (pty, kept as stdout).
+  bool stdout_drained = false, stderr_drained = false;
+  // Called once when the process becomes drained (the broker considers releasing it).
+  std::function<void()> on_drained;
+  // End calls in flight, owned here rather than by their subscription: a client that drops
+  // its subscription as soon as end() reaches it must still count as having read to the end
+  // (its Finish can overtake the end call's Return).
+  kj::TaskSet end_calls{IgnoreTaskErrors()};
+  // When the broker learned of its end and of its drain (for ReleaseRules, registry.h).
+  std::optional<kj::TimePoint> ended_at, drained_at;
+
   OutputLog& log(api::Stream s) { return s == api::Stream::STDERR ? *stderr_log : *stdout_log; }
   bool ended() const { return exit.ended(); }
+  bool drained() const { return stdout_drained && (tty || stderr_drained); }
+  void MarkDrained(api::Stream stream);
   // Records how it ended (once), releases its stdin and wakes every waiter.
   void SetExit(ProcessExit how);
   kj::Promise<void> WhenEnded();

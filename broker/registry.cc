@@ -1,6 +1,9 @@
 // See registry.h.
 #include "broker/registry.h"
 
+#include <algorithm>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/ids.h"
 #include "common/status.h"
@@ -239,6 +242,125 @@ absl::StatusOr<ProcessRecord*> Registry::VisibleProcess(const Peer& peer,
   return it->second.get();
 }
 
+absl::Status Registry::ReserveProcessKey(SandboxRecord& sb, const std::string& key,
+                                         const std::string& process_id) {
+  if (key.empty()) return absl::OkStatus();
+  bool remembered = false;
+  for (const auto& r : sb.released) remembered = remembered || r.key == key;
+  if (remembered || sb.process_keys.count(key))
+    return absl::AlreadyExistsError(
+        absl::StrCat("sandbox ", sb.id, " already has a process with key \"", key, "\"",
+                     remembered ? " (released)" : ""));
+  sb.process_keys.emplace(key, process_id);
+  return absl::OkStatus();
+}
+
+void Registry::UnreserveProcessKey(const std::string& sandbox_id, const std::string& key) {
+  SandboxRecord* sb = Find(sandbox_id);
+  if (sb != nullptr && !key.empty()) sb->process_keys.erase(key);
+}
+
+absl::StatusOr<Registry::KeyedProcess> Registry::FindProcessByKey(const Peer& peer,
+                                                                  const std::string& sandbox_id,
+                                                                  const std::string& key) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, sandbox_id));
+  KeyedProcess found;
+  auto it = key.empty() ? sb->process_keys.end() : sb->process_keys.find(key);
+  if (it != sb->process_keys.end()) {
+    auto p = sb->processes.find(it->second);
+    if (p != sb->processes.end()) found.process = p->second.get();  // else: still starting
+  }
+  for (const auto& r : sb->released) {
+    if (!key.empty() && r.key == key) found.released = &r;
+  }
+  if (found.process == nullptr && found.released == nullptr)
+    return absl::NotFoundError(absl::StrCat("no process with key \"", key, "\""));
+  return found;
+}
+
+absl::StatusOr<kj::Own<ProcessRecord>> Registry::Release(const std::string& sandbox_id,
+                                                         const std::string& process_id) {
+  SandboxRecord* sb = Find(sandbox_id);
+  if (sb == nullptr) return absl::NotFoundError("sandbox was deleted");
+  auto it = sb->processes.find(process_id);
+  if (it == sb->processes.end()) return absl::NotFoundError("no such process");
+  if (!it->second->ended())
+    return absl::FailedPreconditionError(absl::StrCat("process ", process_id, " still runs"));
+  kj::Own<ProcessRecord> p = kj::mv(it->second);
+  sb->processes.erase(it);
+  std::erase(sb->process_order, process_id);
+  p->released = true;
+  if (!p->key.empty()) {
+    sb->process_keys.erase(p->key);
+    sb->released.push_back({p->id, p->key, p->exit});
+    if (sb->released.size() > ReleaseRules::kReleasedKeysKept) sb->released.pop_front();
+  }
+  return p;
+}
+
+namespace {
+
+// The ended (or drained) processes of a sandbox, oldest end (drain) first.
+std::vector<const ProcessRecord*> EndedInOrder(const SandboxRecord& sb, bool drained_only) {
+  std::vector<const ProcessRecord*> out;
+  for (const auto& id : sb.process_order) {
+    const ProcessRecord& p = *sb.processes.at(id);
+    if (!p.ended() || !p.ended_at) continue;  // its end is not recorded yet
+    if (drained_only && !(p.drained() && p.drained_at)) continue;
+    out.push_back(&p);
+  }
+  auto when = [drained_only](const ProcessRecord* p) {
+    return drained_only ? *p->drained_at : *p->ended_at;
+  };
+  std::stable_sort(out.begin(), out.end(),
+                   [&](const ProcessRecord* a, const ProcessRecord* b) { return when(a) < when(b); });
+  return out;
+}
+
+// When a process is due by time alone.
+kj::TimePoint DueAt(const ProcessRecord& p) {
+  if (p.drained() && p.drained_at) return *p.drained_at + ReleaseRules::kDrainedLinger;
+  return *p.ended_at + ReleaseRules::kUndrainedLinger;
+}
+
+}  // namespace
+
+std::vector<std::string> Registry::DueForRelease(const SandboxRecord& sb, kj::TimePoint now) {
+  std::vector<std::string> due;
+  std::set<const ProcessRecord*> taken;
+  auto take = [&](const ProcessRecord* p) {
+    if (taken.insert(p).second) due.push_back(p->id);
+  };
+  // Counted over what is left after the earlier rules, oldest first.
+  auto trim = [&](const std::vector<const ProcessRecord*>& in_order, size_t keep) {
+    size_t left = 0;
+    for (const auto* p : in_order) left += taken.count(p) ? 0 : 1;
+    for (const auto* p : in_order) {
+      if (left <= keep) break;
+      if (taken.count(p)) continue;
+      take(p);
+      --left;
+    }
+  };
+  auto ended = EndedInOrder(sb, /*drained_only=*/false);
+  for (const auto* p : ended) {
+    if (DueAt(*p) <= now) take(p);
+  }
+  trim(EndedInOrder(sb, /*drained_only=*/true), ReleaseRules::kDrainedKept);
+  trim(ended, ReleaseRules::kEndedKept);
+  return due;
+}
+
+std::optional<kj::TimePoint> Registry::NextReleaseAt(const SandboxRecord& sb) {
+  std::optional<kj::TimePoint> next;
+  for (const auto& [id, p] : sb.processes) {
+    if (!p->ended() || !p->ended_at) continue;
+    kj::TimePoint at = DueAt(*p);
+    if (!next || at < *next) next = at;
+  }
+  return next;
+}
+
 void Registry::MarkStopped(const std::string& id, const std::string& reason, bool oom_killed) {
   SandboxRecord* sb = Find(id);
   if (sb == nullptr || sb->state == SandboxState::kCreating) return;
@@ -259,6 +381,12 @@ SandboxRecord& Registry::Restore(std::unique_ptr<SandboxRecord> sandbox) {
 SandboxRecord* Registry::Find(const std::string& id) {
   auto it = sandboxes_.find(id);
   return it == sandboxes_.end() ? nullptr : it->second.get();
+}
+
+std::vector<SandboxRecord*> Registry::All() {
+  std::vector<SandboxRecord*> all;
+  for (auto& [id, sb] : sandboxes_) all.push_back(sb.get());
+  return all;
 }
 
 }  // namespace paseo

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "broker/authorization.h"
 #include "broker/process_io.h"
+#include "common/process_exit.h"
 #include "common/request_checks.h"
 #include "schema/helper.capnp.h"
 
@@ -38,6 +40,26 @@ enum class SandboxState {
 // The state's name in the public API (api.capnp SandboxInfo.state).
 const char* StateName(SandboxState state);
 
+// What a sandbox remembers of a released process that had a key (Sandbox.findProcess).
+struct ReleasedProcess {
+  std::string id;
+  std::string key;
+  ProcessExit exit;
+};
+
+// When ended processes are released by the service (api.capnp Process.release): a drained one
+// (every stream read to its end) after kDrainedLinger or once the sandbox has more than
+// kDrainedKept of them; any ended one kUndrainedLinger after its end or once the sandbox has
+// more than kEndedKept of them, oldest first. The keys of the last kReleasedKeysKept released
+// processes are remembered.
+struct ReleaseRules {
+  static constexpr kj::Duration kDrainedLinger = 60 * kj::SECONDS;
+  static constexpr kj::Duration kUndrainedLinger = 3600 * kj::SECONDS;
+  static constexpr size_t kDrainedKept = 64;
+  static constexpr size_t kEndedKept = 1024;
+  static constexpr size_t kReleasedKeysKept = 1024;
+};
+
 struct SandboxRecord {
   std::string id;
   std::string deployment_id;
@@ -54,8 +76,12 @@ struct SandboxRecord {
   std::string stop_reason;
   bool oom_killed = false;
   uint64_t buffer_bytes = 8 << 20;  // output kept per stream (the profile's outputBufferBytes)
-  std::vector<std::string> process_order;
+  std::vector<std::string> process_order;  // not released, in start order
   std::map<std::string, kj::Own<ProcessRecord>> processes;
+  // Every key in use -> its process id, from the moment a start with it is accepted (so two
+  // concurrent starts cannot both take it) until the process is released.
+  std::map<std::string, std::string> process_keys;
+  std::deque<ReleasedProcess> released;  // oldest first, at most kReleasedKeysKept
 };
 
 // What a client asks for when it creates a sandbox, as far as the registry decides it.
@@ -134,6 +160,30 @@ class Registry {
   absl::StatusOr<ProcessRecord*> VisibleProcess(const Peer& peer, const std::string& sandbox_id,
                                                 const std::string& process_id);
 
+  // --- process keys and release
+  // Takes `key` (if not empty) for a process about to start: already-exists if a process of
+  // the sandbox has it, a start with it is under way, or a released process had it.
+  absl::Status ReserveProcessKey(SandboxRecord& sb, const std::string& key,
+                                 const std::string& process_id);
+  // The start failed: the key is free again.
+  void UnreserveProcessKey(const std::string& sandbox_id, const std::string& key);
+  // The process of a visible sandbox started with `key`, or what is remembered of it once
+  // released (exactly one is set); not-found otherwise.
+  struct KeyedProcess {
+    ProcessRecord* process = nullptr;
+    const ReleasedProcess* released = nullptr;
+  };
+  absl::StatusOr<KeyedProcess> FindProcessByKey(const Peer& peer, const std::string& sandbox_id,
+                                                const std::string& key);
+  // Forgets an ended process (failed-precondition while it runs), remembering its key, and
+  // returns it so the caller can free what it holds (its logs, the privhelper's part).
+  absl::StatusOr<kj::Own<ProcessRecord>> Release(const std::string& sandbox_id,
+                                                 const std::string& process_id);
+  // The ended processes of `sb` that ReleaseRules says go now, in the order to release them.
+  static std::vector<std::string> DueForRelease(const SandboxRecord& sb, kj::TimePoint now);
+  // When DueForRelease will next name a process of `sb` by time alone (none: nothing ended).
+  static std::optional<kj::TimePoint> NextReleaseAt(const SandboxRecord& sb);
+
   // The privhelper says the sandbox stopped by itself (`oom_killed`: the host's OOM killer did
   // it; a process of it ending oom-killed says the same). A running or adopted sandbox becomes
   // kStopped (kOomKilled); one being deleted stays kDeleting and comes back stopped if the delete
@@ -143,6 +193,8 @@ class Registry {
   // Rebuilding after a broker restart: adds a sandbox as it is.
   SandboxRecord& Restore(std::unique_ptr<SandboxRecord> sandbox);
   SandboxRecord* Find(const std::string& id);
+  // Every sandbox, ordered by id.
+  std::vector<SandboxRecord*> All();
   size_t size() const { return sandboxes_.size(); }
 
  private:

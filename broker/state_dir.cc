@@ -30,11 +30,19 @@ absl::StatusOr<std::string> StateDir::SandboxDir(const std::string& sandbox_id, 
 absl::Status StateDir::OpenLogs(ProcessRecord& p, uint64_t capacity) {
   if (!IsValidId(p.id)) return absl::InternalError("bad process id for a log");
   ASSIGN_OR_RETURN(std::string dir, SandboxDir(p.sandbox_id, /*create=*/true));
+  bool lossless = p.output == api::OutputMode::LOSSLESS;
   ASSIGN_OR_RETURN(p.stdout_log,
-                   OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stdout"), capacity));
+                   OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stdout"), capacity, lossless));
   ASSIGN_OR_RETURN(p.stderr_log,
-                   OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stderr"), capacity));
+                   OutputLog::Open(absl::StrCat(dir, "/", p.id, ".stderr"), capacity, lossless));
   return absl::OkStatus();
+}
+
+void StateDir::RemoveLogs(const std::string& sandbox_id, const std::string& process_id) {
+  auto dir = SandboxDir(sandbox_id, /*create=*/false);
+  if (!dir.ok() || !IsValidId(process_id)) return;
+  for (const char* stream : {".stdout", ".stderr"})
+    unlink(absl::StrCat(*dir, "/", process_id, stream).c_str());
 }
 
 absl::Status StateDir::Persist(const SandboxRecord& sb) {
@@ -56,6 +64,8 @@ absl::Status StateDir::Persist(const SandboxRecord& sb) {
   for (unsigned i = 0; i < procs.size(); ++i) {
     const ProcessRecord& p = *sb.processes.at(sb.process_order[i]);
     procs[i].setId(p.id);
+    procs[i].setKey(p.key);
+    procs[i].setOutput(p.output);
     // The record is rewritten on every start: keep it small whatever argv was.
     size_t kept = 0, bytes = 0;
     while (kept < p.argv.size() && bytes + p.argv[kept].size() <= kRecordArgvBytes)
@@ -63,10 +73,16 @@ absl::Status StateDir::Persist(const SandboxRecord& sb) {
     auto argv = procs[i].initArgv(static_cast<unsigned>(kept));
     for (unsigned a = 0; a < kept; ++a) argv.set(a, p.argv[a]);
   }
+  auto released = r.initReleased(static_cast<unsigned>(sb.released.size()));
+  for (unsigned i = 0; i < released.size(); ++i) {
+    released[i].setId(sb.released[i].id);
+    released[i].setKey(sb.released[i].key);
+    ToCapnp(sb.released[i].exit, released[i].initStatus());
+  }
   return WriteRecordAtomically(dir, kRecordName, r.asReader());
 }
 
-absl::StatusOr<std::map<std::string, std::vector<std::string>>> StateDir::Load(
+absl::StatusOr<std::map<std::string, StateDir::SavedProcess>> StateDir::Load(
     SandboxRecord& sandbox) {
   ASSIGN_OR_RETURN(std::string dir, SandboxDir(sandbox.id, /*create=*/false));
   capnp::MallocMessageBuilder saved;
@@ -75,12 +91,19 @@ absl::StatusOr<std::map<std::string, std::vector<std::string>>> StateDir::Load(
   sandbox.owner_uid = r.getOwnerUid();
   sandbox.key = r.getKey().cStr();
   for (auto l : r.getLabels()) sandbox.labels.emplace_back(l.getKey().cStr(), l.getValue().cStr());
-  std::map<std::string, std::vector<std::string>> argv;
-  for (auto p : r.getProcesses()) {
-    auto& out = argv[p.getId().cStr()];
-    for (auto a : p.getArgv()) out.emplace_back(a.cStr());
+  for (auto t : r.getReleased()) {
+    if (sandbox.released.size() == ReleaseRules::kReleasedKeysKept) sandbox.released.pop_front();
+    sandbox.released.push_back(
+        {t.getId().cStr(), t.getKey().cStr(), FromCapnp(t.getStatus())});
   }
-  return argv;
+  std::map<std::string, SavedProcess> saved_processes;
+  for (auto p : r.getProcesses()) {
+    auto& out = saved_processes[p.getId().cStr()];
+    for (auto a : p.getArgv()) out.argv.emplace_back(a.cStr());
+    out.key = p.getKey().cStr();
+    out.output = p.getOutput();
+  }
+  return saved_processes;
 }
 
 void StateDir::Remove(const std::string& sandbox_id) {

@@ -20,13 +20,24 @@ class StateDir {
  public:
   explicit StateDir(std::string dir) : dir_(std::move(dir)) {}
 
-  // Opens (or reopens, after a broker restart) a process's two output logs.
+  // Opens (or reopens, after a broker restart) a process's two output logs, lossless if its
+  // output mode says so.
   absl::Status OpenLogs(ProcessRecord& p, uint64_t capacity);
-  // Writes the sandbox's record next to its logs (at most 4 KiB of argv per process).
+  // Removes a process's logs (released, or its start failed); open fds keep working until
+  // they close.
+  void RemoveLogs(const std::string& sandbox_id, const std::string& process_id);
+  // Writes the sandbox's record next to its logs (at most 4 KiB of argv per process, its
+  // processes' keys and output modes, the tombstones of released ones).
   absl::Status Persist(const SandboxRecord& sandbox);
-  // Reads back what Persist wrote into `sandbox` (owner, labels, key) and returns each process's
-  // argv by process id; not-found if there is no record.
-  absl::StatusOr<std::map<std::string, std::vector<std::string>>> Load(SandboxRecord& sandbox);
+  // What the record says of a process.
+  struct SavedProcess {
+    std::vector<std::string> argv;
+    std::string key;
+    api::OutputMode output = api::OutputMode::DROP_OLDEST;
+  };
+  // Reads back what Persist wrote into `sandbox` (owner, labels, key, tombstones) and returns what
+  // it says of each process by process id; not-found if there is no record.
+  absl::StatusOr<std::map<std::string, SavedProcess>> Load(SandboxRecord& sandbox);
   // Removes a sandbox's logs and record.
   void Remove(const std::string& sandbox_id);
   // Removes every sandbox directory whose id is not in `live` (deleted while no broker ran).

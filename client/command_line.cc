@@ -122,6 +122,17 @@ std::optional<WorkspaceSpec> ParseMount(std::string_view arg) {
   return spec;
 }
 
+std::optional<api::OutputMode> ParseOutputMode(std::string_view name) {
+  if (name == "lossless") return api::OutputMode::LOSSLESS;
+  if (name == "drop-oldest") return api::OutputMode::DROP_OLDEST;
+  return std::nullopt;
+}
+
+api::OutputMode DefaultOutputMode(const ProcessOptions& p) {
+  if (p.output) return *p.output;
+  return p.tty ? api::OutputMode::DROP_OLDEST : api::OutputMode::LOSSLESS;
+}
+
 std::optional<int> ParseSignal(std::string_view name) {
   if (name.substr(0, 3) == "SIG") name.remove_prefix(3);
   static constexpr std::pair<std::string_view, int> kNames[] = {
@@ -418,7 +429,16 @@ class Parser {
         .Flag({'i', "interactive"}, p.interactive,
               "Forward stdin to the command (its input is closed at end-of-file).")
         .Values("env", p.env, "<key>=<value>", "Environment entry; may be repeated.")
-        .Value("cwd", p.cwd, "<dir>", "Working directory inside the sandbox.");
+        .Value("cwd", p.cwd, "<dir>", "Working directory inside the sandbox.")
+        .Value("key", p.key, "<key>",
+               "A name for the process, unique in the sandbox (find it again by this name).")
+        .Parsed(
+            '\0', "output", ParseOutputMode,
+            [&p](api::OutputMode mode) { p.output = mode; }, "lossless|drop-oldest",
+            "lossless or drop-oldest expected",
+            "What happens when the command writes faster than its output is read: lossless "
+            "(the command waits; the default without -t) or drop-oldest (the oldest unread "
+            "bytes go; the default with -t).");
   }
 
   kj::MainFunc TopLevel() {
@@ -436,6 +456,8 @@ class Parser {
         .addSubCommand("wait", KJ_BIND_METHOD(*this, Wait),
                        "wait for a process; exit with its exit code")
         .addSubCommand("kill", KJ_BIND_METHOD(*this, Kill), "send a signal to a process")
+        .addSubCommand("release", KJ_BIND_METHOD(*this, Release),
+                       "forget an ended process and its output")
         .addSubCommand("ps", KJ_BIND_METHOD(*this, Ps), "list your sandboxes and their processes")
         .addSubCommand("rm", KJ_BIND_METHOD(*this, Rm), "delete sandboxes")
         .addSubCommand("create", KJ_BIND_METHOD(*this, Create),
@@ -605,6 +627,14 @@ class Parser {
         "HUP, INT, QUIT, KILL, USR1, USR2, TERM, CONT, STOP, WINCH (with or without SIG) "
         "or a number, 1-64; default TERM.");
     return PerProcess(g, kill.target);
+  }
+
+  kj::MainFunc Release() {
+    auto& release = Choose<ReleaseCommand>();
+    Grammar g(context_, line_,
+              "Forgets an ended process: its output and record go (the service remembers its "
+              "key). Refused while it runs.");
+    return PerProcess(g, release.target);
   }
 
   kj::MainFunc Ps() {

@@ -50,13 +50,25 @@ std::optional<WorkspaceSpec> ParseMount(std::string_view arg);
 // "TERM", "SIGTERM" or a number, 1..64.
 std::optional<int> ParseSignal(std::string_view name);
 
-// How a process is started (run and exec): -t, -i, --env, --cwd.
+// "lossless" or "drop-oldest" (--output).
+std::optional<api::OutputMode> ParseOutputMode(std::string_view name);
+
+// How a process is started (run and exec): -t, -i, --env, --cwd, --key, --output.
 struct ProcessOptions {
   std::vector<std::string> env;
   std::string cwd;
   bool tty = false;
   bool interactive = false;
+  std::string key;  // empty: none
+  std::optional<api::OutputMode> output;  // none: DefaultOutputMode
 };
+
+// The output mode when --output is not given: lossless for a pipe process, whose output this
+// CLI follows to the end (a reader that keeps up never loses a byte, and a slow terminal
+// slows the command instead of cutting bytes out of the middle of its output); drop-oldest
+// for a terminal process, which can be detached (Ctrl-P Ctrl-Q) and must then keep running
+// with nobody reading, and whose newest screen is what matters.
+api::OutputMode DefaultOutputMode(const ProcessOptions& p);
 
 struct RunCommand {
   std::string deployment;  // empty: the only one the caller may use
@@ -109,6 +121,10 @@ struct KillCommand {
   int signal = SIGTERM;
 };
 
+struct ReleaseCommand {
+  ProcessRef target;
+};
+
 struct PsCommand {};
 
 struct RmCommand {
@@ -144,7 +160,8 @@ struct ResumeCommand {
 
 using Command = std::variant<RunCommand, ExecCommand, AttachCommand, LogsCommand, WaitCommand,
                              KillCommand, PsCommand, RmCommand, InfoCommand, CreateCommand,
-                             FindCommand, PauseCommand, ResumeCommand>;
+                             FindCommand, PauseCommand, ResumeCommand,
+                             ReleaseCommand>;
 
 struct CommandLine {
   std::string socket;  // --socket, before or after the command name

@@ -172,6 +172,28 @@ TEST(CommandLineTest, PerProcessCommands) {
   EXPECT_EQ(Command<KillCommand>({"kill", "-s", "SIGKILL", "sb-1", "p-2"}).signal, 9);
   EXPECT_EQ(Command<KillCommand>({"kill", "-s9", "sb-1", "p-2"}).signal, 9);
   EXPECT_EQ(Command<KillCommand>({"kill", "--signal=64", "sb-1", "p-2"}).signal, 64);
+
+  auto release = Command<ReleaseCommand>({"release", "sb-1", "p-2"});
+  EXPECT_EQ(release.target.sandbox, "sb-1");
+  EXPECT_EQ(release.target.process, "p-2");
+  EXPECT_THAT(Refused({"release", "sb-1"}), HasSubstr("missing argument"));
+}
+
+TEST(CommandLineTest, KeyAndOutputMode) {
+  auto exec = Command<ExecCommand>({"exec", "--key", "agent-7", "--output", "drop-oldest", "sb-1",
+                                    "--", "cat"});
+  EXPECT_EQ(exec.process.key, "agent-7");
+  EXPECT_EQ(exec.process.output, api::OutputMode::DROP_OLDEST);
+  auto run = Command<RunCommand>({"run", "--output=lossless", "-t", "sh"});
+  EXPECT_EQ(DefaultOutputMode(run.process), api::OutputMode::LOSSLESS) << "given wins";
+  // Without --output: lossless for a followed pipe process, drop-oldest for a terminal one
+  // (which can be detached and must not stop when nobody reads).
+  EXPECT_EQ(DefaultOutputMode(Command<ExecCommand>({"exec", "sb-1", "cat"}).process),
+            api::OutputMode::LOSSLESS);
+  EXPECT_EQ(DefaultOutputMode(Command<ExecCommand>({"exec", "-t", "sb-1", "sh"}).process),
+            api::OutputMode::DROP_OLDEST);
+  EXPECT_THAT(Refused({"exec", "--output", "fast", "sb-1", "cat"}),
+              HasSubstr("lossless or drop-oldest expected"));
 }
 
 TEST(CommandLineTest, Rm) {

@@ -285,6 +285,11 @@ class Commands {
     return 0;
   }
 
+  int operator()(const ReleaseCommand& release) {
+    GetProcess(release.target).releaseRequest().send().wait(ws_);
+    return 0;
+  }
+
   int operator()(const PsCommand&) {
     auto list = conn_->supervisor().listSandboxesRequest().send().wait(ws_);
     JsonWriter json;
@@ -550,6 +555,8 @@ class Commands {
     SetTexts(spec.initEnv(static_cast<unsigned>(p.env.size())), p.env);
     spec.setCwd(p.cwd);
     spec.setTty(p.tty);
+    spec.setKey(p.key);
+    spec.setOutput(DefaultOutputMode(p));
     if (p.tty) {
       uint16_t rows, cols;
       TerminalSize(&rows, &cols);

@@ -85,6 +85,8 @@ TEST_F(CommandsTest, RunCreatesRunsAndDeletes) {
   EXPECT_THAT(p.env, ElementsAre("A=1"));
   EXPECT_EQ(p.cwd, "/workspace");
   EXPECT_FALSE(p.tty);
+  EXPECT_EQ(p.output, api::OutputMode::LOSSLESS) << "run follows its output: lossless";
+  EXPECT_EQ(p.key, "");
   EXPECT_TRUE(sb.deleted);
   EXPECT_EQ(sb.delete_force, true);
   EXPECT_TRUE(service_.errors.empty());
@@ -152,6 +154,23 @@ TEST_F(CommandsTest, ExecRunsInAKeptSandbox) {
   r = Cli({"exec", "sb-gone", "--", "true"});
   EXPECT_EQ(r.exit_code, 125);
   EXPECT_EQ(r.err, "paseo-sandbox: not-found: no sandbox sb-gone\n");
+}
+
+TEST_F(CommandsTest, ExecCarriesTheKeyAndTheOutputMode) {
+  service_.AddSandbox("sb-k");
+  EXPECT_EQ(Cli({"exec", "--key", "job-1", "--output", "drop-oldest", "sb-k", "--", "true"})
+                .exit_code,
+            0);
+  const FakeProcess& p = service_.sandboxes.at("sb-k").processes.begin()->second;
+  EXPECT_EQ(p.key, "job-1");
+  EXPECT_EQ(p.output, api::OutputMode::DROP_OLDEST);
+}
+
+TEST_F(CommandsTest, ReleaseReleasesTheProcess) {
+  service_.AddSandbox("sb-1");
+  service_.AddProcess("sb-1", "p-1", {});
+  EXPECT_EQ(Cli({"release", "sb-1", "p-1"}).exit_code, 0);
+  EXPECT_TRUE(service_.sandboxes.at("sb-1").processes.at("p-1").released);
 }
 
 TEST_F(CommandsTest, WaitPrintsHowItEnded) {

@@ -131,6 +131,11 @@ class FakeService::Process final : public api::Process::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> release(ReleaseContext context) override {
+    Get().released = true;
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> signal(SignalContext context) override {
     Get().signals.push_back(context.getParams().getSignal());
     return kj::READY_NOW;
@@ -215,6 +220,8 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     for (auto a : spec.getArgv()) p.argv.emplace_back(a.cStr());
     for (auto e : spec.getEnv()) p.env.emplace_back(e.cStr());
     p.cwd = spec.getCwd();
+    p.key = spec.getKey();
+    p.output = spec.getOutput();
     p.tty = spec.getTty();
     p.rows = spec.getRows();
     p.cols = spec.getCols();

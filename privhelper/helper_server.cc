@@ -93,6 +93,12 @@ kj::Promise<void> HelperServer::closeInput(CloseInputContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> HelperServer::releaseProcess(ReleaseProcessContext context) {
+  auto request = ValueOrThrow(ValidateReleaseProcess(context.getParams()));
+  ThrowIfError(host_.ReleaseProcess(request));
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> HelperServer::waitSandbox(WaitSandboxContext context) {
   auto request = ValueOrThrow(ValidateWaitSandbox(context.getParams()));
   return ValueOrThrow(host_.WaitStopped(request)).then([context](SandboxHost::Stop stop) mutable {

@@ -15,6 +15,7 @@
 //   reattach       ValidateReattach     Reattach
 //   closeInput     ValidateCloseInput   CloseInput
 //   waitSandbox    ValidateWaitSandbox  WaitStopped
+//   releaseProcess ValidateReleaseProcess ReleaseProcess
 #pragma once
 
 #include <kj/async.h>
@@ -42,6 +43,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
   kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
+  kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
 
  private:
   const Config& config_;

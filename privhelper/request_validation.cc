@@ -237,6 +237,11 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
   return CheckProcessRef(params.getSandboxId(), params.getProcessId());
 }
 
+absl::StatusOr<ValidatedProcessRef> ValidateReleaseProcess(
+    helper::Helper::ReleaseProcessParams::Reader params) {
+  return CheckProcessRef(params.getSandboxId(), params.getProcessId());
+}
+
 namespace {
 
 absl::StatusOr<ValidatedSandboxRef> CheckSandboxRef(capnp::Text::Reader sandbox_id) {

@@ -132,4 +132,7 @@ absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
 absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
     helper::Helper::ResumeSandboxParams::Reader params);
 
+absl::StatusOr<ValidatedProcessRef> ValidateReleaseProcess(
+    helper::Helper::ReleaseProcessParams::Reader params);
+
 }  // namespace paseo

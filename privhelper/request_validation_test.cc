@@ -523,6 +523,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
   cases["waitProcess"] = ProcessRefCases<H::WaitProcessParams>(ValidateWait);
   cases["reattach"] = ProcessRefCases<H::ReattachParams>(ValidateReattach);
   cases["closeInput"] = ProcessRefCases<H::CloseInputParams>(ValidateCloseInput);
+  cases["releaseProcess"] = ProcessRefCases<H::ReleaseProcessParams>(ValidateReleaseProcess);
   auto signal = [](capnp::Text::Reader sandbox, int sig) {
     return [=] {
       return Check<H::SignalProcessParams>(ValidateSignal, [&](auto p) {

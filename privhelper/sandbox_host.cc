@@ -435,8 +435,10 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
     return absl::FailedPreconditionError(absl::StrCat("sandbox ", sb->id, " is paused"));
   if (sb->processes.count(process_id))
     return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
-  if (sb->processes.size() >= kMaxProcessesPerSandbox)
-    return absl::ResourceExhaustedError("too many processes in this sandbox");
+  size_t running = 0;
+  for (const auto& [id, p] : sb->processes) running += p->exited ? 0 : 1;
+  if (running >= max_processes_)
+    return absl::ResourceExhaustedError("too many processes running in this sandbox");
 
   ExecSpec exec;
   ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
@@ -468,6 +470,7 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
                                  pid_file, sb->id},
                                 stdio));
   Process& p = Track(*sb, process_id, kj::mv(runsc_exit), pid_file, kj::mv(exec_log));
+  p.process_json = process_json;
   p.argv = command.argv;
   p.tty = command.tty;
   // Copies of the broker's ends: if the broker dies, its successor takes them over (while
@@ -664,6 +667,21 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::Reattach(const ValidatedProcessR
 absl::Status SandboxHost::CloseInput(const ValidatedProcessRef& request) {
   ASSIGN_OR_RETURN(Process * p, FindProcess(request, Need::kAny));
   p->kept_stdin = nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status SandboxHost::ReleaseProcess(const ValidatedProcessRef& request) {
+  ASSIGN_OR_RETURN(Process * p, FindProcess(request, Need::kAny));
+  if (!p->exited) return absl::FailedPreconditionError("process still runs");
+  Sandbox& sb = *Find(request.sandbox_id);
+  for (const std::string& file : {p->process_json, p->pid_file}) {
+    if (file.empty()) continue;
+    unlink(file.c_str());
+    std::erase(sb.files, file);
+  }
+  // The record holds the kept stdio and (through its exit promise) the exec log; a Wait still
+  // in flight holds its own reference and lets go when it answers.
+  sb.processes.erase(request.process_id);
   return absl::OkStatus();
 }
 

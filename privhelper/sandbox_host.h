@@ -75,6 +75,9 @@ class SandboxHost {
   // Duplicates of a process's kept stdio (stdin may be absent).
   absl::StatusOr<Stdio> Reattach(const ValidatedProcessRef& request);
   absl::Status CloseInput(const ValidatedProcessRef& request);
+  // Forgets an ended process: its record, kept stdio, exec log and its files in the bundle
+  // (process-<id>.json, .pid). failed-precondition while it runs, not-found if unknown.
+  absl::Status ReleaseProcess(const ValidatedProcessRef& request);
 
   // Why a sandbox stopped by itself.
   struct Stop {
@@ -97,9 +100,12 @@ class SandboxHost {
   kj::Promise<void> Reconcile(config::RestartPolicy policy);
   size_t size() const { return sandboxes_.size(); }
 
+  // Counts running processes only: ended ones are the broker's to release.
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
   // Signals queued while a sandbox is paused; more are refused (resource-exhausted).
   static constexpr size_t kMaxQueuedSignals = 256;
+  // Tests lower the cap to reach it cheaply.
+  void SetMaxProcessesPerSandbox(size_t max) { max_processes_ = max; }
   // How long a stop's reason waits for the sentry's or gofer's wait status: the kernel has it
   // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
   // under this VM's init; at once under systemd. The sandbox is refused new processes meanwhile.
@@ -111,6 +117,7 @@ class SandboxHost {
     kj::ForkedPromise<ProcessExit> exit;
     kj::Promise<void> watcher = nullptr;  // sets `exited` as soon as the exit is reaped
     std::string pid_file;
+    std::string process_json;
     bool exited = false;
     bool tty = false;
     std::vector<std::string> argv;
@@ -232,6 +239,7 @@ class SandboxHost {
   std::string shim_;
   std::string cgroup_root_;
   uint64_t next_generation_ = 1;
+  size_t max_processes_ = kMaxProcessesPerSandbox;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;
   ReapErrors reap_errors_;
   kj::TaskSet reaper_;

@@ -699,6 +699,46 @@ TEST_F(SandboxHostTest, AProcessRunsIsSignalledAndEnds) {
   EXPECT_EQ(Listing().tty.count("p-1"), 1u);
 }
 
+TEST_F(SandboxHostTest, ReleasingAnEndedProcessFreesItsFilesAndRecord) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  WritePid(0, 42);
+  const std::string json = Bundle("sb-1") + "/process-p-1.json";
+  const std::string pid = Bundle("sb-1") + "/process-p-1.pid";
+  struct stat st;
+  ASSERT_EQ(stat(json.c_str(), &st), 0);
+  EXPECT_EQ(host_->ReleaseProcess({"sb-1", "p-1"}).code(), absl::StatusCode::kFailedPrecondition)
+      << "a running process is not released";
+  EXPECT_EQ(stat(pid.c_str(), &st), 0);
+
+  EndExec(0, 0, 0);
+  ASSERT_TRUE(host_->ReleaseProcess({"sb-1", "p-1"}).ok());
+  EXPECT_NE(stat(json.c_str(), &st), 0);
+  EXPECT_NE(stat(pid.c_str(), &st), 0);
+  EXPECT_EQ(Listing().tty.count("p-1"), 0u) << "gone from the inventory";
+  EXPECT_EQ(host_->Wait({"sb-1", "p-1"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host_->Reattach({"sb-1", "p-1"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host_->ReleaseProcess({"sb-1", "p-1"}).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host_->ReleaseProcess({"sb-none", "p-1"}).code(), absl::StatusCode::kNotFound);
+  // The id is free again in the privhelper (the broker never reuses one), and delete still
+  // removes the bundle without tripping over the released files.
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+}
+
+TEST_F(SandboxHostTest, TheProcessCapCountsOnlyRunningProcesses) {
+  Adopt("sb-1");
+  host_->SetMaxProcessesPerSandbox(2);
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-2")).ok());
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-3")).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EndExec(0, 0, 0);
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-3")).ok()) << "p-1 ended: it counts no more";
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-4")).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(SandboxHostTest, KeptStdioIsHandedToARestartedBroker) {
   Adopt("sb-1");
   auto stdio = host_->StartProcess(Start("sb-1", "p-1", /*tty=*/true));

@@ -3,6 +3,7 @@
 
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("paseo::records");
+using Api = import "/schema/api.capnp";
 
 struct SandboxRecord {
   # Written by the privhelper into <stateDir>/bundles/<id>/sandbox.json when it creates a
@@ -27,9 +28,13 @@ struct BrokerSandbox {
   createdAtUnixMs @4 :Int64;
   labels @5 :List(Label);
   processes @6 :List(BrokerProcess);
+  # Processes not released yet (Process.release), in start order.
   key @7 :Text;
   # The key it was created with (api.capnp SandboxSpec.key); empty if none. A restarted broker
   # indexes it again, so findSandbox and keyed creates survive broker and service restarts.
+  released @8 :List(ReleasedProcess);
+  # Tombstones of the last released processes that had a key (Sandbox.findProcess), oldest
+  # first, at most 1024.
 
   struct Label {
     key @0 :Text;
@@ -39,5 +44,14 @@ struct BrokerSandbox {
   struct BrokerProcess {
     id @0 :Text;
     argv @1 :List(Text);
+    key @2 :Text;
+    # Api.ProcessSpec.key; empty if none.
+    output @3 :Api.OutputMode;
+  }
+
+  struct ReleasedProcess {
+    id @0 :Text;
+    key @1 :Text;
+    status @2 :Api.ExitStatus;
   }
 }
