@@ -220,8 +220,6 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     for (auto a : spec.getArgv()) p.argv.emplace_back(a.cStr());
     for (auto e : spec.getEnv()) p.env.emplace_back(e.cStr());
     p.cwd = spec.getCwd();
-    p.key = spec.getKey();
-    p.output = spec.getOutput();
     p.tty = spec.getTty();
     p.rows = spec.getRows();
     p.cols = spec.getCols();

@@ -56,9 +56,6 @@ struct FakeProcess {
   std::string input;
   bool input_closed = false;
   std::vector<int> signals;
-  std::string key;
-  api::OutputMode output = api::OutputMode::DROP_OLDEST;
-  bool released = false;
   std::vector<std::pair<uint16_t, uint16_t>> resizes;
   std::vector<std::pair<api::Stream, uint64_t>> subscriptions;  // stream, fromOffset
   // ProcessSpec.key, .output, .workspaceCwd as started; `released` once Process.release ran.
