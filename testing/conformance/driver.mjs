@@ -191,6 +191,13 @@ export class Exec {
     this.waiters = [];
     this.resizeId = 0;
     this.stdout = collectStdout ? collect(this.child.stdout) : null;
+    this.outSoFar = "";
+    if (collectStdout) {
+      this.child.stdout.on("data", (c) => {
+        this.outSoFar += c.toString("latin1");
+        this.#wake();
+      });
+    }
     this.stderr = collect(this.child.stderr);
     const events = this.child.stdio[4];
     events.on("data", (chunk) => this.#onEvents(chunk));
@@ -230,7 +237,14 @@ export class Exec {
   #onEvents(chunk) {
     if (this.violation) return;
     try {
-      for (const event of this.decoder.push(chunk)) this.eventTimes.push([event, Date.now()]);
+      for (const event of this.decoder.push(chunk)) {
+        this.eventTimes.push([event, Date.now()]);
+        // As the daemon does: the authoritative exit ends the pty's input and control.
+        if (event.type === "exit" && this.mode === "pty") {
+          this.child.stdin.end();
+          this.control.end();
+        }
+      }
     } catch (error) {
       this.violation = error;
     }
@@ -247,7 +261,7 @@ export class Exec {
     const match = typeof pred === "string" ? (e) => e.type === pred : pred;
     return new Promise((resolve, reject) => {
       const check = () => {
-        const hit = this.decoder.events.find(match);
+        const hit = pred.length === 0 ? (pred() ? true : undefined) : this.decoder.events.find(match);
         if (hit) return finish(() => resolve(hit));
         if (this.violation) return finish(() => reject(this.violation));
         if (this.ended) return finish(() => reject(new Error(`exec ended without the awaited event; events ${JSON.stringify(this.decoder.events)}`)));
@@ -263,6 +277,13 @@ export class Exec {
       };
       this.waiters.push(check);
       check();
+    });
+  }
+
+  // Resolves once the workload's stdout so far contains `text`.
+  waitForStdout(text, timeoutMs = 60_000) {
+    return this.waitFor(() => this.outSoFar.includes(text), timeoutMs).catch((error) => {
+      throw new Error(`stdout never contained ${JSON.stringify(text)} (got ${JSON.stringify(this.outSoFar.slice(-300))}): ${error.message}`);
     });
   }
 
