@@ -1,6 +1,7 @@
 // See api_servers.h.
 #include "broker/api_servers.h"
 
+#include "common/request_checks.h"
 #include "common/rpc_errors.h"
 
 namespace paseo {
@@ -26,6 +27,7 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
     out.setStateReason(s.stop_reason);
   out.setCreatedAtUnixMs(s.created_ms);
   out.setOwnerUid(s.owner_uid);
+  out.setKey(s.key);
   out.setProcessCount(static_cast<uint32_t>(s.processes.size()));
   auto labels = out.initLabels(static_cast<unsigned>(s.labels.size()));
   for (unsigned i = 0; i < labels.size(); ++i) {
@@ -173,6 +175,14 @@ class SandboxImpl final : public api::Sandbox::Server {
     });
   }
 
+  kj::Promise<void> pause(PauseContext context) override {
+    return caller_.Charged([&] { return ValueOrThrow(broker_.PauseSandbox(peer_, id_)); });
+  }
+
+  kj::Promise<void> resume(ResumeContext context) override {
+    return caller_.Charged([&] { return ValueOrThrow(broker_.ResumeSandbox(peer_, id_)); });
+  }
+
  private:
   Broker& broker_;
   Caller caller_;
@@ -189,11 +199,27 @@ class SupervisorImpl final : public api::Supervisor::Server {
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
     auto created = caller_.Charged(
         [&] { return ValueOrThrow(broker_.CreateSandbox(peer_, context.getParams().getSpec())); });
-    return created.then([this, context](std::string id) mutable {
+    return created.then([this, context](Broker::CreatedSandbox sb) mutable {
       auto results = context.getResults();
-      FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id)), results.initInfo());
-      results.setSandbox(kj::heap<SandboxImpl>(broker_, caller_.Copy(), id));
+      FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, sb.id)), results.initInfo());
+      results.setSandbox(kj::heap<SandboxImpl>(broker_, caller_.Copy(), sb.id));
+      results.setCreated(sb.created);
     });
+  }
+
+  kj::Promise<void> findSandbox(FindSandboxContext context) override {
+    ThrowIfError(broker_.registry().RequireSomeDeployment(peer_));
+    auto params = context.getParams();
+    ThrowIfError(CheckName("deploymentId", params.getDeploymentId()));
+    ThrowIfError(CheckKey("key", params.getKey()));
+    if (params.getKey().size() == 0)
+      ThrowStatus(absl::InvalidArgumentError("key: must not be empty"));
+    SandboxRecord* sb = ValueOrThrow(broker_.registry().FindByKey(
+        peer_, params.getDeploymentId().cStr(), params.getKey().cStr()));
+    auto results = context.getResults();
+    FillSandboxInfo(*sb, results.initInfo());
+    results.setSandbox(kj::heap<SandboxImpl>(broker_, caller_.Copy(), sb->id));
+    return kj::READY_NOW;
   }
 
   kj::Promise<void> getSandbox(GetSandboxContext context) override {

@@ -80,14 +80,25 @@ kj::Promise<T> Broker::ToCompletion(kj::Promise<T> work) {
   return forked.addBranch();
 }
 
-absl::StatusOr<kj::Promise<std::string>> Broker::CreateSandbox(const Peer& peer,
-                                                               api::SandboxSpec::Reader spec) {
+absl::StatusOr<kj::Promise<Broker::CreatedSandbox>> Broker::CreateSandbox(
+    const Peer& peer, api::SandboxSpec::Reader spec) {
   RETURN_IF_ERROR(CheckName("deploymentId", spec.getDeploymentId()));
   RETURN_IF_ERROR(CheckName("profile", spec.getProfile()));
+  RETURN_IF_ERROR(CheckKey("key", spec.getKey()));
   for (auto c : spec.getCredentials()) RETURN_IF_ERROR(CheckName("credentials", c));
-  CreateRequest request{spec.getDeploymentId().cStr(), spec.getProfile().cStr(), {}};
+  CreateRequest request{spec.getDeploymentId().cStr(), spec.getProfile().cStr(), {},
+                        spec.getKey().cStr()};
   for (auto l : spec.getLabels()) request.labels.push_back({l.getKey(), l.getValue()});
-  ASSIGN_OR_RETURN(SandboxRecord * sb, registry_.BeginCreate(peer, request, NowMs()));
+  ASSIGN_OR_RETURN(BegunCreate begun, registry_.BeginCreate(peer, request, NowMs()));
+  SandboxRecord* sb = begun.sandbox;
+  if (!begun.created) {
+    // The key's sandbox: at once, or once its create has ended (failing as it failed).
+    std::string id = sb->id;
+    auto pending = keyed_creates_.find(id);
+    kj::Promise<void> ended = kj::READY_NOW;
+    if (pending != keyed_creates_.end()) ended = pending->second.addBranch().ignoreResult();
+    return ended.then([id] { return CreatedSandbox{id, /*created=*/false}; });
+  }
   auto req = helper_.createSandboxRequest();
   auto r = req.initRequest();
   r.setSandboxId(sb->id);
@@ -100,7 +111,7 @@ absl::StatusOr<kj::Promise<std::string>> Broker::CreateSandbox(const Peer& peer,
   auto gids = r.initPeerGids(static_cast<unsigned>(peer.gids.size()));
   for (unsigned i = 0; i < gids.size(); ++i) gids.set(i, peer.gids[i]);
   std::string id = sb->id;
-  return ToCompletion(req.send().then(
+  auto outcome = ToCompletion(req.send().then(
       [this, id](auto&&) -> kj::Promise<std::string> {
         SandboxRecord* created = registry_.FinishCreate(id);
         if (created == nullptr) return StatusToException(absl::NotFoundError("sandbox vanished"));
@@ -113,6 +124,38 @@ absl::StatusOr<kj::Promise<std::string>> Broker::CreateSandbox(const Peer& peer,
         registry_.AbortCreate(id);
         return Forward(kj::mv(e));
       }));
+  auto created = [](std::string id) { return CreatedSandbox{std::move(id), /*created=*/true}; };
+  if (sb->key.empty()) return outcome.then(created);
+  auto forked = outcome.fork();
+  tasks_.add(forked.addBranch().then([this, id](auto&&) { keyed_creates_.erase(id); },
+                                     [this, id](kj::Exception&&) { keyed_creates_.erase(id); }));
+  auto mine = forked.addBranch().then(created);
+  keyed_creates_.emplace(id, kj::mv(forked));
+  return mine;
+}
+
+template <typename Request>
+kj::Promise<void> Broker::SendThenRecord(Request request, const std::string& id,
+                                         void (Registry::*record)(const std::string&)) {
+  request.setSandboxId(id);
+  return ToCompletion(request.send().then(
+      [this, id, record](auto&&) -> kj::Promise<void> {
+        (registry_.*record)(id);
+        return kj::READY_NOW;
+      },
+      [](kj::Exception&& e) -> kj::Promise<void> { return Forward(kj::mv(e)); }));
+}
+
+absl::StatusOr<kj::Promise<void>> Broker::PauseSandbox(const Peer& peer, const std::string& id) {
+  ASSIGN_OR_RETURN(bool needed, registry_.BeginPause(peer, id));
+  if (!needed) return kj::Promise<void>(kj::READY_NOW);
+  return SendThenRecord(helper_.pauseSandboxRequest(), id, &Registry::FinishPause);
+}
+
+absl::StatusOr<kj::Promise<void>> Broker::ResumeSandbox(const Peer& peer, const std::string& id) {
+  ASSIGN_OR_RETURN(bool needed, registry_.BeginResume(peer, id));
+  if (!needed) return kj::Promise<void>(kj::READY_NOW);
+  return SendThenRecord(helper_.resumeSandboxRequest(), id, &Registry::FinishResume);
 }
 
 absl::StatusOr<kj::Promise<void>> Broker::DeleteSandbox(const Peer& peer, const std::string& id,
@@ -138,6 +181,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   ASSIGN_OR_RETURN(ProcessCommand command,
                    CheckProcessCommand(spec.getArgv(), spec.getEnv(), spec.getCwd(),
                                        spec.getTty(), spec.getRows(), spec.getCols()));
+  RETURN_IF_ERROR(CheckWorkspaceCwd(spec.getWorkspaceCwd(), spec.getCwd()).status());
   auto p = kj::refcounted<ProcessRecord>();
   p->id = NewId("p-");
   p->sandbox_id = sandbox_id;
@@ -152,6 +196,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   r.setArgv(spec.getArgv());
   r.setEnv(spec.getEnv());
   r.setCwd(spec.getCwd());
+  r.setWorkspaceCwd(spec.getWorkspaceCwd());  // resolved by the privhelper, against the workspace
   r.setTty(spec.getTty());
   r.setRows(spec.getRows());
   r.setCols(spec.getCols());
@@ -258,6 +303,10 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
                      : known.getStopped()    ? SandboxState::kStopped
                      : known.getUnattached() ? SandboxState::kUnattached
                                              : SandboxState::kRunning;
+    if (known.getPaused() && !known.getStopped() && !known.getOomKilled()) {
+      sandbox->resumes_to = sandbox->state;
+      sandbox->state = SandboxState::kPaused;
+    }
     if (known.getStopped() || known.getOomKilled()) {
       sandbox->oom_killed = known.getOomKilled();
       sandbox->stop_reason = known.getStopReason().size() > 0 ? known.getStopReason().cStr()

@@ -32,9 +32,19 @@ class Broker {
 
   Registry& registry() { return registry_; }
 
-  // Resolves to the new sandbox's id once the privhelper has created and started it.
-  absl::StatusOr<kj::Promise<std::string>> CreateSandbox(const Peer& peer,
-                                                         api::SandboxSpec::Reader spec);
+  struct CreatedSandbox {
+    std::string id;
+    bool created = true;  // false: spec.key named an existing sandbox
+  };
+  // Resolves to the new sandbox's id once the privhelper has created and started it. With a
+  // key that names an existing sandbox of the caller's uid, resolves to that one instead --
+  // after its own create has ended, if it is still being created (and fails as that create
+  // did), so concurrent creates with one key make one sandbox.
+  absl::StatusOr<kj::Promise<CreatedSandbox>> CreateSandbox(const Peer& peer,
+                                                            api::SandboxSpec::Reader spec);
+  // Pause and resume (runsc pause/resume through the privhelper); both idempotent.
+  absl::StatusOr<kj::Promise<void>> PauseSandbox(const Peer& peer, const std::string& id);
+  absl::StatusOr<kj::Promise<void>> ResumeSandbox(const Peer& peer, const std::string& id);
   absl::StatusOr<kj::Promise<void>> DeleteSandbox(const Peer& peer, const std::string& id,
                                                   bool force);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
@@ -59,6 +69,11 @@ class Broker {
   // Keeps a waitSandbox open with the privhelper and records the stop it reports (its sentry or
   // gofer exited). Ends quietly when the sandbox is deleted.
   void WatchForStop(const std::string& sandbox_id);
+  // Sends a helper request naming sandbox `id` (to its end, as ToCompletion) and, once it
+  // succeeded, records that in the registry; a failure is forwarded with its reason.
+  template <typename Request>
+  kj::Promise<void> SendThenRecord(Request request, const std::string& id,
+                                   void (Registry::*record)(const std::string&));
   // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
   template <typename T>
   kj::Promise<T> ToCompletion(kj::Promise<T> work);
@@ -68,6 +83,9 @@ class Broker {
   helper::Helper::Client helper_;
   Registry registry_;
   StateDir state_;
+  // The creates under way of sandboxes with a key, by sandbox id: a second create with the key
+  // waits for the first one's outcome.
+  std::map<std::string, kj::ForkedPromise<std::string>> keyed_creates_;
   kj::TaskSet tasks_;
 };
 

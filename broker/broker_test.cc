@@ -8,6 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include <kj/async-io.h>
@@ -468,6 +471,198 @@ TEST_F(BrokerTest, ARestartedBrokerKnowsWhichSandboxesStoppedAndWatchesTheOthers
   EXPECT_EQ(registry.Find("sb-oom")->stop_reason, kOomKilledSandboxReason);
   helper_->StopSandbox("sb-running", "its gVisor kernel (runsc-sandbox) exited (exit status 2)");
   Until([&] { return registry.Find("sb-running")->state == SandboxState::kStopped; });
+}
+
+// ---------------------------------------------------------------- keys and pause
+
+TEST_F(BrokerTest, ConcurrentCreatesWithOneKeyMakeOneSandbox) {
+  auto sup = Connect(owner_);
+  auto other_connection = Connect(owner_);
+  helper_->hold = true;
+  auto keyed = [&](api::Supervisor::Client& s) {
+    auto req = s.createSandboxRequest();
+    req.initSpec().setDeploymentId("work");
+    req.getSpec().setKey("workspace-7");
+    return req.send();
+  };
+  auto first = keyed(sup);
+  auto second = keyed(other_connection);
+  ws().poll();
+  // findSandbox does not see it while it is being created.
+  auto find = [&](api::Supervisor::Client& s, const std::string& deployment,
+                  const std::string& key) {
+    auto req = s.findSandboxRequest();
+    req.setDeploymentId(deployment);
+    req.setKey(key);
+    return req.send();
+  };
+  auto early = kj::runCatchingExceptions([&] { find(sup, "work", "workspace-7").wait(ws()); });
+  EXPECT_EQ(Description(early).rfind("not-found: ", 0), 0u) << Description(early);
+  helper_->Release();
+  auto a = first.wait(ws());
+  auto b = second.wait(ws());
+  EXPECT_EQ(helper_->calls.size(), 1u) << "one create reached the privhelper";
+  EXPECT_STREQ(a.getInfo().getId().cStr(), b.getInfo().getId().cStr());
+  EXPECT_NE(a.getCreated(), b.getCreated());
+  EXPECT_TRUE(a.getCreated());
+  EXPECT_STREQ(b.getInfo().getKey().cStr(), "workspace-7");
+  EXPECT_STREQ(b.getInfo().getState().cStr(), "running");
+  // A later create returns it as well, without asking the privhelper.
+  auto c = keyed(sup).wait(ws());
+  EXPECT_FALSE(c.getCreated());
+  EXPECT_STREQ(c.getInfo().getId().cStr(), a.getInfo().getId().cStr());
+  EXPECT_EQ(helper_->calls.size(), 1u);
+
+  auto found = find(sup, "work", "workspace-7").wait(ws());
+  EXPECT_STREQ(found.getInfo().getId().cStr(), a.getInfo().getId().cStr());
+  EXPECT_STREQ(found.getInfo().getKey().cStr(), "workspace-7");
+  auto inspected = found.getSandbox().inspectRequest().send().wait(ws());
+  EXPECT_STREQ(inspected.getInfo().getId().cStr(), a.getInfo().getId().cStr());
+  // Another deployment's peer, a missing key, an empty or bad key: refused.
+  auto other_peer = Connect(other_);
+  for (auto& [client, deployment, key, reason] :
+       std::vector<std::tuple<api::Supervisor::Client*, std::string, std::string, std::string>>{
+           {&other_peer, "work", "workspace-7", "not-found"},
+           {&sup, "work", "workspace-8", "not-found"},
+           {&sup, "work", "", "invalid-argument"},
+           {&sup, "work", std::string(300, 'k'), "invalid-argument"}}) {
+    auto error = kj::runCatchingExceptions([&] { find(*client, deployment, key).wait(ws()); });
+    EXPECT_EQ(Description(error).rfind(reason + ": ", 0), 0u) << key << ": " << Description(error);
+  }
+}
+
+TEST_F(BrokerTest, AFailedKeyedCreateFailsItsWaiterAndFreesTheKey) {
+  auto sup = Connect(owner_);
+  helper_->hold = true;
+  helper_->create_error = "invalid-argument: no such workspace";
+  auto keyed = [&] {
+    auto req = sup.createSandboxRequest();
+    req.initSpec().setDeploymentId("work");
+    req.getSpec().setKey("k");
+    return req.send();
+  };
+  auto first = keyed();
+  auto second = keyed();
+  ws().poll();
+  helper_->Release();
+  for (auto* call : {&first, &second}) {
+    auto error = kj::runCatchingExceptions([&] { call->wait(ws()); });
+    EXPECT_EQ(Description(error).rfind("invalid-argument: no such workspace", 0), 0u)
+        << Description(error);
+  }
+  helper_->create_error = "";
+  auto retried = keyed().wait(ws());
+  EXPECT_TRUE(retried.getCreated());
+  EXPECT_EQ(helper_->calls.size(), 2u);
+}
+
+// (Another uid's key is already-exists: registry_test, where two uids share a deployment.)
+TEST_F(BrokerTest, ADeletedSandboxsKeyIsFreeAgain) {
+  auto sup = Connect(owner_);
+  auto keyed = [&] {
+    auto req = sup.createSandboxRequest();
+    req.initSpec().setDeploymentId("work");
+    req.getSpec().setKey("k");
+    return req.send().wait(ws());
+  };
+  auto made = keyed();
+  std::string id = made.getInfo().getId().cStr();
+  made.getSandbox().deleteRequest().send().wait(ws());
+  auto again = keyed();
+  EXPECT_TRUE(again.getCreated());
+  EXPECT_STRNE(again.getInfo().getId().cStr(), id.c_str());
+}
+
+TEST_F(BrokerTest, APausedSandboxStartsNothingUntilResumed) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  sb.sandbox.pauseRequest().send().wait(ws());
+  auto state = [&] {
+    return std::string(sb.sandbox.inspectRequest().send().wait(ws()).getInfo().getState().cStr());
+  };
+  EXPECT_EQ(state(), "paused");
+  sb.sandbox.pauseRequest().send().wait(ws());  // does nothing
+  EXPECT_EQ(std::count(helper_->calls.begin(), helper_->calls.end(), "pause " + sb.id), 1);
+  auto start = sb.sandbox.startProcessRequest();
+  start.initSpec().initArgv(1).set(0, "true");
+  auto refused = kj::runCatchingExceptions([&] { start.send().wait(ws()); });
+  EXPECT_EQ(Description(refused).rfind("failed-precondition: ", 0), 0u) << Description(refused);
+  EXPECT_EQ(std::count_if(helper_->calls.begin(), helper_->calls.end(),
+                          [](const std::string& c) { return c.rfind("start ", 0) == 0; }),
+            0);
+  auto listed = sup.listSandboxesRequest().send().wait(ws());
+  EXPECT_STREQ(listed.getSandboxes()[0].getState().cStr(), "paused");
+
+  sb.sandbox.resumeRequest().send().wait(ws());
+  EXPECT_EQ(state(), "running");
+  sb.sandbox.resumeRequest().send().wait(ws());  // does nothing
+  EXPECT_EQ(std::count(helper_->calls.begin(), helper_->calls.end(), "resume " + sb.id), 1);
+  Started p = Start(sb.sandbox);
+  EXPECT_FALSE(p.id.empty());
+}
+
+TEST_F(BrokerTest, PauseRefusalsAndAPausedSandboxDeletes) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  helper_->pause_error = "internal: cannot pause sandbox: runsc said no";
+  auto failed = kj::runCatchingExceptions([&] { sb.sandbox.pauseRequest().send().wait(ws()); });
+  EXPECT_EQ(Description(failed).rfind("internal: cannot pause", 0), 0u) << Description(failed);
+  EXPECT_EQ(broker_->registry().Find(sb.id)->state, SandboxState::kRunning);
+  helper_->pause_error = "";
+  sb.sandbox.pauseRequest().send().wait(ws());
+  // Someone who may not use the deployment cannot reach it at all.
+  auto stranger = Connect(other_);
+  auto get = stranger.getSandboxRequest();
+  get.setId(sb.id);
+  auto hidden = kj::runCatchingExceptions([&] { get.send().wait(ws()); });
+  EXPECT_EQ(Description(hidden).rfind("not-found: ", 0), 0u);
+  auto del = sb.sandbox.deleteRequest();
+  del.send().wait(ws());
+  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+  // A stopped sandbox can be neither paused nor resumed.
+  Created dead = Create(sup);
+  helper_->StopSandbox(dead.id, "its gVisor kernel (runsc-sandbox) exited");
+  Until([&] { return broker_->registry().Find(dead.id)->state == SandboxState::kStopped; });
+  for (bool pause : {true, false}) {
+    auto error = kj::runCatchingExceptions([&] {
+      if (pause) dead.sandbox.pauseRequest().send().wait(ws());
+      else dead.sandbox.resumeRequest().send().wait(ws());
+    });
+    EXPECT_EQ(Description(error).rfind("failed-precondition: ", 0), 0u) << Description(error);
+  }
+}
+
+TEST_F(BrokerTest, KeysAndPauseSurviveABrokerRestart) {
+  std::string id;
+  {
+    auto sup = Connect(owner_);
+    auto req = sup.createSandboxRequest();
+    req.initSpec().setDeploymentId("work");
+    req.getSpec().setKey("survivor");
+    id = req.send().wait(ws()).getInfo().getId().cStr();
+  }
+  broker_ = nullptr;
+  Start();
+  FakeHelper::Known paused{id, "work", "default"};
+  paused.unattached = paused.paused = true;
+  helper_->inventory_sandboxes.push_back(paused);
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+  auto sup = Connect(owner_);
+  auto find = sup.findSandboxRequest();
+  find.setDeploymentId("work");
+  find.setKey("survivor");
+  auto found = find.send().wait(ws());
+  EXPECT_STREQ(found.getInfo().getId().cStr(), id.c_str());
+  EXPECT_STREQ(found.getInfo().getState().cStr(), "paused");
+  EXPECT_STREQ(found.getInfo().getKey().cStr(), "survivor");
+  found.getSandbox().resumeRequest().send().wait(ws());
+  EXPECT_EQ(broker_->registry().Find(id)->state, SandboxState::kUnattached);
+  // The key still makes creates idempotent.
+  auto req = sup.createSandboxRequest();
+  req.initSpec().setDeploymentId("work");
+  req.getSpec().setKey("survivor");
+  EXPECT_FALSE(req.send().wait(ws()).getCreated());
 }
 
 }  // namespace

@@ -193,6 +193,7 @@ kj::Promise<void> FakeHelper::inventory(InventoryContext context) {
     sandboxes[i].setUnattached(k.unattached);
     sandboxes[i].setOomKilled(k.oom_killed);
     sandboxes[i].setStopped(k.stopped);
+    sandboxes[i].setPaused(k.paused);
     sandboxes[i].setStopReason(k.stop_reason);
   }
   auto processes = results.initProcesses(static_cast<unsigned>(inventory_processes.size()));
@@ -214,6 +215,16 @@ kj::Promise<void> FakeHelper::reattach(ReattachContext context) {
   results.setStderr(kj::heap<FdCap>(kj::mv(it->second[2])));
   kept_.erase(it);
   return kj::READY_NOW;
+}
+
+kj::Promise<void> FakeHelper::pauseSandbox(PauseSandboxContext context) {
+  calls.push_back(std::string("pause ") + context.getParams().getSandboxId().cStr());
+  return Held(pause_error);
+}
+
+kj::Promise<void> FakeHelper::resumeSandbox(ResumeSandboxContext context) {
+  calls.push_back(std::string("resume ") + context.getParams().getSandboxId().cStr());
+  return Held(pause_error);
 }
 
 kj::Promise<void> FakeHelper::closeInput(CloseInputContext context) {

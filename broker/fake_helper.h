@@ -34,9 +34,10 @@ class FakeHelper final : public helper::Helper::Server {
   // The client each create was made for, as "uid:gid,gid...".
   std::vector<std::string> create_peers;
 
-  // Set to make the next creates / deletes fail with this description ("<reason>: text").
-  std::string create_error, delete_error;
-  // While true, creates / deletes wait until Release() is called.
+  // Set to make the next creates / deletes / pauses and resumes fail with this description
+  // ("<reason>: text").
+  std::string create_error, delete_error, pause_error;
+  // While true, creates / deletes / pauses and resumes wait until Release() is called.
   bool hold = false;
   void Release();
 
@@ -64,7 +65,7 @@ class FakeHelper final : public helper::Helper::Server {
   // What inventory() reports, and the stdio reattach() hands out (taken from `processes`).
   struct Known {
     std::string sandbox_id, deployment_id, profile;
-    bool unattached = false, oom_killed = false, stopped = false;
+    bool unattached = false, oom_killed = false, stopped = false, paused = false;
     std::string stop_reason = {};
   };
   std::vector<Known> inventory_sandboxes;
@@ -83,6 +84,8 @@ class FakeHelper final : public helper::Helper::Server {
   kj::Promise<void> reattach(ReattachContext context) override;
   kj::Promise<void> closeInput(CloseInputContext context) override;
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
+  kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
+  kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
 
  private:
   kj::Promise<void> Held(const std::string& error);

@@ -9,8 +9,9 @@ namespace paseo {
 
 const char* StateName(SandboxState state) {
   // In the order of the enum (registry.h).
-  static constexpr const char* kNames[] = {"creating",   "running", "running-unattached",
-                                           "oom-killed", "stopped", "deleting"};
+  static constexpr const char* kNames[] = {"creating", "running",    "running-unattached",
+                                           "paused",   "oom-killed", "stopped",
+                                           "deleting"};
   auto i = static_cast<size_t>(state);
   return i < std::size(kNames) ? kNames[i] : "unknown";
 }
@@ -53,9 +54,8 @@ uint64_t Registry::BufferBytes(const std::string& deployment_id, const std::stri
   return policy->getOutputBufferBytes();
 }
 
-absl::StatusOr<SandboxRecord*> Registry::BeginCreate(const Peer& peer,
-                                                     const CreateRequest& request,
-                                                     int64_t now_ms) {
+absl::StatusOr<BegunCreate> Registry::BeginCreate(const Peer& peer, const CreateRequest& request,
+                                                  int64_t now_ms) {
   RETURN_IF_ERROR(RequireSomeDeployment(peer));
   auto policy = Deployment(request.deployment_id);
   if (!policy || !MayUse(peer, *policy))
@@ -66,6 +66,23 @@ absl::StatusOr<SandboxRecord*> Registry::BeginCreate(const Peer& peer,
   for (auto p : policy->getProfiles()) allowed.emplace_back(p.cStr());
   ASSIGN_OR_RETURN(std::string profile,
                    ChooseProfile(allowed, request.profile, request.deployment_id));
+  RETURN_IF_ERROR(CheckKey("key",
+                           capnp::Text::Reader(request.key.data(), request.key.size())));
+  if (!request.key.empty()) {
+    auto keyed = keys_.find({request.deployment_id, request.key});
+    if (keyed != keys_.end()) {
+      SandboxRecord* existing = Find(keyed->second);
+      if (existing->owner_uid != peer.uid)
+        return absl::AlreadyExistsError(
+            absl::StrCat("key \"", request.key, "\" names a sandbox of uid ",
+                         existing->owner_uid, " in deployment ", request.deployment_id));
+      if (existing->state == SandboxState::kDeleting)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "sandbox ", existing->id, " with key \"", request.key,
+            "\" is being deleted; the key is free once it is gone"));
+      return BegunCreate{existing, /*created=*/false};
+    }
+  }
   auto sandbox = std::make_unique<SandboxRecord>();
   sandbox->id = NewId("sb-");
   sandbox->deployment_id = request.deployment_id;
@@ -75,9 +92,16 @@ absl::StatusOr<SandboxRecord*> Registry::BeginCreate(const Peer& peer,
   sandbox->buffer_bytes = BufferBytes(request.deployment_id, profile);
   for (const auto& l : request.labels) sandbox->labels.emplace_back(l.key.cStr(), l.value.cStr());
   sandbox->state = SandboxState::kCreating;
+  sandbox->key = request.key;
   SandboxRecord* raw = sandbox.get();
   sandboxes_.emplace(raw->id, std::move(sandbox));
-  return raw;
+  if (!raw->key.empty()) keys_[{raw->deployment_id, raw->key}] = raw->id;
+  return BegunCreate{raw, /*created=*/true};
+}
+
+void Registry::Unindex(const SandboxRecord& sb) {
+  auto keyed = keys_.find({sb.deployment_id, sb.key});
+  if (keyed != keys_.end() && keyed->second == sb.id) keys_.erase(keyed);
 }
 
 SandboxRecord* Registry::FinishCreate(const std::string& id) {
@@ -88,13 +112,27 @@ SandboxRecord* Registry::FinishCreate(const std::string& id) {
 
 void Registry::AbortCreate(const std::string& id) {
   SandboxRecord* sb = Find(id);
-  if (sb != nullptr && sb->state == SandboxState::kCreating) sandboxes_.erase(id);
+  if (sb == nullptr || sb->state != SandboxState::kCreating) return;
+  Unindex(*sb);
+  sandboxes_.erase(id);
 }
 
 absl::StatusOr<SandboxRecord*> Registry::Visible(const Peer& peer, const std::string& id) {
   SandboxRecord* sb = Find(id);
   if (sb == nullptr || !MayUseDeployment(peer, sb->deployment_id))
     return absl::NotFoundError(absl::StrCat("no sandbox \"", id, "\""));
+  return sb;
+}
+
+absl::StatusOr<SandboxRecord*> Registry::FindByKey(const Peer& peer,
+                                                   const std::string& deployment_id,
+                                                   const std::string& key) {
+  auto keyed = keys_.find({deployment_id, key});
+  SandboxRecord* sb = keyed == keys_.end() ? nullptr : Find(keyed->second);
+  if (sb == nullptr || sb->state == SandboxState::kCreating ||
+      !MayUseDeployment(peer, deployment_id))
+    return absl::NotFoundError(
+        absl::StrCat("no sandbox with key \"", key, "\" in deployment ", deployment_id));
   return sb;
 }
 
@@ -132,6 +170,7 @@ void Registry::FinishDelete(const std::string& id) {
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return;
   for (auto& [pid, p] : it->second->processes) p->SetExit(ProcessExit::Unknown());
+  Unindex(*it->second);
   sandboxes_.erase(it);
 }
 
@@ -141,6 +180,37 @@ void Registry::AbortDelete(const std::string& id, SandboxState before) {
   sb->state = before;
   if (!sb->stop_reason.empty())  // it stopped meanwhile (or before)
     sb->state = sb->oom_killed ? SandboxState::kOomKilled : SandboxState::kStopped;
+}
+
+absl::StatusOr<bool> Registry::BeginPause(const Peer& peer, const std::string& id) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, id));
+  if (sb->state == SandboxState::kPaused) return false;
+  if (sb->state == SandboxState::kRunning || sb->state == SandboxState::kUnattached) return true;
+  return absl::FailedPreconditionError(
+      absl::StrCat("sandbox ", id, " is ", StateName(sb->state), "; only a running one pauses"));
+}
+
+absl::StatusOr<bool> Registry::BeginResume(const Peer& peer, const std::string& id) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, Visible(peer, id));
+  if (sb->state == SandboxState::kPaused) return true;
+  if (sb->state == SandboxState::kRunning || sb->state == SandboxState::kUnattached) return false;
+  return absl::FailedPreconditionError(absl::StrCat("sandbox ", id, " is ", StateName(sb->state),
+                                                    sb->stop_reason.empty() ? "" : ": ",
+                                                    sb->stop_reason));
+}
+
+void Registry::FinishPause(const std::string& id) {
+  SandboxRecord* sb = Find(id);
+  if (sb == nullptr ||
+      (sb->state != SandboxState::kRunning && sb->state != SandboxState::kUnattached))
+    return;
+  sb->resumes_to = sb->state;
+  sb->state = SandboxState::kPaused;
+}
+
+void Registry::FinishResume(const std::string& id) {
+  SandboxRecord* sb = Find(id);
+  if (sb != nullptr && sb->state == SandboxState::kPaused) sb->state = sb->resumes_to;
 }
 
 absl::StatusOr<SandboxRecord*> Registry::ForNewProcess(const Peer& peer, const std::string& id) {
@@ -182,6 +252,7 @@ void Registry::MarkStopped(const std::string& id, const std::string& reason, boo
 SandboxRecord& Registry::Restore(std::unique_ptr<SandboxRecord> sandbox) {
   std::string id = sandbox->id;
   auto [it, inserted] = sandboxes_.insert_or_assign(id, std::move(sandbox));
+  if (!it->second->key.empty()) keys_[{it->second->deployment_id, it->second->key}] = id;
   return *it->second;
 }
 

@@ -31,9 +31,13 @@ class RegistryTest : public ::testing::Test {
 
   Registry& registry() { return *registry_; }
   SandboxRecord* Create(const Peer& peer, const std::string& deployment = "work") {
-    auto sb = registry().BeginCreate(peer, {deployment, "", {}}, 42);
+    auto sb = registry().BeginCreate(peer, {deployment, "", {}, ""}, 42);
     EXPECT_TRUE(sb.ok()) << sb.status();
-    return sb.ok() ? registry().FinishCreate((*sb)->id) : nullptr;
+    return sb.ok() ? registry().FinishCreate(sb->sandbox->id) : nullptr;
+  }
+  absl::StatusOr<BegunCreate> BeginKeyed(const Peer& peer, const std::string& key,
+                                         const std::string& deployment = "work") {
+    return registry().BeginCreate(peer, {deployment, "", {}, key}, 42);
   }
   static kj::Own<ProcessRecord> Process(const SandboxRecord& sb, const std::string& id) {
     auto p = kj::refcounted<ProcessRecord>();
@@ -50,9 +54,10 @@ class RegistryTest : public ::testing::Test {
 };
 
 TEST_F(RegistryTest, ANewSandboxIsCreatingThenRunningWithItsProfileAndBuffer) {
-  auto begun = registry().BeginCreate(owner_, {"work", "big", {}}, 42);
+  auto begun = registry().BeginCreate(owner_, {"work", "big", {}, ""}, 42);
   ASSERT_TRUE(begun.ok()) << begun.status();
-  SandboxRecord* sb = *begun;
+  SandboxRecord* sb = begun->sandbox;
+  EXPECT_TRUE(begun->created);
   EXPECT_EQ(sb->state, SandboxState::kCreating);
   EXPECT_EQ(sb->profile, "big");
   EXPECT_EQ(sb->buffer_bytes, 4u << 20);
@@ -67,25 +72,25 @@ TEST_F(RegistryTest, ANewSandboxIsCreatingThenRunningWithItsProfileAndBuffer) {
 }
 
 TEST_F(RegistryTest, CreateRefusalsChangeNothing) {
-  EXPECT_EQ(registry().BeginCreate(stranger_, {"work", "", {}}, 0).status().code(),
+  EXPECT_EQ(registry().BeginCreate(stranger_, {"work", "", {}, ""}, 0).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry().BeginCreate(owner_, {"team", "", {}}, 0).status().code(),
+  EXPECT_EQ(registry().BeginCreate(owner_, {"team", "", {}, ""}, 0).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry().BeginCreate(owner_, {"nope", "", {}}, 0).status().code(),
+  EXPECT_EQ(registry().BeginCreate(owner_, {"nope", "", {}, ""}, 0).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(registry().BeginCreate(owner_, {"work", "other", {}}, 0).status().code(),
+  EXPECT_EQ(registry().BeginCreate(owner_, {"work", "other", {}, ""}, 0).status().code(),
             absl::StatusCode::kPermissionDenied);
   std::string big(kMaxLabelBytes + 1, 'x'), k = "k";
-  CreateRequest labelled{"work", "", {{capnp::Text::Reader(k), capnp::Text::Reader(big)}}};
+  CreateRequest labelled{"work", "", {{capnp::Text::Reader(k), capnp::Text::Reader(big)}}, ""};
   EXPECT_EQ(registry().BeginCreate(owner_, labelled, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(registry().size(), 0u);
 }
 
 TEST_F(RegistryTest, AnAbortedCreateLeavesNothing) {
-  auto sb = registry().BeginCreate(owner_, {"work", "", {}}, 0);
+  auto sb = registry().BeginCreate(owner_, {"work", "", {}, ""}, 0);
   ASSERT_TRUE(sb.ok());
-  std::string id = (*sb)->id;
+  std::string id = sb->sandbox->id;
   registry().AbortCreate(id);
   EXPECT_EQ(registry().Find(id), nullptr);
   EXPECT_EQ(registry().FinishCreate(id), nullptr);
@@ -126,11 +131,11 @@ TEST_F(RegistryTest, DeleteRacesAreSettledByState) {
 }
 
 TEST_F(RegistryTest, ASandboxBeingCreatedCannotBeDeletedOrUsed) {
-  auto sb = registry().BeginCreate(owner_, {"work", "", {}}, 0);
+  auto sb = registry().BeginCreate(owner_, {"work", "", {}, ""}, 0);
   ASSERT_TRUE(sb.ok());
-  EXPECT_EQ(registry().BeginDelete(owner_, (*sb)->id, true).status().code(),
+  EXPECT_EQ(registry().BeginDelete(owner_, sb->sandbox->id, true).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(registry().ForNewProcess(owner_, (*sb)->id).status().code(),
+  EXPECT_EQ(registry().ForNewProcess(owner_, sb->sandbox->id).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -222,10 +227,151 @@ TEST_F(RegistryTest, AStopDuringADeleteIsKeptIfTheDeleteFails) {
   EXPECT_EQ(sb->state, SandboxState::kStopped) << "it is dead: not running again";
   EXPECT_EQ(sb->stop_reason, "its gVisor kernel (runsc-sandbox) exited");
   // A sandbox still being created is not reported on (the broker waits only after create).
-  auto creating = registry().BeginCreate(owner_, {"work", "", {}}, 0);
+  auto creating = registry().BeginCreate(owner_, {"work", "", {}, ""}, 0);
   ASSERT_TRUE(creating.ok());
-  registry().MarkStopped((*creating)->id, "x", false);
-  EXPECT_EQ((*creating)->state, SandboxState::kCreating);
+  registry().MarkStopped(creating->sandbox->id, "x", false);
+  EXPECT_EQ(creating->sandbox->state, SandboxState::kCreating);
+}
+
+// ---------------------------------------------------------------- keys
+
+TEST_F(RegistryTest, AKeyNamesOneSandboxPerDeploymentAndItsCreatorGetsItBack) {
+  auto first = BeginKeyed(owner_, "ws-1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->created);
+  EXPECT_EQ(first->sandbox->key, "ws-1");
+  // While it is being created, a second create gets the same record (the broker waits on it),
+  // and findSandbox does not see it yet.
+  auto during = BeginKeyed(owner_, "ws-1");
+  ASSERT_TRUE(during.ok());
+  EXPECT_FALSE(during->created);
+  EXPECT_EQ(during->sandbox, first->sandbox);
+  EXPECT_EQ(registry().FindByKey(owner_, "work", "ws-1").status().code(),
+            absl::StatusCode::kNotFound);
+  ASSERT_NE(registry().FinishCreate(first->sandbox->id), nullptr);
+
+  auto again = BeginKeyed(owner_, "ws-1");
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->sandbox->id, first->sandbox->id);
+  EXPECT_EQ(registry().size(), 1u) << "the key counts nothing extra";
+  auto found = registry().FindByKey(owner_, "work", "ws-1");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ((*found)->id, first->sandbox->id);
+  // Another deployment has its own keys.
+  auto team = BeginKeyed(colleague_, "ws-1", "team");
+  ASSERT_TRUE(team.ok());
+  EXPECT_TRUE(team->created);
+}
+
+TEST_F(RegistryTest, AnotherUidsKeyIsAlreadyExistsAndFindingNeedsTheDeployment) {
+  Peer outsider{1005, {1000}};  // neither in allowedUids nor in group 500
+  auto mine = BeginKeyed(colleague_, "shared", "team");
+  ASSERT_TRUE(mine.ok());
+  registry().FinishCreate(mine->sandbox->id);
+  Peer teammate{1003, {1003, 500}};  // in the team group too, another uid
+  auto theirs = BeginKeyed(teammate, "shared", "team");
+  EXPECT_EQ(theirs.status().code(), absl::StatusCode::kAlreadyExists);
+  // The teammate may use the deployment, so it may find the sandbox (deployment rules).
+  EXPECT_TRUE(registry().FindByKey(teammate, "team", "shared").ok());
+  // Someone who may not use the deployment learns nothing.
+  EXPECT_EQ(registry().FindByKey(stranger_, "team", "shared").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry().FindByKey(outsider, "team", "shared").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry().FindByKey(colleague_, "team", "none").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry().size(), 1u);
+}
+
+TEST_F(RegistryTest, AKeyIsFreeAgainOnceItsSandboxIsGone) {
+  auto first = BeginKeyed(owner_, "ws");
+  ASSERT_TRUE(first.ok());
+  std::string id = first->sandbox->id;
+  registry().FinishCreate(id);
+  ASSERT_TRUE(registry().BeginDelete(owner_, id, false).ok());
+  // Being deleted: neither returned nor replaced yet.
+  auto during = BeginKeyed(owner_, "ws");
+  EXPECT_EQ(during.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(during.status().message()).find("being deleted"), std::string::npos);
+  registry().FinishDelete(id);
+  EXPECT_EQ(registry().FindByKey(owner_, "work", "ws").status().code(),
+            absl::StatusCode::kNotFound);
+  auto fresh = BeginKeyed(owner_, "ws");
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_TRUE(fresh->created);
+  EXPECT_NE(fresh->sandbox->id, id);
+  // An aborted create frees it as well.
+  registry().AbortCreate(fresh->sandbox->id);
+  auto third = BeginKeyed(owner_, "ws");
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->created);
+}
+
+TEST_F(RegistryTest, KeysAreCheckedAndRestoredOnesAreIndexed) {
+  EXPECT_EQ(BeginKeyed(owner_, std::string(257, 'k')).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BeginKeyed(owner_, "\xff").status().code(), absl::StatusCode::kInvalidArgument);
+  auto restored = std::make_unique<SandboxRecord>();
+  restored->id = "sb-restored";
+  restored->deployment_id = "work";
+  restored->owner_uid = 1000;
+  restored->key = "kept";
+  restored->state = SandboxState::kUnattached;
+  registry().Restore(std::move(restored));
+  auto found = registry().FindByKey(owner_, "work", "kept");
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ((*found)->id, "sb-restored");
+  auto again = BeginKeyed(owner_, "kept");
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->created);
+}
+
+// ---------------------------------------------------------------- pause
+
+TEST_F(RegistryTest, PauseAndResumeKeepWhatTheSandboxWas) {
+  SandboxRecord* sb = Create(owner_);
+  ASSERT_EQ(registry().BeginPause(owner_, sb->id).value_or(false), true);
+  registry().FinishPause(sb->id);
+  EXPECT_EQ(sb->state, SandboxState::kPaused);
+  EXPECT_STREQ(StateName(sb->state), "paused");
+  EXPECT_EQ(registry().BeginPause(owner_, sb->id).value_or(true), false) << "paused already";
+  auto refused = registry().ForNewProcess(owner_, sb->id);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(refused.status().message()).find("paused"), std::string::npos);
+  ASSERT_EQ(registry().BeginResume(owner_, sb->id).value_or(false), true);
+  registry().FinishResume(sb->id);
+  EXPECT_EQ(sb->state, SandboxState::kRunning);
+  EXPECT_EQ(registry().BeginResume(owner_, sb->id).value_or(true), false) << "running already";
+  EXPECT_TRUE(registry().ForNewProcess(owner_, sb->id).ok());
+
+  // An adopted sandbox is adopted again after a resume.
+  sb->state = SandboxState::kUnattached;
+  registry().FinishPause(sb->id);
+  registry().FinishResume(sb->id);
+  EXPECT_EQ(sb->state, SandboxState::kUnattached);
+  // Others cannot, and a stopped one is refused.
+  EXPECT_EQ(registry().BeginPause(stranger_, sb->id).status().code(),
+            absl::StatusCode::kNotFound);
+  registry().MarkStopped(sb->id, "gone", false);
+  EXPECT_EQ(registry().BeginPause(owner_, sb->id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(registry().BeginResume(owner_, sb->id).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RegistryTest, APausedSandboxCanBeDeletedAndStopsLikeAnyOther) {
+  SandboxRecord* sb = Create(owner_);
+  registry().FinishPause(sb->id);
+  auto before = registry().BeginDelete(owner_, sb->id, false);
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(*before, SandboxState::kPaused);
+  registry().FinishPause(sb->id);  // a pause answered during the delete changes nothing
+  EXPECT_EQ(sb->state, SandboxState::kDeleting);
+  registry().AbortDelete(sb->id, *before);
+  EXPECT_EQ(sb->state, SandboxState::kPaused);
+  registry().MarkStopped(sb->id, "its gVisor kernel (runsc-sandbox) exited", false);
+  EXPECT_EQ(sb->state, SandboxState::kStopped);
 }
 
 }  // namespace

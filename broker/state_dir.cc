@@ -46,6 +46,7 @@ absl::Status StateDir::Persist(const SandboxRecord& sb) {
   r.setProfile(sb.profile);
   r.setOwnerUid(sb.owner_uid);
   r.setCreatedAtUnixMs(sb.created_ms);
+  r.setKey(sb.key);
   auto labels = r.initLabels(static_cast<unsigned>(sb.labels.size()));
   for (unsigned i = 0; i < labels.size(); ++i) {
     labels[i].setKey(sb.labels[i].first);
@@ -72,6 +73,7 @@ absl::StatusOr<std::map<std::string, std::vector<std::string>>> StateDir::Load(
   RETURN_IF_ERROR(ReadRecord(dir, kRecordName, saved));
   auto r = saved.getRoot<records::BrokerSandbox>();
   sandbox.owner_uid = r.getOwnerUid();
+  sandbox.key = r.getKey().cStr();
   for (auto l : r.getLabels()) sandbox.labels.emplace_back(l.getKey().cStr(), l.getValue().cStr());
   std::map<std::string, std::vector<std::string>> argv;
   for (auto p : r.getProcesses()) {

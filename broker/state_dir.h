@@ -24,7 +24,7 @@ class StateDir {
   absl::Status OpenLogs(ProcessRecord& p, uint64_t capacity);
   // Writes the sandbox's record next to its logs (at most 4 KiB of argv per process).
   absl::Status Persist(const SandboxRecord& sandbox);
-  // Reads back what Persist wrote into `sandbox` (owner, labels) and returns each process's
+  // Reads back what Persist wrote into `sandbox` (owner, labels, key) and returns each process's
   // argv by process id; not-found if there is no record.
   absl::StatusOr<std::map<std::string, std::vector<std::string>>> Load(SandboxRecord& sandbox);
   // Removes a sandbox's logs and record.

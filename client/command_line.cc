@@ -174,6 +174,7 @@ constexpr char kLogsExitStatus[] =
     "message gives the offset to resume from); 125 if the service refused or could not be "
     "reached; 2 for a command line paseo-sandbox does not understand.";
 constexpr char kJsonHelp[] = "Machine-readable output.";
+constexpr char kDeploymentHelp[] = "Deployment to use (default: the only one you may use).";
 
 // Ends parsing from inside MainBuilder (help, --version, a usage error): kj's exit() must not
 // return, and a test must not lose its process.
@@ -437,6 +438,12 @@ class Parser {
         .addSubCommand("kill", KJ_BIND_METHOD(*this, Kill), "send a signal to a process")
         .addSubCommand("ps", KJ_BIND_METHOD(*this, Ps), "list your sandboxes and their processes")
         .addSubCommand("rm", KJ_BIND_METHOD(*this, Rm), "delete sandboxes")
+        .addSubCommand("create", KJ_BIND_METHOD(*this, Create),
+                       "create a sandbox that stays (with --key: idempotently); print its id")
+        .addSubCommand("find", KJ_BIND_METHOD(*this, Find),
+                       "print the id of the sandbox created with a key")
+        .addSubCommand("pause", KJ_BIND_METHOD(*this, Pause), "freeze sandboxes")
+        .addSubCommand("resume", KJ_BIND_METHOD(*this, Resume), "continue paused sandboxes")
         .addSubCommand("info", KJ_BIND_METHOD(*this, Info),
                        "the service's version, your uid as it sees it, your deployments");
     return g.Build(/*rest_at=*/0);
@@ -449,8 +456,59 @@ class Parser {
               "the sandbox and exits with the command's exit code. <argv> starts after \"--\" "
               "or at the first word that is not an option.",
               kExitStatus);
-    g.Value("deployment", run.deployment, "<id>",
-            "Deployment to use (default: the only one you may use).")
+    AddSandboxOptions(g, run);
+    g.Flag({"keep"}, run.keep,
+           "Keep the sandbox after the command ends (its id is printed on stderr).");
+    AddProcessOptions(g, run.process);
+    g.Operands("-- <argv>", run.argv);
+    return g.Build(/*rest_at=*/0, /*separate=*/true);
+  }
+
+  kj::MainFunc Create() {
+    auto& create = Choose<CreateCommand>();
+    Grammar g(context_, line_,
+              "Creates a sandbox that stays until rm, and prints its id. With --key, a sandbox "
+              "you created with that key before is printed instead (and nothing is created); "
+              "two creates with one key at once make one sandbox.");
+    AddSandboxOptions(g, create);
+    g.Value("key", create.key, "<key>",
+            "Your name for the sandbox, unique in the deployment (at most 256 bytes); find "
+            "prints its id.");
+    return g.Build();
+  }
+
+  kj::MainFunc Find() {
+    auto& find = Choose<FindCommand>();
+    Grammar g(context_, line_,
+              "Prints the id of the sandbox created with <key> in the deployment (also after "
+              "the service restarted). Exits 125 if there is none.");
+    g.Value("deployment", find.deployment, "<id>", kDeploymentHelp);
+    g.Operand("<key>", find.key);
+    return g.Build();
+  }
+
+  kj::MainFunc Pause() {
+    auto& pause = Choose<PauseCommand>();
+    Grammar g(context_, line_,
+              "Freezes every process of each sandbox (runsc pause): nothing new starts in it "
+              "until resume; its output stays readable, signals are delivered on resume. Exits "
+              "125 if any could not be paused.");
+    g.Operands("<sandbox>", pause.ids);
+    return g.Build();
+  }
+
+  kj::MainFunc Resume() {
+    auto& resume = Choose<ResumeCommand>();
+    Grammar g(context_, line_,
+              "Continues paused sandboxes. Exits 125 if any could not be resumed.");
+    g.Operands("<sandbox>", resume.ids);
+    return g.Build();
+  }
+
+  // What run and create say about the sandbox to create.
+  template <typename Command>
+  static void AddSandboxOptions(Grammar& g, Command& run) {
+    g.Value("deployment", run.deployment, "<id>", kDeploymentHelp)
         .Value("profile", run.profile, "<name>", "Launch profile (default: the deployment's).")
         .Parsed(
             '\0', "workspace", ParseWorkspace,
@@ -471,12 +529,7 @@ class Parser {
             "\\\\ for a backslash in a value; may be repeated.")
         .Values("credential", run.credentials, "<name>",
                 "Mount a credential directory the deployment registered where the launch "
-                "profile places it (read-only unless the profile says); may be repeated.")
-        .Flag({"keep"}, run.keep,
-              "Keep the sandbox after the command ends (its id is printed on stderr).");
-    AddProcessOptions(g, run.process);
-    g.Operands("-- <argv>", run.argv);
-    return g.Build(/*rest_at=*/0, /*separate=*/true);
+                "profile places it (read-only unless the profile says); may be repeated.");
   }
 
   kj::MainFunc Exec() {

@@ -118,8 +118,33 @@ struct RmCommand {
 
 struct InfoCommand {};
 
+// create: a sandbox that stays (as run --keep, without a command); with --key, the one that
+// key names if the caller created it already.
+struct CreateCommand {
+  std::string deployment;  // empty: the only one the caller may use
+  std::string profile;
+  std::vector<WorkspaceSpec> workspaces;
+  std::vector<std::string> credentials;
+  std::string key;
+};
+
+// find: the sandbox of a deployment created with a key.
+struct FindCommand {
+  std::string deployment;  // empty: the only one the caller may use
+  std::string key;
+};
+
+struct PauseCommand {
+  std::vector<std::string> ids;
+};
+
+struct ResumeCommand {
+  std::vector<std::string> ids;
+};
+
 using Command = std::variant<RunCommand, ExecCommand, AttachCommand, LogsCommand, WaitCommand,
-                             KillCommand, PsCommand, RmCommand, InfoCommand>;
+                             KillCommand, PsCommand, RmCommand, InfoCommand, CreateCommand,
+                             FindCommand, PauseCommand, ResumeCommand>;
 
 struct CommandLine {
   std::string socket;  // --socket, before or after the command name

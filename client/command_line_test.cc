@@ -182,6 +182,33 @@ TEST(CommandLineTest, Rm) {
   EXPECT_THAT(Refused({"rm"}), HasSubstr("missing argument <sandbox>"));
 }
 
+TEST(CommandLineTest, CreateFindPauseResume) {
+  auto create = Command<CreateCommand>(
+      {"create", "--key", "ws-1", "--deployment", "alpha", "--workspace", "/srv/p:rw",
+       "--profile", "big", "--credential", "claude"});
+  EXPECT_EQ(create.key, "ws-1");
+  EXPECT_EQ(create.deployment, "alpha");
+  EXPECT_EQ(create.profile, "big");
+  ASSERT_EQ(create.workspaces.size(), 1u);
+  EXPECT_EQ(create.workspaces[0].path, "/srv/p");
+  EXPECT_EQ(create.workspaces[0].mode, api::AccessMode::READ_WRITE);
+  EXPECT_THAT(create.credentials, ElementsAre("claude"));
+  EXPECT_EQ(Command<CreateCommand>({"create"}).key, "");
+  EXPECT_THAT(Refused({"create", "true"}), HasSubstr("too many arguments"));
+  EXPECT_THAT(Refused({"create", "--keep"}), HasSubstr("--keep: unrecognized option"));
+
+  auto find = Command<FindCommand>({"find", "--deployment", "alpha", "ws-1"});
+  EXPECT_EQ(find.deployment, "alpha");
+  EXPECT_EQ(find.key, "ws-1");
+  EXPECT_EQ(Command<FindCommand>({"find", "--", "-odd-key"}).key, "-odd-key");
+  EXPECT_THAT(Refused({"find"}), HasSubstr("missing argument <key>"));
+
+  EXPECT_THAT(Command<PauseCommand>({"pause", "sb-1", "sb-2"}).ids, ElementsAre("sb-1", "sb-2"));
+  EXPECT_THAT(Command<ResumeCommand>({"resume", "sb-1"}).ids, ElementsAre("sb-1"));
+  EXPECT_THAT(Refused({"pause"}), HasSubstr("missing argument <sandbox>"));
+  EXPECT_THAT(Refused({"resume"}), HasSubstr("missing argument <sandbox>"));
+}
+
 TEST(CommandLineTest, WorkspaceSyntax) {
   EXPECT_EQ(ParseWorkspace("/a"), (WorkspaceSpec{"/a", "", api::AccessMode::READ_ONLY}));
   EXPECT_EQ(ParseWorkspace("/a:rw"), (WorkspaceSpec{"/a", "", api::AccessMode::READ_WRITE}));
@@ -289,7 +316,8 @@ TEST(CommandLineTest, Signals) {
 
 TEST(CommandLineTest, HelpForEveryCommandGoesToStdoutWithZero) {
   for (const std::string command :
-       {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info"}) {
+       {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info", "create", "find",
+        "pause", "resume"}) {
     std::vector<std::vector<std::string>> forms = {
         {command, "--help"}, {command, "-h"}, {"help", command}, {"--json", command, "--help"}};
     // After an operand too, except where that operand starts ARGV.
@@ -309,7 +337,8 @@ TEST(CommandLineTest, HelpForEveryCommandGoesToStdoutWithZero) {
     EXPECT_THAT(p.out, StartsWith("Usage: paseo-sandbox [<option>...] <command>"));
     EXPECT_THAT(p.out, HasSubstr("; 125 if the sandbox"));
     for (const char* command :
-         {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info"})
+         {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info", "create", "find",
+          "pause", "resume"})
       EXPECT_THAT(p.out, HasSubstr(std::string("\n  ") + command + " ")) << command;
   }
   EXPECT_THAT(Parse({"run", "--help"}).out, HasSubstr("--workspace=<path>[:<dest>][:ro|:rw]"));

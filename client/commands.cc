@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -134,26 +135,9 @@ class Commands {
         conn_(kj::heap<Connection>(io, line.socket)) {}
 
   int operator()(const RunCommand& run) {
-    std::string deployment = run.deployment;
-    if (deployment.empty()) {
-      auto info = conn_->supervisor().infoRequest().send().wait(ws_);
-      if (info.getDeployments().size() != 1)
-        return Fail("run: you may use " + std::to_string(info.getDeployments().size()) +
-                    " deployments; choose one with --deployment");
-      deployment = info.getDeployments()[0];
-    }
-    auto create = conn_->supervisor().createSandboxRequest();
-    auto spec = create.initSpec();
-    spec.setDeploymentId(deployment);
-    spec.setProfile(run.profile);
-    auto mounts = spec.initWorkspaces(static_cast<unsigned>(run.workspaces.size()));
-    for (size_t w = 0; w < run.workspaces.size(); ++w) {
-      auto mount = mounts[static_cast<unsigned>(w)];
-      mount.setPath(run.workspaces[w].path);
-      mount.setDestination(run.workspaces[w].destination);
-      mount.setMode(run.workspaces[w].mode);
-    }
-    SetTexts(spec.initCredentials(static_cast<unsigned>(run.credentials.size())), run.credentials);
+    std::optional<std::string> deployment = ChooseDeployment("run", run.deployment);
+    if (!deployment) return kServiceError;
+    auto create = CreateRequest(run, *deployment);
     auto created = create.send().wait(ws_);
     auto sandbox = created.getSandbox();
     std::string sandbox_id = created.getInfo().getId();
@@ -306,7 +290,8 @@ class Commands {
     JsonWriter json;
     json.BeginArray();
     if (!line_.json) {
-      std::printf("%-28s %-16s %-10s %s\n", "SANDBOX", "DEPLOYMENT", "STATE", "PROCESSES");
+      std::printf("%-28s %-16s %-10s %-9s %s\n", "SANDBOX", "DEPLOYMENT", "STATE", "PROCESSES",
+                  "KEY");
     }
     for (auto sb : list.getSandboxes()) {
       auto get = conn_->supervisor().getSandboxRequest();
@@ -322,6 +307,10 @@ class Commands {
         json.String(sb.getProfile().cStr());
         json.Key("state");
         json.String(sb.getState().cStr());
+        if (sb.getKey().size() > 0) {
+          json.Key("key");
+          json.String(sb.getKey().cStr());
+        }
         if (sb.getStateReason().size() > 0) {
           json.Key("stateReason");
           json.String(sb.getStateReason().cStr());
@@ -351,8 +340,14 @@ class Commands {
         json.EndArray();
         json.EndObject();
       } else {
-        std::printf("%-28s %-16s %-10s %u\n", sb.getId().cStr(), sb.getDeploymentId().cStr(),
-                    sb.getState().cStr(), sb.getProcessCount());
+        std::string row(64 + sb.getId().size() + sb.getDeploymentId().size() +
+                            sb.getState().size() + sb.getKey().size(), '\0');
+        row.resize(static_cast<size_t>(std::snprintf(
+            row.data(), row.size(), "%-28s %-16s %-10s %-9u %s", sb.getId().cStr(),
+            sb.getDeploymentId().cStr(), sb.getState().cStr(), sb.getProcessCount(),
+            sb.getKey().cStr())));
+        row.erase(row.find_last_not_of(' ') + 1);  // no key: no trailing blanks
+        std::printf("%s\n", row.c_str());
         // Why a stopped or oom-killed sandbox stopped.
         if (sb.getStateReason().size() > 0) std::printf("  (%s)\n", sb.getStateReason().cStr());
         for (auto p : procs.getProcesses()) {
@@ -369,20 +364,46 @@ class Commands {
   }
 
   int operator()(const RmCommand& rm) {
-    int rc = 0;
-    for (const auto& id : rm.ids) {
-      kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
-        auto get = conn_->supervisor().getSandboxRequest();
-        get.setId(id);
-        auto del = get.send().getSandbox().deleteRequest();
-        del.setForce(rm.force);
-        del.send().wait(ws_);
-      });
-      KJ_IF_MAYBE (e, error) {
-        rc = Fail(id + ": " + Describe(*e));
-      }
-    }
-    return rc;
+    return EachSandbox(rm.ids, [&](api::Sandbox::Client sandbox) {
+      auto del = sandbox.deleteRequest();
+      del.setForce(rm.force);
+      del.send().wait(ws_);
+    });
+  }
+
+  int operator()(const PauseCommand& pause) {
+    return EachSandbox(pause.ids, [&](api::Sandbox::Client sandbox) {
+      sandbox.pauseRequest().send().wait(ws_);
+    });
+  }
+
+  int operator()(const ResumeCommand& resume) {
+    return EachSandbox(resume.ids, [&](api::Sandbox::Client sandbox) {
+      sandbox.resumeRequest().send().wait(ws_);
+    });
+  }
+
+  int operator()(const CreateCommand& cmd) {
+    std::optional<std::string> deployment = ChooseDeployment("create", cmd.deployment);
+    if (!deployment) return kServiceError;
+    auto create = CreateRequest(cmd, *deployment);
+    create.getSpec().setKey(cmd.key);
+    auto created = create.send().wait(ws_);
+    std::string id = created.getInfo().getId();
+    if (!created.getCreated())
+      messages_->Say("sandbox " + id + " had key " + cmd.key + " already; nothing was created");
+    std::printf("%s\n", id.c_str());
+    return 0;
+  }
+
+  int operator()(const FindCommand& cmd) {
+    std::optional<std::string> deployment = ChooseDeployment("find", cmd.deployment);
+    if (!deployment) return kServiceError;
+    auto find = conn_->supervisor().findSandboxRequest();
+    find.setDeploymentId(*deployment);
+    find.setKey(cmd.key);
+    std::printf("%s\n", find.send().wait(ws_).getInfo().getId().cStr());
+    return 0;
   }
 
   int operator()(const InfoCommand&) {
@@ -410,6 +431,54 @@ class Commands {
   }
 
  private:
+  // The deployment a command names, or the only one the caller may use; nullopt (said) if
+  // there is more than one to choose from.
+  std::optional<std::string> ChooseDeployment(const std::string& command,
+                                              const std::string& named) {
+    if (!named.empty()) return named;
+    auto info = conn_->supervisor().infoRequest().send().wait(ws_);
+    if (info.getDeployments().size() == 1) return std::string(info.getDeployments()[0].cStr());
+    Fail(command + ": you may use " + std::to_string(info.getDeployments().size()) +
+         " deployments; choose one with --deployment");
+    return std::nullopt;
+  }
+
+  // A createSandbox for run's or create's sandbox options.
+  template <typename Command>
+  capnp::Request<api::Supervisor::CreateSandboxParams, api::Supervisor::CreateSandboxResults>
+  CreateRequest(const Command& cmd, const std::string& deployment) {
+    auto create = conn_->supervisor().createSandboxRequest();
+    auto spec = create.initSpec();
+    spec.setDeploymentId(deployment);
+    spec.setProfile(cmd.profile);
+    auto mounts = spec.initWorkspaces(static_cast<unsigned>(cmd.workspaces.size()));
+    for (size_t w = 0; w < cmd.workspaces.size(); ++w) {
+      auto mount = mounts[static_cast<unsigned>(w)];
+      mount.setPath(cmd.workspaces[w].path);
+      mount.setDestination(cmd.workspaces[w].destination);
+      mount.setMode(cmd.workspaces[w].mode);
+    }
+    SetTexts(spec.initCredentials(static_cast<unsigned>(cmd.credentials.size())), cmd.credentials);
+    return create;
+  }
+
+  // Does `act` to each sandbox by id; an id that fails is said, and the others still go.
+  int EachSandbox(const std::vector<std::string>& ids,
+                  const std::function<void(api::Sandbox::Client)>& act) {
+    int rc = 0;
+    for (const auto& id : ids) {
+      kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
+        auto get = conn_->supervisor().getSandboxRequest();
+        get.setId(id);
+        act(get.send().getSandbox());
+      });
+      KJ_IF_MAYBE (e, error) {
+        rc = Fail(id + ": " + Describe(*e));
+      }
+    }
+    return rc;
+  }
+
   // Looks up SANDBOX PROCESS for the per-process commands (pipelined: one round trip).
   int Fail(const std::string& message) {
     messages_->Say(message);

@@ -428,7 +428,7 @@ TEST_F(CommandsTest, PsAsATableAndAsJson) {
   Outcome r = Cli({"ps"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out,
-            "SANDBOX                      DEPLOYMENT       STATE      PROCESSES\n"
+            "SANDBOX                      DEPLOYMENT       STATE      PROCESSES KEY\n"
             "sb-1                         alpha            running    1\n"
             "  p-1                        exited 0     sleep 60\n");
   std::string json =
@@ -437,6 +437,57 @@ TEST_F(CommandsTest, PsAsATableAndAsJson) {
       "\"60\"],\"status\":\"exited 0\",\"stdoutBytes\":5,\"stderrBytes\":0}]}]\n";
   EXPECT_EQ(Cli({"--json", "ps"}).out, json);
   EXPECT_EQ(Cli({"ps", "--json"}).out, json);
+}
+
+TEST_F(CommandsTest, CreateWithAKeyIsIdempotentAndFindPrintsTheId) {
+  Outcome made = Cli({"create", "--key", "ws-1", "--workspace", "/srv/proj:rw"});
+  EXPECT_EQ(made.exit_code, 0) << made.err;
+  ASSERT_EQ(service_.sandboxes.size(), 1u);
+  const FakeSandbox& sb = service_.sandboxes.begin()->second;
+  EXPECT_EQ(made.out, sb.id + "\n");
+  EXPECT_THAT(made.err, IsEmpty());
+  EXPECT_EQ(sb.key, "ws-1");
+  EXPECT_EQ(sb.deployment, "alpha") << "the only deployment";
+  EXPECT_FALSE(sb.deleted) << "create keeps the sandbox";
+  ASSERT_EQ(sb.workspaces.size(), 1u);
+  EXPECT_EQ(std::get<0>(sb.workspaces[0]), "/srv/proj");
+
+  Outcome again = Cli({"create", "--key", "ws-1"});
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_EQ(again.out, sb.id + "\n");
+  EXPECT_EQ(again.err, "paseo-sandbox: sandbox " + sb.id + " had key ws-1 already; nothing was "
+                       "created\n");
+  EXPECT_EQ(service_.sandboxes.size(), 1u);
+
+  EXPECT_EQ(Cli({"find", "ws-1"}).out, sb.id + "\n");
+  EXPECT_EQ(Cli({"find", "--deployment", "alpha", "ws-1"}).out, sb.id + "\n");
+  Outcome missing = Cli({"find", "ws-2"});
+  EXPECT_EQ(missing.exit_code, 125);
+  EXPECT_EQ(missing.err, "paseo-sandbox: not-found: no sandbox with key ws-2\n");
+  EXPECT_THAT(missing.out, IsEmpty());
+  EXPECT_THAT(Cli({"ps"}).out, HasSubstr("running    0         ws-1\n"));
+  EXPECT_THAT(Cli({"ps", "--json"}).out, HasSubstr("\"state\":\"running\",\"key\":\"ws-1\""));
+
+  service_.deployments = {"alpha", "beta"};
+  Outcome ambiguous = Cli({"find", "ws-1"});
+  EXPECT_EQ(ambiguous.exit_code, 125);
+  EXPECT_THAT(ambiguous.err, HasSubstr("find: you may use 2 deployments"));
+}
+
+TEST_F(CommandsTest, PauseAndResumeEachSandbox) {
+  service_.AddSandbox("sb-1").deployment = "alpha";
+  service_.AddSandbox("sb-2");
+  Outcome paused = Cli({"pause", "sb-1", "sb-9", "sb-2"});
+  EXPECT_EQ(paused.exit_code, 125);
+  EXPECT_EQ(paused.err, "paseo-sandbox: sb-9: not-found: no sandbox sb-9\n");
+  EXPECT_TRUE(service_.sandboxes.at("sb-1").paused);
+  EXPECT_TRUE(service_.sandboxes.at("sb-2").paused);
+  EXPECT_THAT(Cli({"ps"}).out,
+              HasSubstr("sb-1                         alpha            paused     0\n"));
+  Outcome resumed = Cli({"resume", "sb-1"});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
+  EXPECT_FALSE(service_.sandboxes.at("sb-1").paused);
+  EXPECT_TRUE(service_.sandboxes.at("sb-2").paused);
 }
 
 TEST_F(CommandsTest, Info) {

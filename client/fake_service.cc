@@ -85,6 +85,8 @@ class FakeService::Process final : public api::Process::Server {
                        api::ProcessInfo::Builder info) {
     info.setId(p.id);
     info.setSandboxId(sandbox_id);
+    info.setKey(p.key);
+    info.setOutput(p.output);
     auto argv = info.initArgv(static_cast<unsigned>(p.argv.size()));
     for (size_t i = 0; i < p.argv.size(); ++i) argv.set(static_cast<unsigned>(i), p.argv[i]);
     bool running = p.script.echo_input && !p.input_closed;
@@ -193,7 +195,14 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     info.setId(sb.id);
     info.setDeploymentId(sb.deployment);
     info.setProfile(sb.profile);
-    info.setState("running");
+    info.setState(sb.paused ? "paused" : sb.state);
+    info.setStateReason(sb.state_reason);
+    info.setKey(sb.key);
+    auto labels = info.initLabels(static_cast<unsigned>(sb.labels.size()));
+    for (unsigned i = 0; i < sb.labels.size(); ++i) {
+      labels[i].setKey(sb.labels[i].first);
+      labels[i].setValue(sb.labels[i].second);
+    }
     info.setProcessCount(static_cast<uint32_t>(sb.processes.size()));
     info.setOwnerUid(1000);
   }
@@ -209,6 +218,15 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     p.tty = spec.getTty();
     p.rows = spec.getRows();
     p.cols = spec.getCols();
+    p.key = spec.getKey();
+    p.output = spec.getOutput();
+    p.workspace_cwd = spec.getWorkspaceCwd();
+    if (Get().paused || (Get().state != "running" && Get().state != "running-unattached"))
+      ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is not running"));
+    for (const auto& [unused, other] : Get().processes) {
+      if (!p.key.empty() && other.key == p.key)
+        ThrowStatus(absl::AlreadyExistsError("process key " + p.key));
+    }
     p.script = service_.script;
     std::string id = p.id;
     FakeProcess& stored = Get().processes[id] = kj::mv(p);
@@ -243,9 +261,40 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     if (std::find(undeletable.begin(), undeletable.end(), id_) != undeletable.end())
       ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " has running processes"));
     FakeSandbox& sb = Get();
+    if (sb.deleted) ThrowStatus(absl::NotFoundError("no sandbox " + id_));
     sb.deleted = true;
     sb.delete_force = context.getParams().getForce();
     return kj::READY_NOW;
+  }
+
+  kj::Promise<void> pause(PauseContext) override {
+    Get().paused = true;
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> resume(ResumeContext) override {
+    Get().paused = false;
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findProcess(FindProcessContext context) override {
+    std::string key = context.getParams().getKey();
+    for (const auto& [id, p] : Get().processes) {
+      if (key.empty() || p.key != key) continue;
+      auto results = context.getResults();
+      if (p.released) {
+        results.setReleased(true);
+        auto info = results.initInfo();
+        info.setId(p.id);
+        info.setKey(p.key);
+        ToCapnp(p.script.exit, info.initStatus());
+      } else {
+        results.setProcess(kj::heap<Process>(service_, id_, id));
+        Process::FillInfo(p, id_, results.initInfo());
+      }
+      return kj::READY_NOW;
+    }
+    ThrowStatus(absl::NotFoundError("no process with key " + key));
   }
 
  private:
@@ -263,15 +312,36 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
     if (service_.refuse_create) ThrowStatus(*service_.refuse_create);
     auto spec = context.getParams().getSpec();
+    auto results = context.getResults();
+    if (const FakeSandbox* keyed = Keyed(spec.getDeploymentId(), spec.getKey())) {
+      results.setSandbox(kj::heap<Sandbox>(service_, keyed->id));
+      Sandbox::FillInfo(*keyed, results.initInfo());
+      results.setCreated(false);
+      return kj::READY_NOW;
+    }
     FakeSandbox& sb = service_.AddSandbox("sb-" + std::to_string(service_.next_id_++));
+    sb.key = spec.getKey();
     sb.deployment = spec.getDeploymentId();
     sb.profile = spec.getProfile();
     for (auto w : spec.getWorkspaces())
       sb.workspaces.emplace_back(w.getPath(), w.getDestination(), w.getMode());
     for (auto c : spec.getCredentials()) sb.credentials.emplace_back(c.cStr());
-    auto results = context.getResults();
+    for (auto l : spec.getLabels()) sb.labels.emplace_back(l.getKey(), l.getValue());
     results.setSandbox(kj::heap<Sandbox>(service_, sb.id));
     Sandbox::FillInfo(sb, results.initInfo());
+    results.setCreated(true);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findSandbox(FindSandboxContext context) override {
+    auto params = context.getParams();
+    const FakeSandbox* keyed = Keyed(params.getDeploymentId(), params.getKey());
+    if (keyed == nullptr)
+      ThrowStatus(absl::NotFoundError(std::string("no sandbox with key ") +
+                                      params.getKey().cStr()));
+    auto results = context.getResults();
+    results.setSandbox(kj::heap<Sandbox>(service_, keyed->id));
+    Sandbox::FillInfo(*keyed, results.initInfo());
     return kj::READY_NOW;
   }
 
@@ -305,6 +375,11 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
   }
 
  private:
+  // The live sandbox of `deployment` created with `key` (never for an empty key).
+  const FakeSandbox* Keyed(capnp::Text::Reader deployment, capnp::Text::Reader key) const {
+    return service_.FindByKey(deployment.cStr(), key.cStr());
+  }
+
   FakeService& service_;
 };
 
@@ -317,6 +392,14 @@ FakeSandbox& FakeService::AddSandbox(const std::string& id) {
   FakeSandbox& sb = sandboxes[id];
   sb.id = id;
   return sb;
+}
+
+FakeSandbox* FakeService::FindByKey(const std::string& deployment, const std::string& key) {
+  if (key.empty()) return nullptr;
+  for (auto& [id, sb] : sandboxes) {
+    if (!sb.deleted && sb.key == key && sb.deployment == deployment) return &sb;
+  }
+  return nullptr;
 }
 
 FakeProcess& FakeService::AddProcess(const std::string& sandbox_id, const std::string& process_id,

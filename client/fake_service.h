@@ -58,6 +58,11 @@ struct FakeProcess {
   std::vector<int> signals;
   std::vector<std::pair<uint16_t, uint16_t>> resizes;
   std::vector<std::pair<api::Stream, uint64_t>> subscriptions;  // stream, fromOffset
+  // ProcessSpec.key, .output, .workspaceCwd as started; `released` once Process.release ran.
+  std::string key;
+  api::OutputMode output = api::OutputMode::DROP_OLDEST;
+  std::string workspace_cwd;
+  bool released = false;
   // Echo mode: the live stdout subscribers and who waits for the end.
   std::vector<api::OutputSink::Client> sinks;
   std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;
@@ -71,6 +76,12 @@ struct FakeSandbox {
   std::map<std::string, FakeProcess> processes;
   bool deleted = false;
   std::optional<bool> delete_force;  // the force flag of the delete, once deleted
+  std::string key;                   // SandboxSpec.key
+  bool paused = false;
+  std::vector<std::pair<std::string, std::string>> labels;  // SandboxSpec.labels
+  // What inspect() reports when not paused, and its stateReason.
+  std::string state = "running";
+  std::string state_reason;
 };
 
 class FakeService {
@@ -85,6 +96,8 @@ class FakeService {
   FakeSandbox& AddSandbox(const std::string& id);
   FakeProcess& AddProcess(const std::string& sandbox_id, const std::string& process_id,
                           const FakeProcessScript& script);
+  // The live sandbox of `deployment` created with `key` (never for an empty key).
+  FakeSandbox* FindByKey(const std::string& deployment, const std::string& key);
 
   // What info() answers.
   std::string version = "paseo-sandbox fake";

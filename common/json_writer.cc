@@ -44,6 +44,8 @@ void JsonWriter::String(absl::string_view value) {
       case '\n': out_ += "\\n"; break;
       case '\t': out_ += "\\t"; break;
       case '\r': out_ += "\\r"; break;
+      case '\b': out_ += "\\b"; break;
+      case '\f': out_ += "\\f"; break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -65,6 +67,11 @@ void JsonWriter::Int(int64_t value) {
 void JsonWriter::Bool(bool value) {
   Separate();
   out_ += value ? "true" : "false";
+}
+
+void JsonWriter::Null() {
+  Separate();
+  out_ += "null";
 }
 
 void JsonWriter::StringArray(const std::vector<std::string>& values) {

@@ -23,6 +23,7 @@ class JsonWriter {
   void String(absl::string_view value);
   void Int(int64_t value);
   void Bool(bool value);
+  void Null();
   void StringArray(const std::vector<std::string>& values);
   std::string Take() { return std::move(out_); }
 

@@ -117,6 +117,28 @@ absl::Status CheckKey(absl::string_view field, capnp::Text::Reader key) {
   return CheckName(field, key);
 }
 
+absl::StatusOr<std::optional<std::string>> CheckWorkspaceCwd(capnp::Text::Reader workspace_cwd,
+                                                             capnp::Text::Reader cwd) {
+  if (workspace_cwd.size() == 0) return std::optional<std::string>();
+  if (cwd.size() > 0) return Invalid("workspaceCwd", "cwd must be empty when workspaceCwd is set");
+  if (workspace_cwd.size() > kMaxWorkspaceCwdBytes)
+    return Invalid("workspaceCwd", "longer than 4095 bytes");
+  absl::Status name = CheckName("workspaceCwd", workspace_cwd);
+  if (!name.ok()) return name;
+  absl::string_view path = View(workspace_cwd);
+  if (path[0] == '/')
+    return Invalid("workspaceCwd", "must be relative to the workspace, not absolute");
+  std::string normalized;
+  int depth = 0;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part.empty() || part == ".") continue;
+    depth += part == ".." ? -1 : 1;
+    if (depth < 0) return Invalid("workspaceCwd", "\"..\" leaves the workspace");
+    absl::StrAppend(&normalized, normalized.empty() ? "" : "/", part);
+  }
+  return std::optional<std::string>(std::move(normalized));
+}
+
 absl::StatusOr<ProcessCommand> CheckProcessCommand(capnp::List<capnp::Text>::Reader argv,
                                                    capnp::List<capnp::Text>::Reader env,
                                                    capnp::Text::Reader cwd, bool tty,

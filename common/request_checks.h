@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct ProcessCommand {
   std::vector<std::string> argv;
   std::vector<std::string> env;
   std::string cwd;  // empty: the sandbox's default
+  // ProcessSpec.workspaceCwd in CheckWorkspaceCwd's normalized form ("" is the first
+  // workspace itself); unset when the client sent none.
+  std::optional<std::string> workspace_cwd;
   bool tty = false;
   uint16_t rows = 0;  // tty only
   uint16_t cols = 0;
@@ -69,5 +73,16 @@ absl::StatusOr<ProcessCommand> CheckProcessCommand(capnp::List<capnp::Text>::Rea
                                                    capnp::List<capnp::Text>::Reader env,
                                                    capnp::Text::Reader cwd, bool tty,
                                                    uint16_t rows, uint16_t cols);
+
+// ProcessSpec.workspaceCwd, the syntax both sides check before the privhelper resolves it
+// against the workspace itself: empty means unset; otherwise `cwd` must be empty, and it must be
+// relative (no leading "/"), valid UTF-8 without NUL, at most kMaxWorkspaceCwdBytes, and no ".."
+// may climb above the workspace when read left to right. Returns the normalized form: empty
+// and "." components dropped, so "." and "./" mean the workspace itself (returned as ""), and
+// ".." components kept: the privhelper resolves them physically beneath the workspace, as the
+// sandbox's kernel will.
+inline constexpr size_t kMaxWorkspaceCwdBytes = 4095;
+absl::StatusOr<std::optional<std::string>> CheckWorkspaceCwd(capnp::Text::Reader workspace_cwd,
+                                                             capnp::Text::Reader cwd);
 
 }  // namespace paseo

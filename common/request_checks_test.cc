@@ -143,6 +143,58 @@ TEST(RequestChecksTest, Keys) {
   EXPECT_FALSE(CheckKey("key", text("\xff")).ok());
 }
 
+TEST(RequestChecksTest, WorkspaceCwdIsNormalizedRelativeAndStaysInside) {
+  auto check = [](const std::string& ws, const std::string& cwd = "") {
+    return CheckWorkspaceCwd(capnp::Text::Reader(ws.data(), ws.size()),
+                             capnp::Text::Reader(cwd.data(), cwd.size()));
+  };
+  // Unset.
+  ASSERT_TRUE(check("").ok());
+  EXPECT_FALSE(check("")->has_value());
+  EXPECT_FALSE(check("", "/workspace")->has_value());
+  // The workspace itself, however spelled.
+  for (std::string root : {".", "./", ".//.", "./."}) {
+    auto c = check(root);
+    ASSERT_TRUE(c.ok()) << root << ": " << c.status();
+    ASSERT_TRUE(c->has_value()) << root;
+    EXPECT_EQ(**c, "") << root;
+  }
+  // Normalized: empty and "." components dropped, ".." that stays inside kept for the
+  // privhelper to resolve physically.
+  const std::vector<std::pair<std::string, std::string>> accepted = {
+      {"packages/app", "packages/app"}, {"packages//app/", "packages/app"},
+      {"./a/./b", "a/b"},               {"a/../b", "a/../b"},
+      {"a/..", "a/.."},                 {"..a/b..", "..a/b.."},
+      {"caf\xc3\xa9", "caf\xc3\xa9"},  {std::string(kMaxWorkspaceCwdBytes, 'a'),
+                                        std::string(kMaxWorkspaceCwdBytes, 'a')}};
+  for (const auto& [in, out] : accepted) {
+    auto c = check(in);
+    ASSERT_TRUE(c.ok()) << in << ": " << c.status();
+    EXPECT_EQ(c->value_or("(unset)"), out) << in;
+  }
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"/etc", "absolute"},
+      {"/", "absolute"},
+      {"..", "leaves the workspace"},
+      {"../..", "leaves the workspace"},
+      {"a/../..", "leaves the workspace"},
+      {"./../x", "leaves the workspace"},
+      {"a/b/../../../etc", "leaves the workspace"},
+      {std::string("a\0b", 3), "NUL"},
+      {"\xff", "UTF-8"},
+      {std::string(kMaxWorkspaceCwdBytes + 1, 'a'), "longer"}};
+  for (const auto& [in, why] : refused) {
+    auto c = check(in);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << in;
+    EXPECT_NE(c.status().message().find(why), absl::string_view::npos) << in << ": " << c.status();
+    EXPECT_NE(c.status().message().find("workspaceCwd"), absl::string_view::npos) << c.status();
+  }
+  // Both at once is ambiguous.
+  auto both = check("sub", "/workspace/sub");
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(both.status().message().find("cwd must be empty"), absl::string_view::npos);
+}
+
 TEST(RequestChecksTest, NormalizedAbsolutePaths) {
   for (std::string p : {"/", "/a", "/a/b", "/a.b/..c"}) EXPECT_TRUE(IsNormalizedAbsolutePath(p)) << p;
   for (std::string p :

@@ -2,6 +2,7 @@
 #include "privhelper/bundle.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/json_writer.h"
 
 namespace paseo {
@@ -129,7 +130,21 @@ std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
   return out;
 }
 
-std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty) {
+namespace {
+
+// "PATH=<prefix...>:<rest>". An empty rest adds no trailing ':', which PATH would read as the
+// working directory.
+std::string PrefixPath(absl::string_view path_entry, const std::vector<std::string>& prefix) {
+  absl::string_view rest = path_entry.substr(5);  // after "PATH="
+  std::string out = absl::StrCat("PATH=", absl::StrJoin(prefix, ":"));
+  if (!rest.empty()) absl::StrAppend(&out, ":", rest);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty,
+                                    const std::vector<std::string>& path_prefix) {
   std::vector<std::string> out;
   bool has_path = false;
   bool has_term = false;
@@ -140,6 +155,12 @@ std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tt
   if (!has_path) out.emplace_back(kDefaultPath);
   if (tty && !has_term) out.emplace_back("TERM=xterm");
   out.insert(out.end(), env.begin(), env.end());
+  if (!path_prefix.empty()) {
+    // Every PATH entry: with duplicates, which one a program reads is its libc's choice.
+    for (auto& e : out) {
+      if (e.rfind("PATH=", 0) == 0) e = PrefixPath(e, path_prefix);
+    }
+  }
   return out;
 }
 
@@ -234,7 +255,7 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("args");
   w.StringArray(spec.argv);
   w.Key("env");
-  w.StringArray(ProcessEnv(spec.env, spec.tty));
+  w.StringArray(ProcessEnv(spec.env, spec.tty, spec.path_prefix));
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);

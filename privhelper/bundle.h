@@ -48,6 +48,8 @@ struct ExecSpec {
   uint32_t uid = 0;
   uint32_t gid = 0;
   bool tty = false;  // argv already goes through the relay; only the environment differs
+  // Directories put at the front of PATH, in order: the profile's tool destinations.
+  std::vector<std::string> path_prefix;
 };
 
 // The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is
@@ -56,8 +58,10 @@ struct ExecSpec {
 std::vector<std::string> SandboxInitArgv();
 
 // The environment every sandbox process starts from; `env` entries override by key. A tty
-// process also gets TERM=xterm unless `env` sets TERM.
-std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty = false);
+// process also gets TERM=xterm unless `env` sets TERM. `path_prefix` (the profile's tool
+// directories) goes in front of PATH, the client's if `env` sets one, else the default.
+std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty = false,
+                                    const std::vector<std::string>& path_prefix = {});
 
 std::string RenderOciConfig(const BundleSpec& spec);
 std::string RenderProcessJson(const ExecSpec& spec);

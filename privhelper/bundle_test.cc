@@ -426,6 +426,44 @@ TEST(RenderOciConfigTest, StagedMountsAreNonRecursiveBindsOfTheStagingPaths) {
   EXPECT_LT(last_base, first_bind);
 }
 
+// A profile's tools are staged like workspaces and always read-only (sandbox_host.cc
+// WriteBundle): they render as ro, nosuid, nodev binds of their staging dirs, after every base
+// mount and in the order given (workspaces, credentials, then tools).
+TEST(RenderOciConfigTest, ToolMountsAreReadOnlyNosuidNodevBindsAfterTheBaseMounts) {
+  BundleSpec spec = TypicalBundle();
+  spec.mounts.push_back({"/bundle/mounts/tool-paseo-helper", "/opt/paseo/bin", true});
+  spec.mounts.push_back({"/bundle/mounts/tool-node", "/opt/node/bin", true});
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  auto all = Array(Field(doc->root, "mounts"));
+  std::vector<std::string> order;
+  size_t last_base = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    order.push_back(Str(Field(all[i], "destination")));
+    if (Str(Field(all[i], "type")) != "bind") last_base = i;
+  }
+  auto at = [&order](const std::string& d) {
+    return static_cast<size_t>(std::find(order.begin(), order.end(), d) - order.begin());
+  };
+  ASSERT_LT(at("/opt/paseo/bin"), order.size());
+  ASSERT_LT(at("/opt/node/bin"), order.size());
+  EXPECT_LT(last_base, at("/opt/paseo/bin"));
+  EXPECT_LT(at(spec.mounts[0].destination), at("/opt/paseo/bin"));
+  EXPECT_LT(at("/opt/paseo/bin"), at("/opt/node/bin"));
+  auto mounts = MountsByDestination(doc->root);
+  for (const char* tool : {"/opt/paseo/bin", "/opt/node/bin"}) {
+    SCOPED_TRACE(tool);
+    std::vector<std::string> options = Strings(Field(mounts[tool], "options"));
+    EXPECT_EQ(Str(Field(mounts[tool], "type")), "bind");
+    EXPECT_TRUE(Contains(options, "ro"));
+    EXPECT_FALSE(Contains(options, "rw"));
+    EXPECT_TRUE(Contains(options, "nosuid"));
+    EXPECT_TRUE(Contains(options, "nodev"));
+    EXPECT_FALSE(Contains(options, "rbind"));
+  }
+  EXPECT_EQ(Str(Field(mounts["/opt/node/bin"], "source")), "/bundle/mounts/tool-node");
+}
+
 TEST(RenderOciConfigTest, NoStagedMountsMeansNoBindsBesidesTheShim) {
   BundleSpec spec = TypicalBundle();
   spec.mounts.clear();
@@ -701,6 +739,42 @@ TEST(ProcessEnvTest, AddsDefaultPathOnlyWhenMissing) {
 
   std::vector<std::string> empty_path = ProcessEnv({"PATH="});
   EXPECT_EQ(empty_path, std::vector<std::string>{"PATH="});
+}
+
+TEST(ProcessEnvTest, ToolDirectoriesGoInFrontOfPathInOrder) {
+  const std::vector<std::string> tools = {"/opt/paseo/bin", "/opt/node/bin"};
+  std::string default_path = ProcessEnv({})[0];
+  // No PATH from the client: in front of the default one.
+  auto env = ProcessEnv({"HOME=/h"}, /*tty=*/false, tools);
+  EXPECT_EQ(env, (std::vector<std::string>{
+                     "PATH=/opt/paseo/bin:/opt/node/bin:" + default_path.substr(5), "HOME=/h"}));
+  // The client's PATH: in front of it, and nothing else changes.
+  env = ProcessEnv({"PATH=/usr/bin:/bin", "X=1"}, /*tty=*/false, tools);
+  EXPECT_EQ(env, (std::vector<std::string>{"PATH=/opt/paseo/bin:/opt/node/bin:/usr/bin:/bin",
+                                           "X=1"}));
+  // A terminal too (the relay execvp()s with this PATH).
+  env = ProcessEnv({"PATH=/bin"}, /*tty=*/true, tools);
+  EXPECT_TRUE(Contains(env, "PATH=/opt/paseo/bin:/opt/node/bin:/bin"));
+  EXPECT_TRUE(Contains(env, "TERM=xterm"));
+  // An empty PATH gets no trailing ':' (PATH would read it as the working directory).
+  EXPECT_EQ(ProcessEnv({"PATH="}, false, tools),
+            std::vector<std::string>{"PATH=/opt/paseo/bin:/opt/node/bin"});
+  // Every PATH entry, so which one a libc reads makes no difference.
+  env = ProcessEnv({"PATH=/a", "PATH=/b"}, false, {"/t"});
+  EXPECT_EQ(env, (std::vector<std::string>{"PATH=/t:/a", "PATH=/t:/b"}));
+  // No tools: exactly as before.
+  EXPECT_EQ(ProcessEnv({"PATH=/a"}, false, {}), std::vector<std::string>{"PATH=/a"});
+}
+
+TEST(RenderProcessJsonTest, ThePathPrefixIsRendered) {
+  ExecSpec spec;
+  spec.argv = {"paseo-workspace-helper"};
+  spec.env = {"PATH=/usr/bin"};
+  spec.path_prefix = {"/opt/paseo/bin"};
+  auto doc = Parse(RenderProcessJson(spec));
+  ASSERT_TRUE(doc->ok);
+  EXPECT_EQ(Strings(Field(doc->root, "env")),
+            std::vector<std::string>{"PATH=/opt/paseo/bin:/usr/bin"});
 }
 
 }  // namespace

@@ -156,6 +156,104 @@ bool IsHexSha256(absl::string_view s) {
          });
 }
 
+bool IsUnder(absl::string_view path, absl::string_view dir) {
+  return path == dir || absl::StartsWith(path, absl::StrCat(dir, "/"));
+}
+
+// A destination the config fixes inside every sandbox (a credential's, a tool's): normalized,
+// absolute, not /, and not under what the bundle itself mounts.
+absl::Status CheckFixedDestination(const std::string& file, const std::string& field,
+                                   capnp::Text::Reader destination) {
+  std::string dest = destination.cStr();
+  if (!IsNormalizedAbsolutePath(dest) || dest == "/")
+    return Bad(file, field, "must be a normalized absolute path other than /");
+  for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp", "/.paseo"}) {
+    if (IsUnder(dest, reserved)) return Bad(file, field, absl::StrCat("may not be under ", reserved));
+  }
+  return absl::OkStatus();
+}
+
+// A profile's tools: unique names, destinations that can stand in PATH (no ':') and overlap
+// neither each other nor the profile's credentials (runsc would mount one over the other).
+absl::Status ValidateToolMounts(const std::string& file, config::LaunchProfile::Reader p) {
+  if (p.getTools().size() > kMaxToolMounts)
+    return Bad(file, "tools", absl::StrCat("at most ", kMaxToolMounts, " tools"));
+  std::set<std::string> names;
+  std::vector<std::string> taken;
+  for (auto c : p.getCredentials()) taken.emplace_back(c.getDestination().cStr());
+  for (size_t i = 0; i < p.getTools().size(); ++i) {
+    auto t = p.getTools()[i];
+    std::string where = absl::StrCat("tools[", i, "]");
+    if (!IsValidId(t.getName().cStr()) || !names.insert(t.getName().cStr()).second)
+      return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
+    RETURN_IF_ERROR(CheckFixedDestination(file, where + ".destination", t.getDestination()));
+    std::string dest = t.getDestination().cStr();
+    if (dest.find(':') != std::string::npos)
+      return Bad(file, where + ".destination", "may not contain ':' (it goes on PATH)");
+    for (const auto& other : taken) {
+      if (IsUnder(dest, other) || IsUnder(other, dest))
+        return Bad(file, where + ".destination",
+                   absl::StrCat("overlaps ", other, " (another tool's or a credential's)"));
+    }
+    taken.push_back(dest);
+  }
+  return absl::OkStatus();
+}
+
+// Where a workspace root is as clients see it.
+absl::string_view ClientView(config::WorkspaceRoot::Reader root) {
+  return root.getClientPath().size() > 0 ? root.getClientPath().cStr() : root.getHostPath().cStr();
+}
+
+// A deployment's tool roots: unique names, and each either a host path or a client path that
+// lies beneath one of the deployment's workspace roots (where ResolveTool will map it).
+absl::Status ValidateToolRoots(const std::string& file, config::Deployment::Reader d) {
+  if (d.getToolRoots().size() > kMaxToolMounts)
+    return Bad(file, "toolRoots", absl::StrCat("at most ", kMaxToolMounts, " tool roots"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < d.getToolRoots().size(); ++i) {
+    auto t = d.getToolRoots()[i];
+    std::string where = absl::StrCat("toolRoots[", i, "]");
+    if (!IsValidId(t.getName().cStr()) || !names.insert(t.getName().cStr()).second)
+      return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
+    bool host = t.getHostPath().size() > 0, client = t.getClientPath().size() > 0;
+    if (host == client)
+      return Bad(file, where, "set exactly one of hostPath and clientPath");
+    if (host) {
+      if (!IsNormalizedAbsolutePath(t.getHostPath().cStr()) || t.getHostPath() == "/")
+        return Bad(file, where + ".hostPath", "must be a normalized absolute path other than /");
+      continue;
+    }
+    absl::string_view path = t.getClientPath().cStr();
+    if (!IsNormalizedAbsolutePath(path) || path == "/")
+      return Bad(file, where + ".clientPath", "must be a normalized absolute path other than /");
+    bool beneath = false;
+    for (auto root : d.getWorkspaceRoots()) beneath |= IsUnder(path, ClientView(root));
+    if (!beneath)
+      return Bad(file, where + ".clientPath",
+                 "must lie beneath one of the deployment's workspaceRoots (as the client sees "
+                 "them)");
+  }
+  return absl::OkStatus();
+}
+
+// Every tool a profile the deployment may use places must be one the deployment registers, so
+// a sandbox never silently lacks a tool (and a PATH entry) its profile promises.
+absl::Status CheckToolsRegistered(const std::string& file, const Config& config,
+                                  config::Deployment::Reader d) {
+  for (const auto& name : config.ProfilesOf(d)) {
+    for (auto tool : config.FindProfile(name)->getTools()) {
+      bool registered = false;
+      for (auto root : d.getToolRoots()) registered |= root.getName() == tool.getName();
+      if (!registered)
+        return Bad(file, "toolRoots",
+                   absl::StrCat("profile \"", name, "\" places tool \"", tool.getName().cStr(),
+                                "\", which this deployment does not register"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reader h) {
   if (!IsNormalizedAbsolutePath(h.getStateDir().cStr()))
     return Bad(file, "stateDir", "must be a normalized absolute path");
@@ -197,14 +295,9 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
     std::string where = absl::StrCat("credentials[", i, "]");
     if (!IsValidId(c.getName().cStr()) || !names.insert(c.getName().cStr()).second)
       return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
-    std::string dest = c.getDestination().cStr();
-    if (!IsNormalizedAbsolutePath(dest) || dest == "/")
-      return Bad(file, where + ".destination", "must be a normalized absolute path other than /");
-    for (const char* reserved : {"/proc", "/sys", "/dev", "/tmp", "/.paseo"}) {
-      if (dest == reserved || absl::StartsWith(dest, absl::StrCat(reserved, "/")))
-        return Bad(file, where + ".destination", absl::StrCat("may not be under ", reserved));
-    }
+    RETURN_IF_ERROR(CheckFixedDestination(file, where + ".destination", c.getDestination()));
   }
+  RETURN_IF_ERROR(ValidateToolMounts(file, p));
   // 0 = the host-derived default; explicit values must leave a sandbox able to run.
   uint64_t memory = p.getMemoryLimitBytes();
   if (memory != 0 && (memory < (64ull << 20) || memory > (1ull << 50)))
@@ -247,7 +340,7 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
     if (!IsNormalizedAbsolutePath(c.getHostPath().cStr()) || c.getHostPath() == "/")
       return Bad(file, where + ".hostPath", "must be a normalized absolute path other than /");
   }
-  return absl::OkStatus();
+  return ValidateToolRoots(file, d);
 }
 
 // Replaces each resource bound the profile left at 0 with the host-derived default.
@@ -376,6 +469,7 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
       if (config->FindProfile(name) == nullptr)
         return Bad(file, "profiles", absl::StrCat("unknown launch profile \"", name, "\""));
     }
+    RETURN_IF_ERROR(CheckToolsRegistered(file, *config, d));
     config->deployments_.push_back(d);
   }
   if (config->deployments_.empty())

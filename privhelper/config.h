@@ -19,6 +19,9 @@
 
 namespace paseo {
 
+// At most this many tool roots per deployment and tool mounts per profile (schema/config.capnp).
+inline constexpr size_t kMaxToolMounts = 8;
+
 class Config {
  public:
   config::HelperConfig::Reader helper() const { return helper_; }

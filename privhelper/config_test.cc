@@ -179,6 +179,40 @@ TEST_F(ConfigTest, FullConfigLoadsEveryField) {
   EXPECT_EQ(std::string(b->getWorkspaceRoots()[1].getClientPath().cStr()), "/w");
 }
 
+TEST_F(ConfigTest, ToolRootsAndToolMountsLoad) {
+  Write("helper.json", MinimalHelper());
+  Write("profiles/default.json", R"({"name": "default", "tools": [
+      {"name": "paseo-helper", "destination": "/opt/paseo/bin"},
+      {"name": "node", "destination": "/opt/node/bin"}]})");
+  Write("profiles/bare.json", R"({"name": "bare"})");
+  // A host deployment names host paths; a Docker one names its container's path, beneath a
+  // workspace root's clientPath.
+  Write("deployments/host.json", R"({"id": "host", "allowedUids": [1000],
+      "workspaceRoots": [{"hostPath": "/srv/w"}],
+      "toolRoots": [{"name": "node", "hostPath": "/usr/lib/node/bin"},
+                    {"name": "paseo-helper", "hostPath": "/usr/lib/paseo/bin"}]})");
+  Write("deployments/docker.json", R"({"id": "docker", "allowedUids": [1000],
+      "workspaceRoots": [{"hostPath": "/var/lib/docker/volumes/p/_data", "clientPath": "/home/paseo"}],
+      "toolRoots": [{"name": "paseo-helper", "clientPath": "/home/paseo/.paseo/bin"},
+                    {"name": "node", "clientPath": "/home/paseo/node/bin"}]})");
+  // A deployment whose profiles place no tool needs no tool root.
+  Write("deployments/plain.json", R"({"id": "plain", "allowedUids": [1000],
+      "workspaceRoots": [{"hostPath": "/srv/w"}], "profiles": ["bare"]})");
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const config::LaunchProfile::Reader* p = (*config)->FindProfile("default");
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->getTools().size(), 2u);
+  EXPECT_EQ(std::string(p->getTools()[0].getName().cStr()), "paseo-helper");
+  EXPECT_EQ(std::string(p->getTools()[1].getDestination().cStr()), "/opt/node/bin");
+  const config::Deployment::Reader* docker = (*config)->FindDeployment("docker");
+  ASSERT_NE(docker, nullptr);
+  ASSERT_EQ(docker->getToolRoots().size(), 2u);
+  EXPECT_EQ(std::string(docker->getToolRoots()[0].getClientPath().cStr()),
+            "/home/paseo/.paseo/bin");
+  EXPECT_EQ(docker->getToolRoots()[0].getHostPath().size(), 0u);
+}
+
 // The development machine's figures, so the expected defaults are fixed.
 HostResources TestHost() {
   HostResources host;
@@ -529,6 +563,90 @@ std::vector<BadCase> BadCases() {
       {"DuplicateProfiles",
        {{"profiles/a.json", R"({"name": "p"})"}, {"profiles/b.json", R"({"name": "p"})"}},
        "profiles/b.json", {"defined twice"}, "name: "},
+
+      // Tool roots (deployments) and tool mounts (profiles).
+      {"ToolRootNameInvalid",
+       {{"deployments/main.json", ok_dep_with(R"("toolRoots": [{"name": "Tools", "hostPath": "/opt/t"}])")}},
+       "deployments/main.json", {}, "toolRoots[0].name: "},
+      {"ToolRootNameDuplicate",
+       {{"deployments/main.json",
+         ok_dep_with(R"("toolRoots": [{"name": "t", "hostPath": "/opt/t"},
+                                     {"name": "t", "hostPath": "/opt/u"}])")}},
+       "deployments/main.json", {}, "toolRoots[1].name: "},
+      {"ToolRootWithoutPath",
+       {{"deployments/main.json", ok_dep_with(R"("toolRoots": [{"name": "t"}])")}},
+       "deployments/main.json", {"exactly one"}, "toolRoots[0]: "},
+      {"ToolRootWithBothPaths",
+       {{"deployments/main.json",
+         ok_dep_with(R"("toolRoots": [{"name": "t", "hostPath": "/opt/t", "clientPath": "/srv/w/t"}])")}},
+       "deployments/main.json", {"exactly one"}, "toolRoots[0]: "},
+      {"ToolRootHostPathRelative",
+       {{"deployments/main.json", ok_dep_with(R"("toolRoots": [{"name": "t", "hostPath": "opt/t"}])")}},
+       "deployments/main.json", {}, "toolRoots[0].hostPath: "},
+      {"ToolRootHostPathUnnormalized",
+       {{"deployments/main.json",
+         ok_dep_with(R"("toolRoots": [{"name": "t", "hostPath": "/opt/../etc"}])")}},
+       "deployments/main.json", {}, "toolRoots[0].hostPath: "},
+      {"ToolRootHostPathTrailingSlash",
+       {{"deployments/main.json", ok_dep_with(R"("toolRoots": [{"name": "t", "hostPath": "/opt/t/"}])")}},
+       "deployments/main.json", {}, "toolRoots[0].hostPath: "},
+      {"ToolRootHostPathSlash",
+       {{"deployments/main.json", ok_dep_with(R"("toolRoots": [{"name": "t", "hostPath": "/"}])")}},
+       "deployments/main.json", {}, "toolRoots[0].hostPath: "},
+      {"ToolRootClientPathUnnormalized",
+       {{"deployments/main.json",
+         ok_dep_with(R"("toolRoots": [{"name": "t", "clientPath": "/srv/w/./t"}])")}},
+       "deployments/main.json", {}, "toolRoots[0].clientPath: "},
+      {"ToolRootClientPathOutsideTheWorkspaceRoots",
+       {{"deployments/main.json",
+         ok_dep_with(R"("toolRoots": [{"name": "t", "clientPath": "/srv/wx/t"}])")}},
+       "deployments/main.json", {"beneath"}, "toolRoots[0].clientPath: "},
+      {"ToolMountNameInvalid",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a/b", "destination": "/t"}]})"}},
+       "profiles/p.json", {}, "tools[0].name: "},
+      {"ToolMountNameDuplicate",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "/t"},
+                                                      {"name": "a", "destination": "/u"}]})"}},
+       "profiles/p.json", {}, "tools[1].name: "},
+      {"ToolMountDestinationRelative",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "opt/t"}]})"}},
+       "profiles/p.json", {}, "tools[0].destination: "},
+      {"ToolMountDestinationUnnormalized",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "/opt//t"}]})"}},
+       "profiles/p.json", {}, "tools[0].destination: "},
+      {"ToolMountDestinationSlash",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "/"}]})"}},
+       "profiles/p.json", {}, "tools[0].destination: "},
+      {"ToolMountDestinationReserved",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "/.paseo/bin"}]})"}},
+       "profiles/p.json", {"/.paseo"}, "tools[0].destination: "},
+      {"ToolMountDestinationWithColon",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "/opt/a:b"}]})"}},
+       "profiles/p.json", {"PATH"}, "tools[0].destination: "},
+      {"ToolMountsOverlap",
+       {{"profiles/p.json", R"({"name": "p", "tools": [{"name": "a", "destination": "/opt/t"},
+                                                      {"name": "b", "destination": "/opt/t/b"}]})"}},
+       "profiles/p.json", {"overlaps"}, "tools[1].destination: "},
+      {"ToolMountOverlapsACredential",
+       {{"profiles/p.json", R"({"name": "p",
+          "credentials": [{"name": "c", "destination": "/home/agent"}],
+          "tools": [{"name": "a", "destination": "/home/agent/bin"}]})"}},
+       "profiles/p.json", {"overlaps"}, "tools[0].destination: "},
+      {"ToolUnknownToTheDeployment",
+       {{"profiles/p.json", R"({"name": "default", "tools": [{"name": "helper", "destination": "/opt/h"}]})"}},
+       "deployments/main.json", {"\"helper\"", "does not register"}, "toolRoots: "},
+      {"ToolRegisteredUnderAnotherName",
+       {{"profiles/p.json", R"({"name": "default", "tools": [{"name": "helper", "destination": "/opt/h"}]})"},
+        {"deployments/main.json", ok_dep_with(R"("toolRoots": [{"name": "helpr", "hostPath": "/opt/h"}])")}},
+       "deployments/main.json", {"\"helper\""}, "toolRoots: "},
+      {"TooManyToolMounts",
+       {{"profiles/p.json", R"({"name": "p", "tools": [
+          {"name": "a1", "destination": "/t1"}, {"name": "a2", "destination": "/t2"},
+          {"name": "a3", "destination": "/t3"}, {"name": "a4", "destination": "/t4"},
+          {"name": "a5", "destination": "/t5"}, {"name": "a6", "destination": "/t6"},
+          {"name": "a7", "destination": "/t7"}, {"name": "a8", "destination": "/t8"},
+          {"name": "a9", "destination": "/t9"}]})"}},
+       "profiles/p.json", {}, "tools: "},
   };
   return cases;
 }

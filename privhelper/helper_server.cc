@@ -102,4 +102,14 @@ kj::Promise<void> HelperServer::waitSandbox(WaitSandboxContext context) {
   });
 }
 
+kj::Promise<void> HelperServer::pauseSandbox(PauseSandboxContext context) {
+  auto request = ValueOrThrow(ValidatePauseSandbox(context.getParams()));
+  return host_.RunToCompletion(ValueOrThrow(host_.Pause(request)));
+}
+
+kj::Promise<void> HelperServer::resumeSandbox(ResumeSandboxContext context) {
+  auto request = ValueOrThrow(ValidateResumeSandbox(context.getParams()));
+  return host_.RunToCompletion(ValueOrThrow(host_.Resume(request)));
+}
+
 }  // namespace paseo

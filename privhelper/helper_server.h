@@ -40,6 +40,8 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> reattach(ReattachContext context) override;
   kj::Promise<void> closeInput(CloseInputContext context) override;
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
+  kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
+  kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
 
  private:
   const Config& config_;

@@ -110,6 +110,38 @@ absl::StatusOr<std::vector<ValidatedCredential>> CheckCredentials(
   return out;
 }
 
+// The profile's tools, each from the root its deployment registers under that name (LoadConfig
+// already refused a profile placing a tool a deployment using it lacks; checked again here), and
+// no workspace the client asked for may overlap one's destination.
+absl::StatusOr<std::vector<ValidatedTool>> CheckTools(const config::Deployment::Reader& deployment,
+                                                      const config::LaunchProfile::Reader& profile,
+                                                      const std::vector<ValidatedMount>& mounts) {
+  std::vector<ValidatedTool> out;
+  for (auto mount : profile.getTools()) {
+    ValidatedTool t{mount.getName().cStr(), {}, mount.getDestination().cStr()};
+    bool registered = false;
+    for (auto root : deployment.getToolRoots()) {
+      if (t.name == root.getName().cStr()) {
+        t.root = root;
+        registered = true;
+      }
+    }
+    if (!registered)
+      return absl::FailedPreconditionError(
+          absl::StrCat("profile ", profile.getName().cStr(), " places tool \"", t.name,
+                       "\", which deployment ", deployment.getId().cStr(), " does not register"));
+    for (size_t i = 0; i < mounts.size(); ++i) {
+      if (IsUnder(t.destination, mounts[i].destination) ||
+          IsUnder(mounts[i].destination, t.destination))
+        return Invalid(absl::StrCat("workspaces[", i, "].destination"),
+                       absl::StrCat("overlaps the destination of tool ", t.name, " (",
+                                    t.destination, ")"));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 // The client the broker says it acts for, if the deployment allows it (broker/authorization.cc
 // MayUse makes the same decision on the real SO_PEERCRED).
 absl::StatusOr<PeerIdentity> CheckPeer(const config::Deployment::Reader& deployment,
@@ -155,6 +187,7 @@ absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
   ASSIGN_OR_RETURN(out.mounts, CheckWorkspaces(request.getWorkspaces()));
   ASSIGN_OR_RETURN(out.credentials, CheckCredentials(*out.deployment, *out.profile, out.mounts,
                                                      request.getCredentials()));
+  ASSIGN_OR_RETURN(out.tools, CheckTools(*out.deployment, *out.profile, out.mounts));
   return out;
 }
 
@@ -165,6 +198,8 @@ absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams:
   ASSIGN_OR_RETURN(out.command,
                    CheckProcessCommand(request.getArgv(), request.getEnv(), request.getCwd(),
                                        request.getTty(), request.getRows(), request.getCols()));
+  ASSIGN_OR_RETURN(out.command.workspace_cwd,
+                   CheckWorkspaceCwd(request.getWorkspaceCwd(), request.getCwd()));
   return out;
 }
 
@@ -202,11 +237,29 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
   return CheckProcessRef(params.getSandboxId(), params.getProcessId());
 }
 
+namespace {
+
+absl::StatusOr<ValidatedSandboxRef> CheckSandboxRef(capnp::Text::Reader sandbox_id) {
+  ValidatedSandboxRef out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", sandbox_id));
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
     helper::Helper::WaitSandboxParams::Reader params) {
-  ValidatedSandboxRef out;
-  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", params.getSandboxId()));
-  return out;
+  return CheckSandboxRef(params.getSandboxId());
+}
+
+absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
+    helper::Helper::PauseSandboxParams::Reader params) {
+  return CheckSandboxRef(params.getSandboxId());
+}
+
+absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
+    helper::Helper::ResumeSandboxParams::Reader params) {
+  return CheckSandboxRef(params.getSandboxId());
 }
 
 }  // namespace paseo

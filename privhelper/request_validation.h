@@ -58,6 +58,13 @@ struct ValidatedCredential {
   bool read_only = true;
 };
 
+// A tool the profile places, from the root that the deployment registers under its name.
+struct ValidatedTool {
+  std::string name;
+  config::ToolRoot::Reader root;  // in the root-owned config
+  std::string destination;        // from the profile; always read-only
+};
+
 inline constexpr size_t kMaxMounts = 16;
 inline constexpr size_t kMaxCredentials = 8;
 // The primary gid and NGROUPS_MAX supplementary ones.
@@ -73,6 +80,8 @@ struct ValidatedCreate {
   PeerIdentity peer;
   std::vector<ValidatedMount> mounts;
   std::vector<ValidatedCredential> credentials;
+  // Every tool of the profile, in its order (which is also their order on PATH).
+  std::vector<ValidatedTool> tools;
 };
 
 struct ValidatedStart {
@@ -88,13 +97,15 @@ absl::StatusOr<ValidatedPolicy> ValidatePolicy(helper::Helper::PolicyParams::Rea
 // /dev, /tmp or /.paseo, not overlapping another; at most kMaxCredentials credentials, each a
 // valid name the deployment has and the profile places, once, not overlapping a workspace; the
 // peer (peerUid, peerGids) one the deployment allows -- its uid in allowedUids or one of its
-// gids in allowedGids, as the broker's MayUse decides -- with at most kMaxPeerGids gids. The
+// gids in allowedGids, as the broker's MayUse decides -- with at most kMaxPeerGids gids; the
+// profile's tools, each registered by the deployment, none overlapping a workspace. The
 // claim itself cannot be verified here: a compromised broker can name any identity the
 // deployment allows, and no other.
 absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
                                                helper::Helper::CreateSandboxParams::Reader params);
 
-// Ids, and the command through CheckProcessCommand (argv, env, cwd, terminal size).
+// Ids, the command through CheckProcessCommand (argv, env, cwd, terminal size), and
+// workspaceCwd through CheckWorkspaceCwd (resolved against the workspace by SandboxHost).
 absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams::Reader params);
 
 absl::StatusOr<ValidatedProcessRef> ValidateWait(helper::Helper::WaitProcessParams::Reader params);
@@ -114,5 +125,11 @@ absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
 
 absl::StatusOr<ValidatedSandboxRef> ValidateWaitSandbox(
     helper::Helper::WaitSandboxParams::Reader params);
+
+absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
+    helper::Helper::PauseSandboxParams::Reader params);
+
+absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
+    helper::Helper::ResumeSandboxParams::Reader params);
 
 }  // namespace paseo

@@ -36,8 +36,14 @@ class RequestValidationTest : public ::testing::Test {
               "credentials": [{"name": "claude", "destination": "/home/a/.claude"},
                               {"name": "over", "destination": "/workspace/x"}]})");
     Write("profiles/big.json", R"({"name": "big"})");
+    Write("profiles/tooled.json",
+          R"({"name": "tooled", "tools": [{"name": "helper", "destination": "/opt/paseo/bin"},
+                                          {"name": "node", "destination": "/opt/node/bin"}]})");
     Write("deployments/a.json",
           R"({"id": "alpha", "allowedUids": [1000], "workspaceRoots": [{"hostPath": "/srv/a"}],
+              "profiles": ["default", "tooled"],
+              "toolRoots": [{"name": "node", "clientPath": "/srv/a/node"},
+                            {"name": "helper", "hostPath": "/srv/tools/helper"}],
               "credentialRoots": [{"name": "claude", "hostPath": "/srv/cred/claude"},
                                   {"name": "over", "hostPath": "/srv/cred/over"},
                                   {"name": "unplaced", "hostPath": "/srv/cred/u"}]})");
@@ -302,6 +308,52 @@ TEST_F(RequestValidationTest, AcceptsAWellFormedStart) {
   EXPECT_EQ(v->command.cwd, "/workspace/sub");
 }
 
+TEST_F(RequestValidationTest, AWorkspaceCwdIsNormalizedAndAnAbsentOneIsUnset) {
+  auto v = Start([](auto r) { r.setWorkspaceCwd("./packages//app/"); });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->command.workspace_cwd, std::optional<std::string>("packages/app"));
+  EXPECT_EQ(v->command.cwd, "");
+  v = Start([](auto r) { r.setWorkspaceCwd("."); });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->command.workspace_cwd, std::optional<std::string>(""));  // the workspace itself
+  v = Start([](auto) {});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FALSE(v->command.workspace_cwd.has_value());
+}
+
+TEST_F(RequestValidationTest, AProfilesToolsComeFromTheDeploymentsRootsInProfileOrder) {
+  auto v = Create([](auto r) { r.setProfile("tooled"); });
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->tools.size(), 2u);
+  EXPECT_EQ(v->tools[0].name, "helper");
+  EXPECT_EQ(v->tools[0].destination, "/opt/paseo/bin");
+  EXPECT_EQ(std::string(v->tools[0].root.getHostPath().cStr()), "/srv/tools/helper");
+  EXPECT_EQ(v->tools[1].name, "node");
+  EXPECT_EQ(v->tools[1].destination, "/opt/node/bin");
+  EXPECT_EQ(std::string(v->tools[1].root.getClientPath().cStr()), "/srv/a/node");
+  // A profile without tools gives none.
+  v = Create([](auto) {});
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->tools.empty());
+}
+
+TEST_F(RequestValidationTest, AWorkspaceMayNotOverlapATool) {
+  for (const char* destination : {"/opt/paseo/bin", "/opt/paseo", "/opt", "/opt/node/bin/x"}) {
+    auto v = Create([destination](auto r) {
+      r.setProfile("tooled");
+      r.getWorkspaces()[0].setDestination(destination);
+    });
+    ASSERT_FALSE(v.ok()) << destination;
+    EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument) << v.status();
+    EXPECT_TRUE(absl::StrContains(v.status().message(), "workspaces[0].destination: overlaps"))
+        << v.status();
+  }
+  EXPECT_TRUE(Create([](auto r) {
+                r.setProfile("tooled");
+                r.getWorkspaces()[0].setDestination("/opt/paseo-work");
+              }).ok());
+}
+
 TEST_F(RequestValidationTest, AcceptsATerminalWithItsSize) {
   auto v = Start([](auto r) {
     r.setTty(true);
@@ -328,6 +380,21 @@ TEST_F(RequestValidationTest, RefusesBadStarts) {
           {"env with empty key", [](auto r) { r.initEnv(1).set(0, "=x"); }},
           {"relative cwd", [](auto r) { r.setCwd("workspace"); }},
           {"cwd with ..", [](auto r) { r.setCwd("/workspace/../etc"); }},
+          // workspaceCwd: the syntax here; the privhelper resolves the rest against the
+          // workspace itself (sandbox_host_test, testing/tools_test).
+          {"absolute workspaceCwd", [](auto r) { r.setWorkspaceCwd("/etc"); }},
+          {"workspaceCwd that climbs out", [](auto r) { r.setWorkspaceCwd("../.."); }},
+          {"workspaceCwd that climbs out later", [](auto r) { r.setWorkspaceCwd("a/../../x"); }},
+          {"workspaceCwd with a NUL",
+           [](auto r) { r.setWorkspaceCwd(capnp::Text::Reader("sub\0/../..", 10)); }},
+          {"workspaceCwd that is not UTF-8", [](auto r) { r.setWorkspaceCwd("sub\xff"); }},
+          {"workspaceCwd over PATH_MAX",
+           [](auto r) { r.setWorkspaceCwd(std::string(kMaxWorkspaceCwdBytes + 1, 'a')); }},
+          {"workspaceCwd and cwd both",
+           [](auto r) {
+             r.setWorkspaceCwd("sub");
+             r.setCwd("/workspace/sub");
+           }},
           {"bad process id", [](auto r) { r.setProcessId("../x"); }},
           {"bad sandbox id", [](auto r) { r.setSandboxId("SB"); }},
           {"terminal with no rows", [](auto r) { r.setTty(true); r.setRows(0); r.setCols(80); }},
@@ -389,6 +456,20 @@ MethodCases ProcessRefCases(Validate validate) {
            {"empty process id", with(kSandbox, "")},
            {"process id with a slash", with(kSandbox, "p/1")},
            {"uppercase process id", with(kSandbox, "P-1")}}};
+}
+
+// The sandboxId cases every method naming only a sandbox shares.
+template <typename Params, typename Validate>
+MethodCases SandboxRefCases(Validate validate) {
+  auto with = [validate](capnp::Text::Reader sandbox) {
+    return [=] { return Check<Params>(validate, [&](auto p) { p.setSandboxId(sandbox); }); };
+  };
+  return {with(kSandbox),
+          {{"..", with("..")},
+           {"empty id", with("")},
+           {"NUL in the id", with(kNulId)},
+           {"traversing id", with("../../etc")},
+           {"id with a slash", with("sb/1")}}};
 }
 
 // Parameterless methods: their params struct must stay empty (HelperMethodsTest checks it),
@@ -457,28 +538,10 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
                              {"signal 99", signal(kSandbox, 99)},
                              {"negative signal", signal(kSandbox, -9)},
                              {"traversing sandbox id", signal("..", 9)}}};
-  auto del = [](capnp::Text::Reader sandbox) {
-    return [=] {
-      return Check<H::DeleteSandboxParams>(ValidateDelete,
-                                           [&](auto p) { p.setSandboxId(sandbox); });
-    };
-  };
-  auto wait_sandbox = [](capnp::Text::Reader sandbox) {
-    return [=] {
-      return Check<H::WaitSandboxParams>(ValidateWaitSandbox,
-                                         [&](auto p) { p.setSandboxId(sandbox); });
-    };
-  };
-  cases["waitSandbox"] = {wait_sandbox(kSandbox),
-                          {{"..", wait_sandbox("..")},
-                           {"empty id", wait_sandbox("")},
-                           {"NUL in the id", wait_sandbox(kNulId)},
-                           {"traversing id", wait_sandbox("../../etc")}}};
-  cases["deleteSandbox"] = {del(kSandbox),
-                            {{"..", del("..")},
-                             {"empty id", del("")},
-                             {"NUL in the id", del(kNulId)},
-                             {"id with a slash", del("sb/1")}}};
+  cases["waitSandbox"] = SandboxRefCases<H::WaitSandboxParams>(ValidateWaitSandbox);
+  cases["deleteSandbox"] = SandboxRefCases<H::DeleteSandboxParams>(ValidateDelete);
+  cases["pauseSandbox"] = SandboxRefCases<H::PauseSandboxParams>(ValidatePauseSandbox);
+  cases["resumeSandbox"] = SandboxRefCases<H::ResumeSandboxParams>(ValidateResumeSandbox);
   return cases;
 }
 

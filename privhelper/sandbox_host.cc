@@ -262,6 +262,7 @@ struct SandboxHost::CreatePlan {
   std::string rootfs;
   std::vector<ResolvedWorkspace> workspaces;   // in request.mounts order
   std::vector<ResolvedWorkspace> credentials;  // in request.credentials order
+  std::vector<ResolvedWorkspace> tools;        // in request.tools order
   uid_t uid = 0;
   gid_t gid = 0;
 };
@@ -278,6 +279,8 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
     RETURN_IF_ERROR(CheckDestination(plan.rootfs, m.destination));
   for (const auto& c : request.credentials)
     RETURN_IF_ERROR(CheckDestination(plan.rootfs, c.destination));
+  for (const auto& t : request.tools)
+    RETURN_IF_ERROR(CheckDestination(plan.rootfs, t.destination));
   for (const auto& m : request.mounts) {
     ASSIGN_OR_RETURN(ResolvedWorkspace ws,
                      ResolveWorkspace(deployment, m.client_path, request.peer, m.read_only));
@@ -286,6 +289,10 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
   for (const auto& c : request.credentials) {
     ASSIGN_OR_RETURN(ResolvedWorkspace cred, ResolveCredential(c.name, c.host_path));
     plan.credentials.push_back(std::move(cred));
+  }
+  for (const auto& t : request.tools) {
+    ASSIGN_OR_RETURN(ResolvedWorkspace tool, ResolveTool(deployment, t.root));
+    plan.tools.push_back(std::move(tool));
   }
   if (deployment.hasRunAs()) {
     plan.uid = deployment.getRunAs().getUid();
@@ -324,6 +331,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   sb.uid = plan.uid;
   sb.gid = plan.gid;
   sb.default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
+  for (const auto& t : request.tools) sb.tool_path.push_back(t.destination);
   sb.created_ms = NowUnixMs();
   // Until runsc is asked to create the container, a failure undoes all that was written and
   // mounted (sb.files, sb.staging, the overlay) and forgets the record.
@@ -368,6 +376,12 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
     const auto& c = request.credentials[i];
     RETURN_IF_ERROR(stage(plan.credentials[i], absl::StrCat(mounts_dir, "/credential-", c.name),
                           c.destination, c.read_only));
+  }
+  // Tools are always read-only: one root serves every sandbox of the deployment.
+  for (size_t i = 0; i < plan.tools.size(); ++i) {
+    const auto& t = request.tools[i];
+    RETURN_IF_ERROR(stage(plan.tools[i], absl::StrCat(mounts_dir, "/tool-", t.name),
+                          t.destination, /*read_only=*/true));
   }
   std::string config_path = sb.bundle_dir + "/config.json";
   RETURN_IF_ERROR(WriteNewFile(config_path, RenderOciConfig(spec)));
@@ -417,16 +431,19 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   const ProcessCommand& command = request.command;
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.process.sandbox_id, Need::kRunning));
   RETURN_IF_ERROR(RequireNotStopped(*sb));
+  if (sb->paused)
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", sb->id, " is paused"));
   if (sb->processes.count(process_id))
     return absl::AlreadyExistsError(absl::StrCat("process ", process_id, " exists"));
   if (sb->processes.size() >= kMaxProcessesPerSandbox)
     return absl::ResourceExhaustedError("too many processes in this sandbox");
 
   ExecSpec exec;
+  ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
   exec.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
   exec.tty = command.tty;
   exec.env = command.env;
-  exec.cwd = command.cwd.empty() ? sb->default_cwd : command.cwd;
+  exec.path_prefix = sb->tool_path;
   exec.uid = sb->uid;
   exec.gid = sb->gid;
   std::string process_json = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".json");
@@ -462,6 +479,31 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
     return absl::ResourceExhaustedError("out of file descriptors");
   return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+}
+
+absl::StatusOr<std::string> SandboxHost::WorkingDirectory(const Sandbox& sb,
+                                                          const ProcessCommand& command) {
+  if (!command.workspace_cwd.has_value())
+    return command.cwd.empty() ? sb.default_cwd : command.cwd;
+  if (sb.default_cwd == "/")
+    return absl::InvalidArgumentError("workspaceCwd: the sandbox has no workspace");
+  const std::string& relative = *command.workspace_cwd;
+  // Checked on the host, beneath the staged bind the sandbox sees at default_cwd; the same path
+  // is then handed to runsc, so the sandbox's kernel resolves what was checked.
+  RETURN_IF_ERROR(CheckWorkspaceCwdBeneath(sb.bundle_dir + "/mounts/0", relative));
+  std::string cwd = relative.empty() ? sb.default_cwd : absl::StrCat(sb.default_cwd, "/", relative);
+  if (cwd.size() > kMaxWorkspaceCwdBytes)
+    return absl::InvalidArgumentError(
+        "workspaceCwd: longer than 4095 bytes with the workspace's destination");
+  return cwd;
+}
+
+std::vector<std::string> SandboxHost::ToolPath(const std::string& profile) const {
+  std::vector<std::string> path;
+  if (const config::LaunchProfile::Reader* p = config_.FindProfile(profile)) {
+    for (auto t : p->getTools()) path.emplace_back(t.getDestination().cStr());
+  }
+  return path;
 }
 
 SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id,
@@ -504,14 +546,111 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Signal(const ValidatedSignal& req
   ASSIGN_OR_RETURN(Process * p, FindProcess(request.process, Need::kRunning));
   // `exited` is set as soon as the exit is reaped, so a stale pid file is never used.
   if (p->exited) return absl::FailedPreconditionError("process has ended");
-  RETURN_IF_ERROR(RequireNotStopped(*Find(request.process.sandbox_id)));
-  ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p->pid_file));
-  return runsc_
-      .Run({"kill", absl::StrCat("--pid=", internal_pid), request.process.sandbox_id,
-            absl::StrCat(request.signal)})
+  Sandbox& sb = *Find(request.process.sandbox_id);
+  RETURN_IF_ERROR(RequireNotStopped(sb));
+  if (sb.paused) {
+    // runsc cannot signal into a frozen container: the signal goes out on resume.
+    if (sb.queued_signals.size() >= kMaxQueuedSignals)
+      return absl::ResourceExhaustedError("too many signals queued for a paused sandbox");
+    sb.queued_signals.emplace_back(request.process.process_id, request.signal);
+    return kj::Promise<void>(kj::READY_NOW);
+  }
+  return Kill(sb, *p, request.signal);
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Kill(const Sandbox& sb, const Process& p, int sig) {
+  ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p.pid_file));
+  return runsc_.Run({"kill", absl::StrCat("--pid=", internal_pid), sb.id, absl::StrCat(sig)})
       .then([](RunscResult killed) {
         return Settle(RunscStatus(killed, absl::StatusCode::kFailedPrecondition, ""));
       });
+}
+
+// ---------------------------------------------------------------- pause and resume
+
+kj::Promise<void> SandboxHost::Sequenced(Sandbox& sb, kj::Function<kj::Promise<void>()> step) {
+  kj::Promise<void> before = kj::READY_NOW;
+  KJ_IF_MAYBE(last, sb.transitions) { before = last->addBranch(); }
+  auto run = before.then([step = kj::mv(step)]() mutable { return step(); }).fork();
+  sb.transitions = run.addBranch().catch_([](kj::Exception&&) {}).fork();
+  return run.addBranch();
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Pause(const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
+  sb->paused = true;  // nothing new starts from now on, even before runsc has frozen it
+  return Sequenced(*sb, [this, id = sb->id, gen = sb->generation] { return Freeze(id, gen); });
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::Resume(const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
+  return Sequenced(*sb, [this, id = sb->id, gen = sb->generation] { return Thaw(id, gen); });
+}
+
+kj::Promise<void> SandboxHost::Freeze(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb != nullptr && sb->frozen) return kj::READY_NOW;  // paused already
+  if (sb == nullptr || sb->deleting)
+    return StatusToException(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+  return runsc_.Run({"pause", id}).then([this, id, generation](RunscResult paused) {
+    Sandbox* sb = Find(id, generation);
+    if (sb == nullptr)
+      return Settle(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+    if (paused.ok()) {
+      sb->frozen = true;
+      return Settle(absl::OkStatus());
+    }
+    sb->paused = sb->frozen;  // as before this pause
+    absl::Status stopped = RequireNotStopped(*sb);
+    return Settle(stopped.ok() ? RunscStatus(paused, absl::StatusCode::kInternal,
+                                             "cannot pause sandbox: ")
+                               : stopped);
+  });
+}
+
+kj::Promise<void> SandboxHost::Thaw(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr || sb->deleting)
+    return StatusToException(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+  kj::Promise<void> thawed = kj::READY_NOW;
+  if (sb->frozen) {
+    thawed = runsc_.Run({"resume", id}).then([this, id, generation](RunscResult resumed) {
+      Sandbox* sb = Find(id, generation);
+      if (sb == nullptr)
+        return Settle(absl::NotFoundError(absl::StrCat("sandbox ", id, " was deleted")));
+      if (resumed.ok()) sb->frozen = false;
+      absl::Status stopped = RequireNotStopped(*sb);
+      return Settle(resumed.ok() || !stopped.ok()
+                        ? stopped
+                        : RunscStatus(resumed, absl::StatusCode::kInternal,
+                                      "cannot resume sandbox: "));
+    });
+  }
+  return thawed.then([this, id, generation] {
+    if (Sandbox* sb = Find(id, generation)) sb->paused = false;
+    return SendQueuedSignals(id, generation);
+  });
+}
+
+kj::Promise<void> SandboxHost::SendQueuedSignals(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr || sb->paused || sb->queued_signals.empty()) return kj::READY_NOW;
+  auto [process_id, sig] = sb->queued_signals.front();
+  sb->queued_signals.erase(sb->queued_signals.begin());
+  kj::Promise<void> sent = kj::READY_NOW;
+  auto it = sb->processes.find(process_id);
+  if (it != sb->processes.end() && !it->second->exited) {
+    // A process that ended meanwhile needs no signal; a failed one does not fail the resume.
+    auto killed = Kill(*sb, *it->second, sig);
+    if (killed.ok()) {
+      sent = kj::mv(*killed).catch_([id, process_id](kj::Exception&& e) {
+        KJ_LOG(WARNING, "a signal queued while paused failed", id, process_id, e);
+      });
+    }
+  }
+  return sent.then([this, id, generation] { return SendQueuedSignals(id, generation); });
 }
 
 absl::StatusOr<SandboxHost::Stdio> SandboxHost::Reattach(const ValidatedProcessRef& request) {
@@ -547,6 +686,7 @@ void SandboxHost::Inventory(const ValidatedInventory&,
     o.setProfile(sb->profile);
     o.setCreatedAtUnixMs(sb->created_ms);
     o.setUnattached(sb->unattached);
+    o.setPaused(sb->paused);
     o.setOomKilled(sb->oom_killed);
     o.setStopped(sb->stopped || sb->oom_killed);
     o.setStopReason(sb->stopped ? sb->stop_reason
@@ -677,15 +817,29 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
   sb->running = false;
   kj::Promise<void> destroy = kj::READY_NOW;
   if (sb->container_created) {
-    destroy = runsc_.Run({"kill", "--all", id, "KILL"})
-                  .ignoreResult()
-                  .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
-                  .then([](RunscResult deleted) {
-                    // Already gone (a racing delete, or it died): that is what we wanted.
-                    if (deleted.stderr_text.find("does not exist") != std::string::npos)
-                      return Settle(absl::OkStatus());
-                    return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
-                  });
+    // After any pause or resume still under way, so a frozen container is seen as frozen.
+    destroy = Sequenced(*sb, [this, id, generation] {
+      Sandbox* sb = Find(id, generation);
+      kj::Promise<void> thawed = kj::READY_NOW;
+      // runsc refuses to kill a frozen container, and its `delete --force` panics on one
+      // (measured on 20221219): resume it first.
+      if (sb != nullptr && sb->frozen) {
+        thawed = runsc_.Run({"resume", id}).then([this, id, generation](RunscResult resumed) {
+          if (!resumed.ok()) KJ_LOG(ERROR, "cannot resume a paused sandbox to delete it", id,
+                                    resumed.Describe());
+          else if (Sandbox* sb = Find(id, generation)) sb->frozen = false;
+        });
+      }
+      return thawed.then([this, id] { return runsc_.Run({"kill", "--all", id, "KILL"}); })
+          .ignoreResult()
+          .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
+          .then([](RunscResult deleted) {
+            // Already gone (a racing delete, or it died): that is what we wanted.
+            if (deleted.stderr_text.find("does not exist") != std::string::npos)
+              return Settle(absl::OkStatus());
+            return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
+          });
+    });
   }
   return destroy.then(
       [this, id, generation]() -> kj::Promise<void> {
@@ -851,15 +1005,21 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     sb.gid = record->getGid();
     sb.default_cwd = record->getDefaultCwd().cStr();
     sb.created_ms = record->getCreatedAtUnixMs();
+    // From the profile as configured now: if an operator changed its tools since, a directory
+    // on PATH may be missing (harmless) or a mounted one absent from PATH.
+    sb.tool_path = ToolPath(sb.profile);
   }
   bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
                  sb.gid != 0;
   // A stopped one is kept too, as stopped: its owner sees what happened and deletes it.
+  // A paused one stays paused (its owner resumes it), and is resumed before it is destroyed.
+  sb.frozen = status == "paused";
   bool adopt = policy == config::RestartPolicy::KEEP && vouched &&
-               (status == "running" || status == "stopped");
+               (status == "running" || status == "stopped" || status == "paused");
   if (adopt) {
     sb.running = true;
     sb.unattached = true;
+    sb.paused = sb.frozen;
     if (status == "stopped") {
       std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), id);
       bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <kj/async.h>
+#include <kj/function.h>
 #include <kj/io.h>
 
 #include "absl/status/status.h"
@@ -60,7 +61,13 @@ class SandboxHost {
   absl::StatusOr<Stdio> StartProcess(const ValidatedStart& request);
   // The promise resolves to how the process ended (exit_status.h).
   absl::StatusOr<kj::Promise<ProcessExit>> Wait(const ValidatedProcessRef& request);
+  // While the sandbox is paused, a signal is queued and sent once it resumes.
   absl::StatusOr<kj::Promise<void>> Signal(const ValidatedSignal& request);
+  // `runsc pause` / `runsc resume`; both idempotent. While paused (from the moment the pause
+  // is asked until the resume has succeeded) nothing new starts in the sandbox. A stopped
+  // sandbox is refused (failed-precondition); a deleted one is not-found.
+  absl::StatusOr<kj::Promise<void>> Pause(const ValidatedSandboxRef& request);
+  absl::StatusOr<kj::Promise<void>> Resume(const ValidatedSandboxRef& request);
   absl::StatusOr<kj::Promise<void>> Delete(const ValidatedDelete& request);
   // For a (re)starting broker: every sandbox and every process with kept stdio.
   void Inventory(const ValidatedInventory& request,
@@ -91,6 +98,8 @@ class SandboxHost {
   size_t size() const { return sandboxes_.size(); }
 
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
+  // Signals queued while a sandbox is paused; more are refused (resource-exhausted).
+  static constexpr size_t kMaxQueuedSignals = 256;
   // How long a stop's reason waits for the sentry's or gofer's wait status: the kernel has it
   // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
   // under this VM's init; at once under systemd. The sandbox is refused new processes meanwhile.
@@ -119,11 +128,25 @@ class SandboxHost {
     std::vector<std::string> files;    // files we wrote in the bundle
     uid_t uid = 0;
     gid_t gid = 0;
+    // The first workspace's destination (staged at <bundle>/mounts/0), or "/" without one.
     std::string default_cwd = "/";
+    // The profile's tool destinations, in front of every process's PATH.
+    std::vector<std::string> tool_path;
     bool container_created = false;
     bool running = false;
     bool deleting = false;
     bool unattached = false;  // adopted from a previous privhelper
+    // Pause and resume: `paused` is what the broker asked for (set when a pause is asked,
+    // cleared once the resume succeeded), `frozen` what runsc did. Nothing starts while
+    // paused; runsc refuses exec, kill and delete on a frozen container (measured on
+    // 20221219: "cannot ... in state paused"; `delete --force` panics), so signals wait in
+    // `queued_signals` and a delete resumes first.
+    bool paused = false;
+    bool frozen = false;
+    std::vector<std::pair<std::string, int>> queued_signals;  // process id, signal
+    // The end of the last pause, resume or destroy: the next one runs after it, since runsc
+    // refuses a transition from a state the container is still leaving.
+    kj::Maybe<kj::ForkedPromise<void>> transitions;
     bool oom_killed = false;  // a process of it ended oom-killed: the sandbox is dead
     // Its sentry or gofer exited (or it was found stopped): nothing new starts in it. The
     // reason is final once `stop_known` (it may wait kExitStatusPatience for a status).
@@ -169,6 +192,21 @@ class SandboxHost {
   void MarkStopped(Sandbox& sb, std::string reason, bool oom_killed);
   // A started sandbox is refused new processes and signals once it has stopped.
   static absl::Status RequireNotStopped(const Sandbox& sb);
+  // Where a process starts: its workspaceCwd resolved beneath the sandbox's first workspace
+  // (invalid-argument if it leaves it or is no directory), else its cwd, else the default.
+  static absl::StatusOr<std::string> WorkingDirectory(const Sandbox& sb,
+                                                      const ProcessCommand& command);
+  // The tool destinations the profile places, for a sandbox created (or adopted) with it.
+  std::vector<std::string> ToolPath(const std::string& profile) const;
+  // Runs `step` after the sandbox's earlier pause, resume or destroy has ended.
+  kj::Promise<void> Sequenced(Sandbox& sb, kj::Function<kj::Promise<void>()> step);
+  // `runsc pause`/`resume` of the sandbox (generation-checked), as a Sequenced step.
+  kj::Promise<void> Freeze(const std::string& id, uint64_t generation);
+  kj::Promise<void> Thaw(const std::string& id, uint64_t generation);
+  // Sends the signals queued while the sandbox was paused, in order.
+  kj::Promise<void> SendQueuedSignals(const std::string& id, uint64_t generation);
+  // `runsc kill --pid=<its pid in the sandbox> <id> <sig>`.
+  absl::StatusOr<kj::Promise<void>> Kill(const Sandbox& sb, const Process& p, int sig);
   // Watches a started `runsc exec` and records it under the sandbox.
   Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<int> runsc_exit,
                  const std::string& pid_file, kj::AutoCloseFd exec_log);

@@ -33,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/rpc_errors.h"
 #include "gmock/gmock.h"
+#include "privhelper/bundle.h"
 #include "gtest/gtest.h"
 #include "schema/records.capnp.h"
 
@@ -166,9 +167,16 @@ class SandboxHostTest : public ::testing::Test {
                                           R"(", "runDir": ")", dir_, R"(/run"})"));
     Write("etc/profiles/default.json", R"({"name": "default"})");
     Write("etc/profiles/missing.json", R"({"name": "missing", "rootfsVersion": "v2"})");
+    Write("etc/profiles/tooled.json",
+          R"({"name": "tooled", "tools": [{"name": "helper", "destination": "/opt/paseo/bin"},
+                                          {"name": "node", "destination": "/opt/node/bin"}]})");
+    fs::create_directories(dir_ + "/tools/helper");
+    fs::create_directories(dir_ + "/ws/node/bin");
     Write("etc/deployments/alpha.json",
           absl::StrCat(R"({"id": "alpha", "allowedUids": [1000], "maxSandboxes": 2,
-                          "profiles": ["default", "missing"],
+                          "profiles": ["default", "missing", "tooled"],
+                          "toolRoots": [{"name": "helper", "hostPath": ")", dir_, R"(/tools/helper"},
+                                        {"name": "node", "clientPath": ")", dir_, R"(/ws/node/bin"}],
                           "workspaceRoots": [{"hostPath": ")",
                        dir_, R"(/ws"}], "runAs": {"uid": 1000, "gid": 1000}})"));
     // No runAs, and a root everyone sees owned by root: agents would run as uid 0.
@@ -220,16 +228,17 @@ class SandboxHostTest : public ::testing::Test {
 
   // A bundle a previous privhelper left, with its record.
   void LeaveBundle(const std::string& id, const std::string& deployment = "alpha",
-                   uint32_t uid = 1000) {
+                   uint32_t uid = 1000, const std::string& profile = "default",
+                   const std::string& default_cwd = "/workspace") {
     fs::create_directories(Bundle(id) + "/mounts");
     capnp::MallocMessageBuilder message;
     auto record = message.initRoot<records::SandboxRecord>();
     record.setId(id);
     record.setDeploymentId(deployment);
-    record.setProfile("default");
+    record.setProfile(profile);
     record.setUid(uid);
     record.setGid(1000);
-    record.setDefaultCwd("/workspace");
+    record.setDefaultCwd(default_cwd);
     record.setCreatedAtUnixMs(1234);
     capnp::JsonCodec codec;
     std::ofstream(Bundle(id) + "/sandbox.json") << codec.encode(record.asReader()).cStr();
@@ -252,8 +261,9 @@ class SandboxHostTest : public ::testing::Test {
 
   // A running sandbox `id`, adopted from a previous privhelper (with runsc's state file for
   // it, unless the test wrote its own).
-  void Adopt(const std::string& id) {
-    LeaveBundle(id);
+  void Adopt(const std::string& id, const std::string& profile = "default",
+             const std::string& default_cwd = "/workspace") {
+    LeaveBundle(id, "alpha", 1000, profile, default_cwd);
     if (!fs::exists(RunscStateFile(id))) WriteRunscStateFile(id);
     runsc_.results["list"] =
         Listed(absl::StrCat(R"([{"id": ")", id, R"(", "status": "running"}])"));
@@ -273,7 +283,7 @@ class SandboxHostTest : public ::testing::Test {
   }
 
   struct Inventory {
-    std::map<std::string, bool> unattached, oom_killed, stopped;
+    std::map<std::string, bool> unattached, oom_killed, stopped, paused;
     std::map<std::string, std::string> stop_reason;
     std::map<std::string, bool> tty;  // by process id
   };
@@ -286,6 +296,7 @@ class SandboxHostTest : public ::testing::Test {
       inv.unattached[s.getSandboxId().cStr()] = s.getUnattached();
       inv.oom_killed[s.getSandboxId().cStr()] = s.getOomKilled();
       inv.stopped[s.getSandboxId().cStr()] = s.getStopped();
+      inv.paused[s.getSandboxId().cStr()] = s.getPaused();
       inv.stop_reason[s.getSandboxId().cStr()] = s.getStopReason().cStr();
     }
     for (auto p : out.getProcesses()) inv.tty[p.getProcessId().cStr()] = p.getTty();
@@ -438,6 +449,190 @@ TEST_F(SandboxHostTest, ReconcileIgnoresContainersWhoseIdCouldNotBeOurs) {
   ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
   EXPECT_EQ(host_->size(), 0u);
   EXPECT_EQ(runsc_.calls.size(), 1u);  // only the list
+}
+
+// ---------------------------------------------------------------- tools and working directories
+
+// What `runsc exec` was given for process `id` of sandbox `sb`: its env and cwd.
+struct ExecFields {
+  std::vector<std::string> env;
+  std::string cwd;
+};
+ExecFields ReadProcessJson(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  capnp::MallocMessageBuilder m;
+  auto root = m.initRoot<capnp::JsonValue>();
+  capnp::JsonCodec().decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), root);
+  ExecFields out;
+  for (auto field : root.asReader().getObject()) {
+    if (field.getName() == "cwd") out.cwd = field.getValue().getString().cStr();
+    if (field.getName() == "env") {
+      for (auto e : field.getValue().getArray()) out.env.emplace_back(e.getString().cStr());
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> PathsOf(const std::vector<std::string>& env) {
+  std::vector<std::string> paths;
+  for (const auto& e : env)
+    if (e.rfind("PATH=", 0) == 0) paths.push_back(e);
+  return paths;
+}
+
+TEST_F(SandboxHostTest, AProfilesToolsGoInFrontOfPathForPipesAndTerminals) {
+  Adopt("sb-1", "tooled");
+  // No PATH from the client: the tools, then the default PATH.
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  auto plain = ReadProcessJson(Bundle("sb-1") + "/process-p-1.json");
+  ASSERT_EQ(PathsOf(plain.env).size(), 1u);
+  EXPECT_EQ(PathsOf(plain.env)[0],
+            "PATH=/opt/paseo/bin:/opt/node/bin:" + ProcessEnv({})[0].substr(5));
+  // The client's PATH, on a terminal: the tools, then the client's.
+  ValidatedStart tty = Start("sb-1", "p-2", /*tty=*/true);
+  tty.command.env = {"PATH=/usr/bin:/bin", "HOME=/h"};
+  ASSERT_TRUE(host_->StartProcess(tty).ok());
+  auto on_tty = ReadProcessJson(Bundle("sb-1") + "/process-p-2.json");
+  EXPECT_EQ(PathsOf(on_tty.env),
+            std::vector<std::string>{"PATH=/opt/paseo/bin:/opt/node/bin:/usr/bin:/bin"});
+  // A profile without tools leaves PATH alone.
+  Adopt("sb-2");
+  ValidatedStart bare = Start("sb-2", "p-1");
+  bare.command.env = {"PATH=/usr/bin"};
+  ASSERT_TRUE(host_->StartProcess(bare).ok());
+  EXPECT_EQ(PathsOf(ReadProcessJson(Bundle("sb-2") + "/process-p-1.json").env),
+            std::vector<std::string>{"PATH=/usr/bin"});
+}
+
+// The first workspace's staged dir (<bundle>/mounts/0) as tools_test builds it inside a real
+// sandbox: sub/deeper, a file, and symlinks that stay in or lead out.
+void LayOutWorkspace(const std::string& ws) {
+  fs::create_directories(ws + "/sub/deeper");
+  std::ofstream(ws + "/file") << "x";
+  fs::create_directory_symlink("sub", ws + "/link");
+  fs::create_directory_symlink("../sub", ws + "/sub/up");
+  fs::create_directory_symlink("/etc", ws + "/esc");
+  fs::create_directory_symlink("../../..", ws + "/esc2");
+  fs::create_directory_symlink("chain2", ws + "/chain1");
+  fs::create_directory_symlink("esc", ws + "/chain2");
+  fs::create_directory_symlink("/workspace/sub", ws + "/absolute-inside");
+  fs::create_symlink("file", ws + "/file-link");
+}
+
+TEST_F(SandboxHostTest, AWorkspaceCwdRunsThereIfItStaysInsideTheFirstWorkspace) {
+  Adopt("sb-1");
+  LayOutWorkspace(Bundle("sb-1") + "/mounts/0");
+  const std::vector<std::pair<std::string, std::string>> accepted = {
+      {"", "/workspace"},  // "." normalized by CheckWorkspaceCwd
+      {"sub", "/workspace/sub"},
+      {"sub/deeper", "/workspace/sub/deeper"},
+      {"link", "/workspace/link"},  // a relative symlink inside: followed the same way inside
+      {"sub/up/deeper", "/workspace/sub/up/deeper"},
+      {"sub/..", "/workspace/sub/.."},
+  };
+  int n = 0;
+  for (const auto& [relative, cwd] : accepted) {
+    std::string id = absl::StrCat("p-", n++);
+    ValidatedStart start = Start("sb-1", id);
+    start.command.workspace_cwd = relative;
+    auto stdio = host_->StartProcess(start);
+    ASSERT_TRUE(stdio.ok()) << relative << ": " << stdio.status();
+    EXPECT_EQ(ReadProcessJson(Bundle("sb-1") + "/process-" + id + ".json").cwd, cwd) << relative;
+  }
+}
+
+TEST_F(SandboxHostTest, AWorkspaceCwdThatLeavesTheWorkspaceOrIsNoDirectoryStartsNothing) {
+  Adopt("sb-1");
+  LayOutWorkspace(Bundle("sb-1") + "/mounts/0");
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"esc", "leaves the workspace"},             // an absolute target
+      {"absolute-inside", "leaves the workspace"}, // absolute, even if it would land inside
+      {"esc2", "leaves the workspace"},            // a relative one leading out
+      {"esc2/etc", "leaves the workspace"},
+      {"chain1", "leaves the workspace"},          // a chain ending outside
+      {"sub/../..", "leaves the workspace"},       // (CheckWorkspaceCwd refuses it earlier too)
+      {"link/../..", "leaves the workspace"},
+      {"file", "not a directory"},
+      {"file-link", "not a directory"},
+      {"missing", "does not exist"},
+      {"sub/missing", "does not exist"},
+  };
+  int n = 0;
+  for (const auto& [relative, why] : refused) {
+    ValidatedStart start = Start("sb-1", absl::StrCat("p-", n++));
+    start.command.workspace_cwd = relative;
+    auto stdio = host_->StartProcess(start);
+    ASSERT_FALSE(stdio.ok()) << relative;
+    EXPECT_EQ(stdio.status().code(), absl::StatusCode::kInvalidArgument) << stdio.status();
+    EXPECT_THAT(std::string(stdio.status().message()), HasSubstr(why)) << relative;
+    EXPECT_THAT(std::string(stdio.status().message()), HasSubstr("workspaceCwd")) << relative;
+  }
+  EXPECT_TRUE(runsc_.started.empty());
+  EXPECT_TRUE(Listing().tty.empty());
+  EXPECT_FALSE(fs::exists(Bundle("sb-1") + "/process-p-0.json"));
+
+  // A sandbox without workspaces has nowhere for it.
+  Adopt("sb-2", "default", "/");
+  ValidatedStart start = Start("sb-2", "p-1");
+  start.command.workspace_cwd = "";
+  auto stdio = host_->StartProcess(start);
+  EXPECT_EQ(stdio.status().code(), absl::StatusCode::kInvalidArgument) << stdio.status();
+  EXPECT_THAT(std::string(stdio.status().message()), HasSubstr("no workspace"));
+  EXPECT_TRUE(runsc_.started.empty());
+}
+
+// A create resolves every tool root before it writes anything; one that is not as registered
+// refuses the create and leaves nothing.
+TEST_F(SandboxHostTest, ToolRootsAreResolvedAtCreateAndABadOneRefusesIt) {
+  fs::create_directory_symlink(dir_ + "/tools/helper", dir_ + "/tools/link");
+  fs::create_directory_symlink("/etc", dir_ + "/ws/esc");
+  fs::create_directories(dir_ + "/ws/bin-real");
+  fs::create_directory_symlink("bin-real", dir_ + "/ws/bin-link");
+  struct Case {
+    const char* name;
+    std::string host_path, client_path, destination;
+    absl::StatusCode code;
+    const char* message_part;
+  };
+  const std::vector<Case> cases = {
+      {"a host path that is a symlink", dir_ + "/tools/link", "", "/opt/t",
+       absl::StatusCode::kFailedPrecondition, "cannot be opened safely"},
+      {"a host path that does not exist", dir_ + "/tools/none", "", "/opt/t",
+       absl::StatusCode::kFailedPrecondition, "cannot be opened safely"},
+      {"a client path through a symlink leading out", "", dir_ + "/ws/esc", "/opt/t",
+       absl::StatusCode::kFailedPrecondition, "symlink"},
+      {"a client path through a symlink staying inside", "", dir_ + "/ws/bin-link", "/opt/t",
+       absl::StatusCode::kFailedPrecondition, "symlink"},
+      {"a client path beneath no workspace root", "", "/etc", "/opt/t",
+       absl::StatusCode::kFailedPrecondition, "not beneath any workspace root"},
+      {"a destination through a rootfs symlink", dir_ + "/tools/helper", "", "/var/run/t",
+       absl::StatusCode::kInvalidArgument, "symlink"},
+  };
+  for (const auto& c : cases) {
+    capnp::MallocMessageBuilder m;
+    auto root = m.initRoot<config::ToolRoot>();
+    root.setName("t");
+    root.setHostPath(c.host_path);
+    root.setClientPath(c.client_path);
+    ValidatedCreate request = Create("sb-2", "/workspace", "alpha", "tooled");
+    request.tools = {{"t", root.asReader(), c.destination}};
+    auto created = host_->Create(std::move(request));
+    ASSERT_FALSE(created.ok()) << c.name;
+    EXPECT_EQ(created.status().code(), c.code) << c.name << ": " << created.status();
+    EXPECT_THAT(std::string(created.status().message()), HasSubstr(c.message_part))
+        << c.name << ": " << created.status();
+    EXPECT_FALSE(fs::exists(Bundle("sb-2"))) << c.name;
+    EXPECT_EQ(host_->size(), 0u);
+  }
+  // The registered ones resolve: the create gets as far as the first mount (which the fixture's
+  // state dir refuses; see the file comment).
+  ValidatedCreate good = Create("sb-2", "/workspace", "alpha", "tooled");
+  const auto& roots = config_->FindDeployment("alpha")->getToolRoots();
+  good.tools = {{"helper", roots[0], "/opt/paseo/bin"}, {"node", roots[1], "/opt/node/bin"}};
+  auto created = host_->Create(std::move(good));
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("rootfs path may not contain"));
+  EXPECT_TRUE(runsc_.calls.empty());
 }
 
 // ---------------------------------------------------------------- refusals
@@ -709,6 +904,111 @@ TEST_F(SandboxHostTest, KeepAdoptsAStoppedSandboxAsStopped) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(Await(host_->Delete({"sb-dead"})).ok());
   ExpectDestroyed("sb-dead");
+}
+
+// ---------------------------------------------------------------- pause and resume
+
+using Calls = std::vector<std::vector<std::string>>;
+
+TEST_F(SandboxHostTest, APausedSandboxStartsNothingAndGetsItsSignalsOnResume) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  WritePid(0, 42);
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("pause"), (Calls{{"pause", "sb-1"}}));
+  EXPECT_TRUE(Listing().paused["sb-1"]);
+  // Idempotent: runsc would refuse a second pause ("in state paused").
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("pause").size(), 1u);
+
+  auto refused = host_->StartProcess(Start("sb-1", "p-2"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("paused"));
+  EXPECT_EQ(runsc_.started.size(), 1u) << "no runsc exec while paused";
+  // runsc cannot signal into a frozen container: queued, sent in order on resume.
+  ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 15})).ok());
+  ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 2})).ok());
+  EXPECT_TRUE(runsc_.CallsOf("kill").empty());
+
+  ASSERT_TRUE(Await(host_->Resume({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume"), (Calls{{"resume", "sb-1"}}));
+  EXPECT_EQ(runsc_.CallsOf("kill"),
+            (Calls{{"kill", "--pid=42", "sb-1", "15"}, {"kill", "--pid=42", "sb-1", "2"}}));
+  EXPECT_FALSE(Listing().paused["sb-1"]);
+  ASSERT_TRUE(Await(host_->Resume({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume").size(), 1u) << "resuming a running sandbox does nothing";
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-2")).ok());
+}
+
+TEST_F(SandboxHostTest, QueuedSignalsAreBounded) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  WritePid(0, 42);
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  for (size_t i = 0; i < SandboxHost::kMaxQueuedSignals; ++i)
+    ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 10})).ok());
+  EXPECT_EQ(Await(host_->Signal({{"sb-1", "p-1"}, 10})).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST_F(SandboxHostTest, AFailedPauseLeavesTheSandboxRunning) {
+  Adopt("sb-1");
+  runsc_.results["pause"] = Failed("cannot pause");
+  EXPECT_EQ(Await(host_->Pause({"sb-1"})).code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(Listing().paused["sb-1"]);
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+}
+
+TEST_F(SandboxHostTest, DeletingAPausedSandboxResumesItFirst) {
+  Adopt("sb-1");
+  ASSERT_TRUE(Await(host_->Pause({"sb-1"})).ok());
+  // Asked together: the delete runs after the pause, and resumes before it kills, since runsc
+  // refuses `kill` on a frozen container and its `delete --force` panics on one.
+  auto paused = host_->Pause({"sb-1"});
+  auto deleted = host_->Delete({"sb-1"});
+  ASSERT_TRUE(paused.ok() && deleted.ok());
+  EXPECT_TRUE(Await(std::move(*paused)).ok());
+  ASSERT_TRUE(Await(std::move(*deleted)).ok());
+  std::vector<std::string> order;
+  for (const auto& c : runsc_.calls) order.push_back(c.at(0));
+  EXPECT_EQ(order, (std::vector<std::string>{"pause", "resume", "kill", "delete"}));
+  ExpectDestroyed("sb-1");
+}
+
+TEST_F(SandboxHostTest, KeepAdoptsAPausedSandboxAsPaused) {
+  LeaveBundle("sb-1");
+  WriteRunscStateFile("sb-1");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-1", "status": "paused"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+  Inventory inv = Listing();
+  EXPECT_TRUE(inv.unattached["sb-1"]);
+  EXPECT_TRUE(inv.paused["sb-1"]);
+  EXPECT_FALSE(inv.stopped["sb-1"]);
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Await(host_->Resume({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume"), (Calls{{"resume", "sb-1"}}));
+  EXPECT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+}
+
+TEST_F(SandboxHostTest, KillResumesAPausedLeftoverBeforeDestroyingIt) {
+  LeaveBundle("sb-1");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-1", "status": "paused"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  EXPECT_EQ(runsc_.CallsOf("resume"), (Calls{{"resume", "sb-1"}}));
+  ExpectDestroyed("sb-1");
+}
+
+TEST_F(SandboxHostTest, PauseAndResumeRefuseAStoppedOrMissingSandbox) {
+  LeaveBundle("sb-dead");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-dead", "status": "stopped"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
+  runsc_.calls.clear();
+  EXPECT_EQ(host_->Pause({"sb-dead"}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host_->Resume({"sb-dead"}).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(host_->Pause({"sb-none"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host_->Resume({"sb-none"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(runsc_.calls.empty());
 }
 
 // ---------------------------------------------------------------- delete

@@ -86,11 +86,11 @@ absl::Status RequireAccess(int fd, const PeerIdentity& peer, int want,
   return absl::PermissionDeniedError(message);
 }
 
-}  // namespace
-
-absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
-                                                   absl::string_view client_path,
-                                                   const PeerIdentity& peer, bool read_only) {
+// ResolveWorkspace's walk. `peer` null: the path is the operator's grant (a tool root), so no
+// client's permissions are checked on the way.
+absl::StatusOr<ResolvedWorkspace> Resolve(const config::Deployment::Reader& deployment,
+                                          absl::string_view client_path, const PeerIdentity* peer,
+                                          bool read_only) {
   if (client_path.size() > 4095) return Refuse(client_path.substr(0, 64), "path is too long");
   if (client_path.find('\0') != absl::string_view::npos) return Refuse("?", "path contains NUL");
   if (client_path.empty() || client_path[0] != '/') return Refuse(client_path, "must be absolute");
@@ -126,7 +126,8 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
     kj::AutoCloseFd dir = Dup(root_fd);
     if (dir.get() < 0) return ErrnoStatus("dup", host_root);
     for (absl::string_view part : absl::StrSplit(rest, '/', absl::SkipEmpty())) {
-      RETURN_IF_ERROR(RequireAccess(dir.get(), peer, kMayExec, client_path, seen));
+      if (peer != nullptr)
+        RETURN_IF_ERROR(RequireAccess(dir.get(), *peer, kMayExec, client_path, seen));
       std::string name(part);
       int fd = Openat2(dir.get(), name.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
                        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV |
@@ -150,9 +151,11 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
       dir = kj::AutoCloseFd(fd);
       seen = seen == "/" ? absl::StrCat("/", part) : absl::StrCat(seen, "/", part);
     }
-    RETURN_IF_ERROR(RequireAccess(dir.get(), peer,
-                                  read_only ? kMayRead | kMayExec : kMayRead | kMayWrite | kMayExec,
-                                  client_path, seen));
+    if (peer != nullptr)
+      RETURN_IF_ERROR(RequireAccess(dir.get(), *peer,
+                                    read_only ? kMayRead | kMayExec
+                                              : kMayRead | kMayWrite | kMayExec,
+                                    client_path, seen));
     // RESOLVE_NO_XDEV already refuses mount crossings at every step; the mount id check states
     // the invariant the bind relies on in one place.
     ASSIGN_OR_RETURN(uint64_t root_mnt, MountId(root_fd.get(), host_root));
@@ -164,6 +167,45 @@ absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Rea
   return absl::PermissionDeniedError(absl::StrCat(
       "workspace \"", client_path, "\" is not beneath any workspace root of deployment ",
       deployment.getId().cStr()));
+}
+
+// A directory the root-owned config names by its host path, reached from "/" without any
+// symlink: swapped for one after registration, it is refused rather than followed.
+absl::StatusOr<ResolvedWorkspace> OpenRegisteredDir(absl::string_view what,
+                                                    const std::string& host_path) {
+  int fd = Openat2(AT_FDCWD, host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (fd < 0) {
+    int err = errno;
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " (", host_path, ") cannot be opened safely: ", std::strerror(err)));
+  }
+  ResolvedWorkspace ws;
+  ws.fd = kj::AutoCloseFd(fd);
+  ws.host_root = host_path;
+  return ws;
+}
+
+}  // namespace
+
+absl::StatusOr<ResolvedWorkspace> ResolveWorkspace(const config::Deployment::Reader& deployment,
+                                                   absl::string_view client_path,
+                                                   const PeerIdentity& peer, bool read_only) {
+  return Resolve(deployment, client_path, &peer, read_only);
+}
+
+absl::StatusOr<ResolvedWorkspace> ResolveTool(const config::Deployment::Reader& deployment,
+                                              config::ToolRoot::Reader tool) {
+  std::string what = absl::StrCat("tool root ", tool.getName().cStr(), " of deployment ",
+                                  deployment.getId().cStr());
+  if (tool.getHostPath().size() > 0) return OpenRegisteredDir(what, tool.getHostPath().cStr());
+  // A Docker deployment's tool root, as its container sees it: mapped and walked like a
+  // workspace path that client sent. Whatever stops it is the host's state, not a request's.
+  absl::StatusOr<ResolvedWorkspace> ws =
+      Resolve(deployment, tool.getClientPath().cStr(), nullptr, /*read_only=*/true);
+  if (!ws.ok())
+    return absl::FailedPreconditionError(absl::StrCat(what, ": ", ws.status().message()));
+  return ws;
 }
 
 absl::StatusOr<RootOwner> FirstRootOwner(const config::Deployment::Reader& deployment) {
@@ -180,17 +222,7 @@ absl::StatusOr<RootOwner> FirstRootOwner(const config::Deployment::Reader& deplo
 
 absl::StatusOr<ResolvedWorkspace> ResolveCredential(const std::string& name,
                                                     const std::string& host_path) {
-  int fd = Openat2(AT_FDCWD, host_path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
-                   RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
-  if (fd < 0) {
-    int err = errno;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "credential ", name, " (", host_path, ") cannot be opened safely: ", std::strerror(err)));
-  }
-  ResolvedWorkspace ws;
-  ws.fd = kj::AutoCloseFd(fd);
-  ws.host_root = host_path;
-  return ws;
+  return OpenRegisteredDir(absl::StrCat("credential ", name), host_path);
 }
 
 absl::Status StageBind(const ResolvedWorkspace& workspace, const std::string& staging,
@@ -260,6 +292,44 @@ absl::Status CheckDestination(const std::string& rootfs, const std::string& dest
     return ErrnoStatus("resolve destination", destination);
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckWorkspaceCwdBeneath(const std::string& staging, const std::string& relative) {
+  int root_fd = Openat2(AT_FDCWD, staging.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                        RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+  if (root_fd < 0) return ErrnoStatus("open staged workspace", staging);
+  kj::AutoCloseFd root(root_fd);
+  if (relative.empty()) return absl::OkStatus();
+  // No RESOLVE_NO_SYMLINKS: a relative symlink that stays inside the workspace is fine (the
+  // sandbox follows it the same way). RESOLVE_NO_XDEV: nothing beneath the non-recursive staging
+  // bind is another mount, so a crossing means the tree is not what the sandbox sees.
+  int fd = Openat2(root.get(), relative.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC,
+                   RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV);
+  if (fd >= 0) {
+    close(fd);
+    return absl::OkStatus();
+  }
+  int err = errno;
+  auto refuse = [&relative](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("workspaceCwd \"", relative, "\": ", why));
+  };
+  switch (err) {
+    case EXDEV:
+      return refuse(
+          "leaves the workspace (through \"..\", a symlink leading out or to an absolute path, "
+          "or a mount)");
+    case ENOENT:
+      return refuse("does not exist in the workspace");
+    case ENOTDIR:
+      return refuse("is not a directory");
+    case ELOOP:
+      return refuse("too many levels of symlinks");
+    case EACCES:
+      return refuse("cannot be searched");
+    default:
+      return refuse(std::strerror(err));
+  }
 }
 
 absl::Status UnstageBind(const std::string& staging) {

@@ -62,6 +62,16 @@ absl::StatusOr<RootOwner> FirstRootOwner(const config::Deployment::Reader& deplo
 absl::StatusOr<ResolvedWorkspace> ResolveCredential(const std::string& name,
                                                     const std::string& host_path);
 
+// Opens a deployment's tool root (schema/config.capnp ToolRoot). A hostPath is opened like a
+// credential (from "/", no symlink anywhere in it); a clientPath (a Docker deployment's
+// container path) is mapped through the deployment's workspaceRoots and walked exactly as
+// ResolveWorkspace walks a client's workspace path -- no "..", no symlink, no mount crossed --
+// but without checking any client's permissions: the tool is the operator's grant to every
+// sandbox of the deployment, like a credential. Refusals are failed-precondition naming the
+// tool root: the host does not match the config, the request is not at fault.
+absl::StatusOr<ResolvedWorkspace> ResolveTool(const config::Deployment::Reader& deployment,
+                                              config::ToolRoot::Reader tool);
+
 // Creates `staging` (mode 0700, root-owned; it must not exist) and bind-mounts the resolved
 // directory onto it, non-recursively, nosuid and nodev, read-only if asked. The bind goes
 // through /proc/self/fd/N of the O_PATH fd, so no path is resolved again.
@@ -73,6 +83,17 @@ absl::Status StageBind(const ResolvedWorkspace& workspace, const std::string& st
 // inside the rootfs and mount somewhere else than the spec says. Missing trailing components
 // are fine (gVisor creates mount points in its own overlay).
 absl::Status CheckDestination(const std::string& rootfs, const std::string& destination);
+
+// Checks a process's workspace-relative working directory (common/request_checks.h
+// CheckWorkspaceCwd's form; "" is the workspace itself) against the staged workspace
+// `staging`, a root-owned path in the bundle: opened from an O_PATH fd of it with
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV), so ".." and relative
+// symlinks are followed only while they stay inside, and an absolute symlink, one leading out,
+// or a mount crossing is refused; it must then be a directory. The staging bind is
+// non-recursive, so what is resolved here is what the sandbox sees at that path. Refusals are
+// invalid-argument naming workspaceCwd. The sandbox's workload can change the tree after this
+// check (docs/threat-model.md): that moves the working directory only within what it controls.
+absl::Status CheckWorkspaceCwdBeneath(const std::string& staging, const std::string& relative);
 
 // Detaches the staging mount (if mounted) and removes the directory.
 absl::Status UnstageBind(const std::string& staging);

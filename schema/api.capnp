@@ -85,7 +85,9 @@ struct ProcessSpec {
   # instead of cwd, which must then be empty. It is resolved beneath the workspace and must
   # stay there: no absolute path, no ".." that leaves it, no symlink whose target is absolute
   # or leads out of it; it must be a directory. Checked against the workspace itself when the
-  # process starts; invalid-argument otherwise, and nothing starts.
+  # process starts; invalid-argument otherwise, and nothing starts. "." (or "./") is the
+  # workspace itself; empty and "." components are ignored; a sandbox without workspaces
+  # refuses any workspaceCwd.
 }
 
 enum OutputMode {

@@ -75,6 +75,10 @@ struct Deployment {
   # At most this many sandboxes of the deployment exist at once (each costs ~45 MiB of host RAM).
   credentialRoots @7 :List(CredentialRoot);
   # Credential directories this deployment's sandboxes may mount (by name).
+  toolRoots @8 :List(ToolRoot);
+  # Read-only tool directories (for example where Paseo's helper is installed) that the
+  # profiles' `tools` place in this deployment's sandboxes. Every tool a profile this
+  # deployment may use places must be registered here (checked when the config loads).
 }
 
 struct LaunchProfile {
@@ -104,6 +108,9 @@ struct LaunchProfile {
   # ptrace, stub processes and threads, many per sandboxed task). Reaching it ends the sandbox:
   # the sentry cannot create a thread. 0 = a quarter of min(pid_max, threads-max), at least
   # 1024 (8192 with pid_max 32768).
+  tools @9 :List(ToolMount);
+  # Tool directories mounted read-only in every sandbox of this profile, in this order at the
+  # front of every process's PATH (before the client's PATH, or the default one).
 }
 
 struct CredentialRoot {
@@ -120,4 +127,26 @@ struct CredentialMount {
   # Fixed absolute destination inside the sandbox.
   writable @2 :Bool = false;
   # Read-only unless set (some agents refresh tokens in place).
+}
+
+struct ToolRoot {
+  # A directory of programs a deployment makes available, read-only, inside its sandboxes.
+  # Resolved at every create like a workspace (privhelper/workspace_resolver.h ResolveTool):
+  # no symlink anywhere in it, no mount crossed beneath a workspace root.
+  name @0 :Text;
+  # The name profiles place it by; an id ([a-z0-9-]).
+  hostPath @1 :Text;
+  # Normalized absolute host directory with no symlink in it. Exactly one of hostPath and
+  # clientPath is set.
+  clientPath @2 :Text;
+  # For a Docker deployment: the directory as the client's container sees it, mapped through
+  # the deployment's workspaceRoots exactly like a workspace path the client sends (it must
+  # lie beneath one of their clientPaths).
+}
+
+struct ToolMount {
+  name @0 :Text;
+  # A ToolRoot name; every deployment that may use this profile must register it.
+  destination @1 :Text;
+  # Fixed absolute destination inside the sandbox; also what goes on PATH.
 }

@@ -27,6 +27,9 @@ struct BrokerSandbox {
   createdAtUnixMs @4 :Int64;
   labels @5 :List(Label);
   processes @6 :List(BrokerProcess);
+  key @7 :Text;
+  # The key it was created with (api.capnp SandboxSpec.key); empty if none. A restarted broker
+  # indexes it again, so findSandbox and keyed creates survive broker and service restarts.
 
   struct Label {
     key @0 :Text;
