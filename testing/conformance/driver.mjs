@@ -171,7 +171,7 @@ export function spawnEnvelope(runtimeInstanceId, argv, extra = {}) {
 // envelope on fd 3 (closed after it for pipes, kept open for a pty); fd 4 through the strict
 // decoder. `envelope` is an object (validated and framed) or raw bytes (sent as they are).
 export class Exec {
-  constructor(workspaceId, envelope, { stdin, collectStdout = true, env = process.env } = {}) {
+  constructor(workspaceId, envelope, { stdin, collectStdout = true, env = process.env, deadlineMs = 60_000 } = {}) {
     this.mode = typeof envelope === "object" ? envelope.stdio.kind : "pipes";
     this.execId = typeof envelope === "object" ? envelope.execId : undefined;
     this.workspaceId = workspaceId;
@@ -206,6 +206,15 @@ export class Exec {
       this.child.once("exit", (code, signal) => resolve({ code, signal })),
     );
     this.wrapperExit = wrapperExit;
+    // Every exec is bounded: one still running at its deadline gets the daemon's forced cleanup
+    // and its result says timedOut, so a hung runtime fails one case instead of the suite.
+    this.timedOut = false;
+    const owner = typeof envelope === "object" ? envelope.runtimeInstanceId : undefined;
+    const deadline = setTimeout(() => {
+      this.timedOut = true;
+      this.forceKill(owner).catch(() => {});
+    }, deadlineMs);
+    wrapperExit.then(() => clearTimeout(deadline));
     this.done = (async () => {
       const wrapper = await wrapperExit;
       await eventsClosed;
@@ -218,6 +227,7 @@ export class Exec {
       }
       this.#wake();
       return {
+        timedOut: this.timedOut,
         wrapper,
         events: this.decoder.events,
         types: this.decoder.events.map((e) => e.type),
@@ -319,9 +329,12 @@ export class Exec {
   // The daemon's forced cleanup: `signal --signal SIGKILL` bounded at 750 ms, then SIGKILL to
   // the wrapper's process group. Returns the signal run.
   async forceKill(runtimeInstanceId) {
-    const r = await signalExec(this.workspaceId, this.execId, "SIGKILL", runtimeInstanceId, {
-      timeoutMs: CLEANUP_BOUND_MS,
-    });
+    const r =
+      this.execId && runtimeInstanceId
+        ? await signalExec(this.workspaceId, this.execId, "SIGKILL", runtimeInstanceId, {
+            timeoutMs: CLEANUP_BOUND_MS,
+          })
+        : null;
     try {
       process.kill(-this.child.pid, "SIGKILL");
     } catch (error) {
@@ -363,6 +376,7 @@ export function serviceControl(command) {
 // Human-readable record of an exec for assertion messages.
 export function show(result) {
   return JSON.stringify({
+    timedOut: result.timedOut || undefined,
     wrapper: result.wrapper,
     events: result.events,
     violation: result.violation?.message,

@@ -231,13 +231,24 @@ describe("signals", () => {
   });
 
   test("a forwarded SIGTERM that kills the workload is mirrored", async () => {
-    const e = new Exec(ws, spawnEnvelope(me, ["sleep", "1000"]));
-    await e.waitFor("started");
+    const e = new Exec(ws, spawnEnvelope(me, ["sh", "-c", "echo ready; exec sleep 1000"]));
+    await e.waitForStdout("ready");
     e.kill("SIGTERM");
     const r = await e.done;
     assert.equal(r.violation, null, show(r));
     assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code: null, signal: "SIGTERM" }, show(r));
     assert.deepEqual(r.wrapper, { code: null, signal: "SIGTERM" }, show(r));
+  });
+
+  // The daemon holds a signal until `started` and sends it at once: started must mean the
+  // workload can be signalled, so this one must not be lost.
+  test("a signal sent the moment started arrives is delivered", async () => {
+    const e = new Exec(ws, spawnEnvelope(me, ["sleep", "1000"]), { deadlineMs: 20_000 });
+    await e.waitFor("started");
+    e.kill("SIGTERM");
+    const r = await e.done;
+    assert.equal(r.timedOut, false, `the signal was lost: ${show(r)}`);
+    assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code: null, signal: "SIGTERM" }, show(r));
   });
 
   test("signal --exec-id returns once the workload is gone, within the cleanup bound, idempotently", async () => {

@@ -61,7 +61,7 @@ after(async () => {
 // pausing the stream between reads; `killAt` lists fractions of the stream at which the broker
 // is SIGKILLed.
 async function transfer({ rate = null, killAt = [] }) {
-  const e = new Exec(ws, spawnEnvelope(me, writer, { purpose: { kind: "agent" } }), { stdin: "", collectStdout: false });
+  const e = new Exec(ws, spawnEnvelope(me, writer, { purpose: { kind: "agent" } }), { stdin: "", collectStdout: false, deadlineMs: 550_000 });
   const stdout = e.child.stdout;
   const hash = createHash("sha256");
   const kills = [];

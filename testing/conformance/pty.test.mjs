@@ -97,7 +97,17 @@ test("input typed after a resize is read after the acknowledgement", async () =>
   assert.match(r.stdout.toString(), /33 99\r\nline=typed/);
 });
 
-test("a signal frame, even before started, reaches the workload and is mirrored", async () => {
+test("a signal frame after started reaches the workload and is mirrored", async () => {
+  const e = pty(["sh", "-c", "echo ready; exec sleep 1000"]);
+  await e.waitForStdout("ready");
+  e.signalFrame("SIGTERM");
+  const r = await e.done;
+  assert.equal(r.violation, null, show(r));
+  assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code: null, signal: "SIGTERM" }, show(r));
+  assert.deepEqual(r.wrapper, { code: null, signal: "SIGTERM" }, show(r));
+});
+
+test("a signal frame sent before started is held and delivered", async () => {
   const e = pty(["sleep", "1000"]);
   e.signalFrame("SIGTERM");
   const r = await e.done;

@@ -53,7 +53,7 @@ test("after a broker restart", async () => {
 });
 
 test("an exec running across a broker restart ends complete", async () => {
-  const e = new Exec(ws, spawnEnvelope(me, ["sh", "-c", "i=0; while [ $i -lt 40 ]; do echo line$i; i=$((i+1)); sleep 0.1; done"]));
+  const e = new Exec(ws, spawnEnvelope(me, ["sh", "-c", "i=0; while [ $i -lt 40 ]; do echo line$i; i=$((i+1)); sleep 0.1; done"]), { deadlineMs: 120_000 });
   await e.waitFor("started");
   await e.waitForStdout("line5\n");
   await serviceControl("restart-broker");
