@@ -12,6 +12,7 @@
 //   PASEO_CONFORMANCE_WORKSPACE_ROOT  a registered workspace root (workspaces are made under it)
 //   PASEO_CONFORMANCE_OUTSIDE         a directory outside every workspace root
 //   PASEO_CONFORMANCE_CONTROL         a Unix socket: "restart-broker" / "restart-service" lines
+import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chownSync, mkdirSync, chmodSync } from "node:fs";
@@ -383,4 +384,12 @@ export function show(result) {
     stdout: result.stdout?.toString().slice(0, 400),
     stderr: result.stderr.toString().slice(0, 400),
   });
+}
+
+// The exec ended by `signal`: a clean conversation whose exit names it, and a wrapper that
+// mirrored it by dying of the same signal.
+export function assertKilledBy(result, signal) {
+  assert.equal(result.violation, null, show(result));
+  assert.deepEqual(result.exit, { type: "exit", protocolVersion: 1, code: null, signal }, show(result));
+  assert.deepEqual(result.wrapper, { code: null, signal }, `the wrapper mirrors it: ${show(result)}`);
 }
