@@ -1,0 +1,195 @@
+// Runs the Paseo contract conformance suite (testing/conformance, Node's test runner) against
+// the real paseo-sandbox-runtime, a real privhelper and broker (testing/harness.h) and runsc.
+//
+// The service gets one more deployment, "conformance": its client is uid 0 (this test, and the
+// runtime it starts, as Paseo's daemon would), agents run as 4242, workspaces live under
+// <base>/ws-conf, and its profile keeps a small output window (4 MiB), so the lossless test's
+// 256 MiB cannot pass through without the writer waiting. onRestart is "keep": a Paseo
+// workspace outlives a service restart.
+//
+// The Node side reaches the service through environment variables (testing/conformance/
+// driver.mjs) and asks for restarts over a Unix socket this test serves while node runs:
+// a line "restart-broker" (SIGKILL the broker; the privhelper starts a new one) or
+// "restart-service" (SIGKILL the privhelper and with it the broker, then start a new one);
+// the reply is "ok ..." once done. Node's test files run one at a time.
+//
+// Arguments (bazel test --test_arg=...) choose test files (e.g. lossless.test.mjs); default all.
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "testing/harness.h"
+
+namespace paseo::testing {
+namespace {
+
+constexpr char kDeployment[] = "conformance";
+constexpr char kProfile[] = "conformance";
+
+ServiceOptions ConformanceService() {
+  ServiceOptions options;
+  options.helper_json_extra = ", \"onRestart\": \"keep\"";
+  options.before_start = [](const std::string& base) {
+    std::string root = base + "/ws-conf";
+    Check(mkdir(root.c_str(), 0775) == 0, "mkdir ws-conf");
+    // The client is uid 0, judged by mode bits like any uid: it gets in through group 0.
+    Check(chown(root.c_str(), 4242, 0) == 0 && chmod(root.c_str(), 0775) == 0, "chown ws-conf");
+    WriteText(base + "/etc/deployments/conformance.json",
+              std::string("{\"id\": \"") + kDeployment +
+                  "\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": \"" + root +
+                  "\"}], \"runAs\": {\"uid\": 4242, \"gid\": 4242}, \"profiles\": [\"" + kProfile +
+                  "\"], \"maxSandboxes\": 64}");
+    WriteText(base + "/etc/profiles/conformance.json",
+              std::string("{\"name\": \"") + kProfile + "\", \"outputBufferBytes\": 4194304}");
+  };
+  return options;
+}
+
+// The suite's source directory: the runfile package.json is a symlink into the source tree,
+// where installer/install-deps ran `npm ci` (node_modules is not a Bazel input).
+std::string SuiteDir() {
+  std::string link = Runfile("testing/conformance/package.json");
+  char real[PATH_MAX];
+  Check(realpath(link.c_str(), real) != nullptr, "realpath " + link);
+  std::string dir = real;
+  dir = dir.substr(0, dir.rfind('/'));
+  if (access((dir + "/node_modules/zod/package.json").c_str(), R_OK) != 0)
+    Die(dir + "/node_modules has no zod: run installer/install-deps (npm ci in testing/conformance)");
+  return dir;
+}
+
+int Listen(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  Check(fd >= 0, "socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  Check(path.size() < sizeof(addr.sun_path), "control socket path too long");
+  std::strcpy(addr.sun_path, path.c_str());
+  Check(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0, "bind " + path);
+  Check(listen(fd, 4) == 0, "listen");
+  return fd;
+}
+
+// Kills the broker and waits (at most 30 s) for the privhelper's next one.
+std::string RestartBroker(Service& svc) {
+  pid_t old = svc.broker_pid();
+  if (old <= 0) return "error: no broker";
+  kill(old, SIGKILL);
+  for (int i = 0; i < 300; ++i) {
+    pid_t now = svc.broker_pid();
+    if (now > 0 && now != old && CanConnect(svc.socket())) return "ok " + std::to_string(now);
+    usleep(100000);
+  }
+  return "error: no new broker within 30 s";
+}
+
+std::string RestartService(Service& svc) {
+  svc.Crash();
+  svc.Restart();  // dies if the new privhelper does not serve
+  return "ok " + std::to_string(svc.broker_pid());
+}
+
+// Serves one control connection: one command line, one reply line.
+void ServeControl(Service& svc, int conn) {
+  std::string line;
+  char c;
+  while (line.size() < 64 && read(conn, &c, 1) == 1 && c != '\n') line += c;
+  std::string reply = line == "restart-broker"    ? RestartBroker(svc)
+                      : line == "restart-service" ? RestartService(svc)
+                                                  : "error: unknown command " + line;
+  std::fprintf(stderr, "conformance_test: %s -> %s\n", line.c_str(), reply.c_str());
+  reply += "\n";
+  (void)!write(conn, reply.data(), reply.size());
+  close(conn);
+}
+
+std::vector<std::string> TestFiles(const std::string& dir, int argc, char** argv) {
+  std::vector<std::string> files(argv + 1, argv + argc);
+  if (files.empty()) {
+    for (const auto& name : ListDir(dir)) {
+      if (name.size() > 9 && name.compare(name.size() - 9, 9, ".test.mjs") == 0)
+        files.push_back(name);
+    }
+    std::sort(files.begin(), files.end());
+  }
+  return files;
+}
+
+int Run(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  Service svc(ConformanceService());
+  std::string dir = SuiteDir();
+  std::string control = svc.base() + "/conformance.sock";
+  int listener = Listen(control);
+
+  std::string node = Capture("command -v node");
+  // Every exec in the suite is bounded (driver.mjs); this is only the backstop for a hung file.
+  std::vector<std::string> args = {node, "--test", "--test-concurrency=1", "--test-timeout=1200000",
+                                   "--test-reporter=spec",
+                                   "--test-reporter-destination=stdout"};
+  // JUnit for Bazel, so testing/run-tests counts each case.
+  if (const char* xml = getenv("XML_OUTPUT_FILE"); xml != nullptr && *xml != '\0') {
+    args.push_back("--test-reporter=junit");
+    args.push_back(std::string("--test-reporter-destination=") + xml);
+  }
+  for (const auto& f : TestFiles(dir, argc, argv)) args.push_back(f);
+
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  // --test_env=PASEO_CONFORMANCE_RUNTIME=... runs the suite against another build of it.
+  const char* runtime = getenv("PASEO_CONFORMANCE_RUNTIME");
+  env.push_back(std::string("PASEO_CONFORMANCE_RUNTIME=") +
+                (runtime != nullptr ? runtime : Runfile("runtime/paseo-sandbox-runtime")));
+  env.push_back("PASEO_CONFORMANCE_SOCKET=" + svc.socket());
+  env.push_back(std::string("PASEO_CONFORMANCE_DEPLOYMENT=") + kDeployment);
+  env.push_back(std::string("PASEO_CONFORMANCE_PROFILE=") + kProfile);
+  env.push_back("PASEO_CONFORMANCE_WORKSPACE_ROOT=" + svc.base() + "/ws-conf");
+  env.push_back("PASEO_CONFORMANCE_OUTSIDE=" + svc.base() + "/outside");
+  env.push_back("PASEO_CONFORMANCE_CONTROL=" + control);
+
+  std::fflush(stdout);
+  pid_t pid = SpawnStdio(args, STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, env,
+                         [&dir] { return chdir(dir.c_str()) == 0 ? 0 : errno; });
+  int status = 0;
+  for (;;) {
+    pid_t done = waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    pollfd p = {listener, POLLIN, 0};
+    if (poll(&p, 1, 200) == 1) {
+      int conn = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn >= 0) ServeControl(svc, conn);
+    }
+  }
+  close(listener);
+  bool passed = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!passed) std::fprintf(stderr, "conformance_test: node --test failed (wait status %d)\n", status);
+
+  // Every workspace the suite made is destroyed by it: nothing may be left.
+  auto left = svc.LeaksAfter(10);
+  int stop = svc.Stop();
+  auto leaks = svc.Leaks();
+  leaks.insert(leaks.begin(), left.begin(), left.end());
+  for (const auto& l : leaks) std::fprintf(stderr, "conformance_test: leak: %s\n", l.c_str());
+  if (!(WIFEXITED(stop) && WEXITSTATUS(stop) == 0))
+    std::fprintf(stderr, "conformance_test: privhelper stop status %d\n%s\n", stop, svc.Log().c_str());
+  svc.RemoveWorkArea();
+  return passed && leaks.empty() ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace paseo::testing
+
+int main(int argc, char** argv) { return paseo::testing::Run(argc, argv); }
