@@ -1,6 +1,7 @@
 // See bundle.h. Field choices follow the OCI runtime spec 1.0.2 as runsc reads it.
 #include "privhelper/bundle.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_writer.h"
@@ -126,6 +127,16 @@ std::vector<std::string> SandboxInitArgv() { return {kShimPath, "init"}; }
 std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
                                  const std::vector<std::string>& argv) {
   std::vector<std::string> out = {kShimPath, "tty", absl::StrCat(rows), absl::StrCat(cols)};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
+                                      const std::vector<std::string>& argv) {
+  for (const auto& e : env) {
+    if (absl::StartsWith(e, "HOME=")) return argv;
+  }
+  std::vector<std::string> out = {kShimPath, "exec", "--unset=HOME", "--"};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }

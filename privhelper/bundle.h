@@ -37,6 +37,11 @@ inline constexpr char kShimPath[] = "/.paseo/shim";
 
 // The argv that runs `argv` on a rows x cols terminal through the relay.
 std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv);
+// `argv` as the process to run for an environment `env` (KEY=VALUE entries): unchanged if `env`
+// sets HOME, else through `shim exec --unset=HOME --`, since runsc adds a HOME to every
+// process whose environment has none and the client's environment must be exactly its own.
+std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
+                                      const std::vector<std::string>& argv);
 
 // The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
 std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id);

@@ -347,6 +347,15 @@ TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelay) {
             (std::vector<std::string>{"/.paseo/shim", "tty", "24", "80", "sh", "-c", "x"}));
 }
 
+TEST(ExactEnvArgvTest, AnEnvironmentWithoutHomeRunsThroughTheShimThatUnsetsIt) {
+  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}),
+            (std::vector<std::string>{"env"}));
+  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--", "env", "-0"}));
+  EXPECT_EQ(ExactEnvArgv({}, {"-dash"}),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--", "-dash"}));
+}
+
 TEST(RenderOciConfigTest, RootIsTheReadOnlyRootfs) {
   BundleSpec spec = TypicalBundle();
   auto doc = Parse(RenderOciConfig(spec));

@@ -445,7 +445,7 @@ int Serve(const Options& options, const std::string& program) {
   RunscProcessRunner runsc(events, *runsc_fd,
                            {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
   PidfdWatcher watcher(events);
-  SandboxHost host(**config, runsc, watcher, shim);
+  SandboxHost host(**config, runsc, watcher, events.getTimer(), shim);
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
   kj::Maybe<kj::Exception> reconciled = kj::runCatchingExceptions(

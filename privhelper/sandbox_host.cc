@@ -199,10 +199,11 @@ std::string DescribeStop(bool sentry_first, std::optional<int> sentry, std::opti
 // ---------------------------------------------------------------- records and lookups
 
 SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher,
-                         std::string shim, std::string cgroup_root)
+                         kj::Timer& timer, std::string shim, std::string cgroup_root)
     : config_(config),
       runsc_(runsc),
       watcher_(watcher),
+      timer_(timer),
       shim_(std::move(shim)),
       cgroup_root_(std::move(cgroup_root)),
       reaper_(reap_errors_) {}
@@ -442,7 +443,8 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
 
   ExecSpec exec;
   ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
-  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
+  std::vector<std::string> argv = ExactEnvArgv(command.env, command.argv);
+  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
   exec.tty = command.tty;
   exec.env = command.env;
   exec.path_prefix = sb->tool_path;
@@ -558,12 +560,27 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Signal(const ValidatedSignal& req
     sb.queued_signals.emplace_back(request.process.process_id, request.signal);
     return kj::Promise<void>(kj::READY_NOW);
   }
-  return Kill(sb, *p, request.signal);
+  return Kill(sb.id, sb.generation, request.process.process_id, request.signal,
+              timer_.now() + kPidPatience);
 }
 
-absl::StatusOr<kj::Promise<void>> SandboxHost::Kill(const Sandbox& sb, const Process& p, int sig) {
-  ASSIGN_OR_RETURN(long internal_pid, ReadInternalPid(p.pid_file));
-  return runsc_.Run({"kill", absl::StrCat("--pid=", internal_pid), sb.id, absl::StrCat(sig)})
+kj::Promise<void> SandboxHost::Kill(const std::string& sandbox_id, uint64_t generation,
+                                    const std::string& process_id, int sig,
+                                    kj::TimePoint deadline) {
+  Sandbox* sb = Find(sandbox_id, generation);
+  auto it = sb == nullptr ? decltype(sb->processes)::iterator() : sb->processes.find(process_id);
+  if (sb == nullptr || it == sb->processes.end() || it->second->exited)
+    return StatusToException(absl::FailedPreconditionError("process has ended"));
+  absl::StatusOr<long> internal_pid = ReadInternalPid(it->second->pid_file);
+  if (!internal_pid.ok()) {
+    if (timer_.now() >= deadline) return StatusToException(internal_pid.status());
+    return timer_.afterDelay(kPidPoll).then([this, sandbox_id, generation, process_id, sig,
+                                             deadline] {
+      return Kill(sandbox_id, generation, process_id, sig, deadline);
+    });
+  }
+  return runsc_
+      .Run({"kill", absl::StrCat("--pid=", *internal_pid), sandbox_id, absl::StrCat(sig)})
       .then([](RunscResult killed) {
         return Settle(RunscStatus(killed, absl::StatusCode::kFailedPrecondition, ""));
       });
@@ -646,12 +663,10 @@ kj::Promise<void> SandboxHost::SendQueuedSignals(const std::string& id, uint64_t
   auto it = sb->processes.find(process_id);
   if (it != sb->processes.end() && !it->second->exited) {
     // A process that ended meanwhile needs no signal; a failed one does not fail the resume.
-    auto killed = Kill(*sb, *it->second, sig);
-    if (killed.ok()) {
-      sent = kj::mv(*killed).catch_([id, process_id](kj::Exception&& e) {
-        KJ_LOG(WARNING, "a signal queued while paused failed", id, process_id, e);
-      });
-    }
+    sent = Kill(id, generation, process_id, sig, timer_.now() + kPidPatience)
+               .catch_([id, process_id = process_id](kj::Exception&& e) {
+                 KJ_LOG(WARNING, "a signal queued while paused failed", id, process_id, e);
+               });
   }
   return sent.then([this, id, generation] { return SendQueuedSignals(id, generation); });
 }

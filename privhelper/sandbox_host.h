@@ -46,8 +46,9 @@ class SandboxHost {
  public:
   // `shim`: host path of the shim binary mounted into every sandbox (bundle.h).
   // `cgroup_root`: where the cgroup hierarchies are mounted (tests point it elsewhere).
-  SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher, std::string shim,
-              std::string cgroup_root = "/sys/fs/cgroup");
+  // `timer`: paces the wait for a just-started process's pid (Signal).
+  SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher, kj::Timer& timer,
+              std::string shim, std::string cgroup_root = "/sys/fs/cgroup");
   ~SandboxHost();
 
   struct Stdio {
@@ -102,6 +103,9 @@ class SandboxHost {
 
   // Counts running processes only: ended ones are the broker's to release.
   static constexpr size_t kMaxProcessesPerSandbox = 4096;
+  // How long a signal waits for a just-started process's pid, and how often it looks.
+  static constexpr kj::Duration kPidPatience = 10 * kj::SECONDS;
+  static constexpr kj::Duration kPidPoll = 5 * kj::MILLISECONDS;
   // Signals queued while a sandbox is paused; more are refused (resource-exhausted).
   static constexpr size_t kMaxQueuedSignals = 256;
   // Tests lower the cap to reach it cheaply.
@@ -212,8 +216,12 @@ class SandboxHost {
   kj::Promise<void> Thaw(const std::string& id, uint64_t generation);
   // Sends the signals queued while the sandbox was paused, in order.
   kj::Promise<void> SendQueuedSignals(const std::string& id, uint64_t generation);
-  // `runsc kill --pid=<its pid in the sandbox> <id> <sig>`.
-  absl::StatusOr<kj::Promise<void>> Kill(const Sandbox& sb, const Process& p, int sig);
+  // `runsc kill --pid=<its pid in the sandbox> <id> <sig>`. A process whose `runsc exec` has not
+  // written its pid yet (startProcess answers as soon as runsc runs) is waited for, polling
+  // every kPidPoll until `deadline`: a signal sent right after the start is not lost. It fails
+  // with failed-precondition if the process ends (or goes) first, unavailable at the deadline.
+  kj::Promise<void> Kill(const std::string& sandbox_id, uint64_t generation,
+                         const std::string& process_id, int sig, kj::TimePoint deadline);
   // Watches a started `runsc exec` and records it under the sandbox.
   Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<int> runsc_exit,
                  const std::string& pid_file, kj::AutoCloseFd exec_log);
@@ -236,6 +244,7 @@ class SandboxHost {
   const Config& config_;
   RunscRunner& runsc_;
   ProcessWatcher& watcher_;
+  kj::Timer& timer_;
   std::string shim_;
   std::string cgroup_root_;
   uint64_t next_generation_ = 1;

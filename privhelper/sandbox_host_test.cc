@@ -187,7 +187,7 @@ class SandboxHostTest : public ::testing::Test {
     config_ = std::move(*config);
     // Every sandbox's sentry and gofer are these pids and run, unless a test says otherwise.
     watcher_.running = {kSentry, kGofer};
-    host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, "/shim", cgroups_);
+    host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, timer_, "/shim", cgroups_);
   }
 
   static constexpr pid_t kSentry = 100, kGofer = 101;
@@ -353,9 +353,11 @@ class SandboxHostTest : public ::testing::Test {
   struct Loop {
     kj::EventLoop loop;
     kj::WaitScope scope{loop};
+    kj::TimerImpl timer{kj::origin<kj::TimePoint>()};  // advanced by hand
   };
   std::unique_ptr<Loop> loop_ = std::make_unique<Loop>();
   kj::WaitScope& ws_ = loop_->scope;
+  kj::TimerImpl& timer_ = loop_->timer;
   FakeRunsc runsc_;
   FakeWatcher watcher_;
   std::string dir_, state_, cgroups_;
@@ -676,10 +678,19 @@ TEST_F(SandboxHostTest, AProcessRunsIsSignalledAndEnds) {
   EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(),
             absl::StatusCode::kAlreadyExists);
 
-  // Before runsc wrote the pid, a signal cannot be delivered yet.
-  EXPECT_EQ(host_->Signal({{"sb-1", "p-1"}, 15}).status().code(), absl::StatusCode::kUnavailable);
+  // Before runsc wrote the pid, a signal waits for it (startProcess answers as soon as runsc
+  // runs, and a client may signal at once): it is sent once the pid is there.
+  auto early = host_->Signal({{"sb-1", "p-1"}, 15});
+  ASSERT_TRUE(early.ok()) << early.status();
+  auto early_sent = early->then([] { return absl::OkStatus(); },
+                                [](kj::Exception&& e) { return StatusFromException(e); })
+                        .eagerlyEvaluate(nullptr);
+  timer_.advanceTo(timer_.now() + 3 * SandboxHost::kPidPoll);
+  ws_.poll();
+  EXPECT_TRUE(runsc_.CallsOf("kill").empty()) << "no pid yet, no kill";
   WritePid(0, 42);
-  ASSERT_TRUE(Await(host_->Signal({{"sb-1", "p-1"}, 15})).ok());
+  timer_.advanceTo(timer_.now() + SandboxHost::kPidPoll);
+  ASSERT_TRUE(early_sent.wait(ws_).ok());
   EXPECT_EQ(runsc_.CallsOf("kill"),
             (std::vector<std::vector<std::string>>{{"kill", "--pid=42", "sb-1", "15"}}));
   runsc_.results["kill"] = Failed("no such process");
@@ -697,6 +708,31 @@ TEST_F(SandboxHostTest, AProcessRunsIsSignalledAndEnds) {
   // The record stays for a late wait and for a restarted broker's inventory.
   EXPECT_EQ(host_->Wait({"sb-1", "p-1"})->wait(ws_), ProcessExit::Exited(3));
   EXPECT_EQ(Listing().tty.count("p-1"), 1u);
+}
+
+TEST_F(SandboxHostTest, ASignalWaitingForAPidEndsWithTheProcessOrAtItsPatience) {
+  Adopt("sb-1");
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-1")).ok());
+  ASSERT_TRUE(host_->StartProcess(Start("sb-1", "p-2")).ok());
+  auto outcome = [](absl::StatusOr<kj::Promise<void>> signal) {
+    return kj::mv(*signal)
+        .then([] { return absl::OkStatus(); },
+              [](kj::Exception&& e) { return StatusFromException(e); })
+        .eagerlyEvaluate(nullptr);
+  };
+  // p-1 never writes its pid: unavailable once the patience is over, and no kill.
+  auto never = outcome(host_->Signal({{"sb-1", "p-1"}, 15}));
+  // p-2 ends before its pid is read: failed-precondition (nothing to signal any more).
+  auto ended = outcome(host_->Signal({{"sb-1", "p-2"}, 15}));
+  EndExec(1, 0, 0);
+  timer_.advanceTo(timer_.now() + SandboxHost::kPidPoll);
+  EXPECT_EQ(ended.wait(ws_).code(), absl::StatusCode::kFailedPrecondition);
+  for (int i = 0; i < 3; ++i) {
+    timer_.advanceTo(timer_.now() + SandboxHost::kPidPatience / 2);
+    ws_.poll();
+  }
+  EXPECT_EQ(never.wait(ws_).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(runsc_.CallsOf("kill").empty());
 }
 
 TEST_F(SandboxHostTest, ReleasingAnEndedProcessFreesItsFilesAndRecord) {
