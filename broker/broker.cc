@@ -214,6 +214,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   r.setArgv(spec.getArgv());
   r.setEnv(spec.getEnv());
   r.setCwd(spec.getCwd());
+  r.setExactEnv(spec.getExactEnv());
   r.setWorkspaceCwd(spec.getWorkspaceCwd());  // resolved by the privhelper, against the workspace
   r.setTty(spec.getTty());
   r.setRows(spec.getRows());

@@ -65,6 +65,7 @@ struct ProcessCommand {
   // ProcessSpec.workspaceCwd in CheckWorkspaceCwd's normalized form ("" is the first
   // workspace itself); unset when the client sent none.
   std::optional<std::string> workspace_cwd;
+  bool exact_env = false;  // api.capnp ProcessSpec.exactEnv
   bool tty = false;
   uint16_t rows = 0;  // tty only
   uint16_t cols = 0;

@@ -133,10 +133,16 @@ std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
 
 std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
                                       const std::vector<std::string>& argv) {
+  bool home = false, path = false;
   for (const auto& e : env) {
-    if (absl::StartsWith(e, "HOME=")) return argv;
+    home |= absl::StartsWith(e, "HOME=");
+    path |= absl::StartsWith(e, "PATH=");
   }
-  std::vector<std::string> out = {kShimPath, "exec", "--unset=HOME", "--"};
+  if (home && path) return argv;
+  std::vector<std::string> out = {kShimPath, "exec"};
+  if (!home) out.emplace_back("--unset=HOME");
+  if (!path) out.emplace_back("--unset=PATH");
+  out.emplace_back("--");
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }
@@ -155,7 +161,7 @@ std::string PrefixPath(absl::string_view path_entry, const std::vector<std::stri
 }  // namespace
 
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty,
-                                    const std::vector<std::string>& path_prefix) {
+                                    const std::vector<std::string>& path_prefix, bool exact) {
   std::vector<std::string> out;
   bool has_path = false;
   bool has_term = false;
@@ -163,8 +169,8 @@ std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tt
     has_path |= e.rfind("PATH=", 0) == 0;
     has_term |= e.rfind("TERM=", 0) == 0;
   }
-  if (!has_path) out.emplace_back(kDefaultPath);
-  if (tty && !has_term) out.emplace_back("TERM=xterm");
+  if (!has_path && !exact) out.emplace_back(kDefaultPath);
+  if (tty && !has_term && !exact) out.emplace_back("TERM=xterm");
   out.insert(out.end(), env.begin(), env.end());
   if (!path_prefix.empty()) {
     // Every PATH entry: with duplicates, which one a program reads is its libc's choice.
@@ -266,7 +272,7 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("args");
   w.StringArray(spec.argv);
   w.Key("env");
-  w.StringArray(ProcessEnv(spec.env, spec.tty, spec.path_prefix));
+  w.StringArray(ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env));
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);

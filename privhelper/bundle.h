@@ -37,9 +37,10 @@ inline constexpr char kShimPath[] = "/.paseo/shim";
 
 // The argv that runs `argv` on a rows x cols terminal through the relay.
 std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv);
-// `argv` as the process to run for an environment `env` (KEY=VALUE entries): unchanged if `env`
-// sets HOME, else through `shim exec --unset=HOME --`, since runsc adds a HOME to every
-// process whose environment has none and the client's environment must be exactly its own.
+// `argv` as the process to run for an exact environment `env` (KEY=VALUE entries; api.capnp
+// ProcessSpec.exactEnv): unchanged if `env` sets HOME and PATH, else through `shim exec
+// --unset=HOME --unset=PATH --` (the ones it lacks), since runsc adds a HOME to every process
+// whose environment has none (and, should it ever add a PATH, that goes too).
 std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
                                       const std::vector<std::string>& argv);
 
@@ -55,6 +56,7 @@ struct ExecSpec {
   bool tty = false;  // argv already goes through the relay; only the environment differs
   // Directories put at the front of PATH, in order: the profile's tool destinations.
   std::vector<std::string> path_prefix;
+  bool exact_env = false;  // no default PATH or TERM (api.capnp ProcessSpec.exactEnv)
 };
 
 // The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is
@@ -65,8 +67,11 @@ std::vector<std::string> SandboxInitArgv();
 // The environment every sandbox process starts from; `env` entries override by key. A tty
 // process also gets TERM=xterm unless `env` sets TERM. `path_prefix` (the profile's tool
 // directories) goes in front of PATH, the client's if `env` sets one, else the default.
+// With `exact`, `env` is all there is (no default PATH, no TERM): only a PATH it sets gets the
+// prefix.
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty = false,
-                                    const std::vector<std::string>& path_prefix = {});
+                                    const std::vector<std::string>& path_prefix = {},
+                                    bool exact = false);
 
 std::string RenderOciConfig(const BundleSpec& spec);
 std::string RenderProcessJson(const ExecSpec& spec);

@@ -347,13 +347,25 @@ TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelay) {
             (std::vector<std::string>{"/.paseo/shim", "tty", "24", "80", "sh", "-c", "x"}));
 }
 
-TEST(ExactEnvArgvTest, AnEnvironmentWithoutHomeRunsThroughTheShimThatUnsetsIt) {
+TEST(ExactEnvArgvTest, WhatRunscWouldAddIsUnsetByTheShim) {
   EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}),
             (std::vector<std::string>{"env"}));
   EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}),
             (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--", "env", "-0"}));
+  EXPECT_EQ(ExactEnvArgv({"HOME=/h"}, {"env"}),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=PATH", "--", "env"}));
   EXPECT_EQ(ExactEnvArgv({}, {"-dash"}),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--", "-dash"}));
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--unset=PATH", "--",
+                                      "-dash"}));
+}
+
+TEST(ProcessEnvTest, AnExactEnvironmentGetsNoDefaultsButStillTheToolPath) {
+  EXPECT_EQ(ProcessEnv({}, /*tty=*/true, {"/opt/tools"}, /*exact=*/true),
+            std::vector<std::string>{});
+  EXPECT_EQ(ProcessEnv({"PATH=/bin", "A=b"}, /*tty=*/true, {"/opt/tools"}, /*exact=*/true),
+            (std::vector<std::string>{"PATH=/opt/tools:/bin", "A=b"}));
+  std::vector<std::string> defaults = ProcessEnv({}, /*tty=*/true);
+  EXPECT_EQ(defaults.size(), 2u) << "a default PATH and TERM unless exact";
 }
 
 TEST(RenderOciConfigTest, RootIsTheReadOnlyRootfs) {

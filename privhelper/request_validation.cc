@@ -200,6 +200,7 @@ absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams:
                                        request.getTty(), request.getRows(), request.getCols()));
   ASSIGN_OR_RETURN(out.command.workspace_cwd,
                    CheckWorkspaceCwd(request.getWorkspaceCwd(), request.getCwd()));
+  out.command.exact_env = request.getExactEnv();
   return out;
 }
 

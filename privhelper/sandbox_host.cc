@@ -443,8 +443,10 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
 
   ExecSpec exec;
   ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
-  std::vector<std::string> argv = ExactEnvArgv(command.env, command.argv);
+  std::vector<std::string> argv =
+      command.exact_env ? ExactEnvArgv(command.env, command.argv) : command.argv;
   exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
+  exec.exact_env = command.exact_env;
   exec.tty = command.tty;
   exec.env = command.env;
   exec.path_prefix = sb->tool_path;

@@ -158,6 +158,7 @@ class ExecRun final : public kj::TaskSet::ErrorHandler {
   std::vector<ResizeControl> pending_resizes_;
   std::vector<int> pending_signals_;
   kj::Own<kj::AsyncInputStream> stdin_;
+  kj::Own<kj::AsyncInputStream> control_;  // fd 3 after the envelope (pty)
   kj::Array<kj::byte> stdin_buf_;
   bool stdin_in_flight_ = false;
   bool close_input_ = false;  // closeInput sent and not yet answered
@@ -236,6 +237,7 @@ absl::Status ExecRun::Start() {
   auto env_list = spec.initEnv(static_cast<unsigned>(env.size()));
   for (unsigned i = 0; i < env.size(); ++i) env_list.set(i, env[i]);
   if (envelope_.cwd && !envelope_.cwd->empty()) spec.setWorkspaceCwd(*envelope_.cwd);
+  spec.setExactEnv(true);  // the contract: exactly the envelope's env, nothing added
   if (envelope_.pty) {
     spec.setTty(true);
     spec.setRows(static_cast<uint16_t>(envelope_.pty->rows));
@@ -433,9 +435,11 @@ kj::Promise<void> ExecRun::ReadControl() {
     FailAndKill("a control frame on fd 3 is too long");
     return kj::READY_NOW;
   }
-  auto stream = io_.lowLevelProvider->wrapInputFd(fds_.control);
+  // One stream for fd 3's whole life: each wrap registers the fd with epoll, and a second
+  // registration while the first lives fails (EEXIST).
+  if (control_.get() == nullptr) control_ = io_.lowLevelProvider->wrapInputFd(fds_.control);
   auto buf = kj::heapArray<char>(16384);
-  auto read = stream->tryRead(buf.begin(), 1, buf.size());
+  auto read = control_->tryRead(buf.begin(), 1, buf.size());
   return read.then([this, buf = kj::mv(buf)](size_t n) mutable -> kj::Promise<void> {
     if (done_) return kj::READY_NOW;
     if (n == 0) {
@@ -445,7 +449,7 @@ kj::Promise<void> ExecRun::ReadControl() {
     }
     control_rest_.append(buf.begin(), n);
     return ReadControl();
-  }).attach(kj::mv(stream));
+  });
 }
 
 kj::Promise<void> ExecRun::HandleControl(const std::string& line) {

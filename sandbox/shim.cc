@@ -8,9 +8,11 @@
 //
 // exec: runsc sets HOME (from the sandbox's /etc/passwd, else "/") for every process whose
 // environment lacks it (measured on 20221219), so a client that asked for an exact
-// environment without HOME would get one anyway. The privhelper runs such a process through
-// `exec --unset=HOME`, which removes it and execs the program in place: same pid, same
-// stdio, same exit status and signals.
+// environment (api.capnp ProcessSpec.exactEnv) without HOME would get one anyway. The
+// privhelper runs such a process through `exec --unset=HOME`, which removes it and execs the
+// program in place: same pid, same stdio, same exit status and signals. PROGRAM is looked up
+// in the PATH the process was given before anything is unset (so `--unset=PATH` removes a
+// PATH only from what the program sees), or in /bin:/usr/bin without one.
 //
 // init: idles and reaps. Every process a `runsc exec` started whose parent dies is
 // reparented to the sandbox's init; an init that never waits (busybox `sleep`, measured)
@@ -368,17 +370,48 @@ int RunTty(int argc, char** argv) {
   ExitLike(status);
 }
 
+// execv of `file` looked up as execvp would, in `path` (a PATH value) instead of the
+// environment's; returns the errno of the most telling failure (EACCES over ENOENT).
+int ExecInPath(char** argv, const char* path) {
+  const char* file = argv[0];
+  if (strchr(file, '/') != nullptr) {
+    execv(file, argv);
+    return errno;
+  }
+  int err = ENOENT;
+  char candidate[4096];
+  for (const char* dir = path;; ++dir) {
+    const char* end = strchrnul(dir, ':');
+    size_t len = static_cast<size_t>(end - dir);
+    // An empty entry is the working directory, as for execvp.
+    int n = len == 0 ? snprintf(candidate, sizeof(candidate), "%s", file)
+                     : snprintf(candidate, sizeof(candidate), "%.*s/%s", static_cast<int>(len),
+                                dir, file);
+    if (n > 0 && static_cast<size_t>(n) < sizeof(candidate)) {
+      execv(candidate, argv);
+      if (errno == EACCES) err = EACCES;
+      else if (errno != ENOENT && errno != ENOTDIR) return errno;
+    }
+    if (*end == '\0') return err;
+    dir = end;
+  }
+}
+
 int RunExec(int argc, char** argv) {
   int i = 1;
-  for (; i < argc && strncmp(argv[i], "--unset=", 8) == 0; ++i) unsetenv(argv[i] + 8);
+  while (i < argc && strncmp(argv[i], "--unset=", 8) == 0) ++i;
   if (i + 1 >= argc || strcmp(argv[i], "--") != 0) {
     dprintf(STDERR_FILENO,
             "usage: paseo-sandbox-shim exec [--unset=NAME]... -- PROGRAM [ARGS...]\n");
     return 126;
   }
+  // The lookup uses the PATH the process was given, before it is unset.
+  const char* given = getenv("PATH");
+  char path[8192];
+  snprintf(path, sizeof(path), "%s", given != nullptr ? given : "/bin:/usr/bin");
+  for (int u = 1; u < i; ++u) unsetenv(argv[u] + 8);
   char** program = argv + i + 1;
-  execvp(program[0], program);
-  int err = errno;
+  int err = ExecInPath(program, path);
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\n", program[0], strerror(err));
   return err == ENOENT ? 127 : 126;
 }

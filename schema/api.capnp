@@ -88,6 +88,13 @@ struct ProcessSpec {
   # process starts; invalid-argument otherwise, and nothing starts. "." (or "./") is the
   # workspace itself; empty and "." components are ignored; a sandbox without workspaces
   # refuses any workspaceCwd.
+  exactEnv @9 :Bool;
+  # The process's environment is exactly `env`: no default PATH (or TERM for a tty) is added,
+  # and the HOME that runsc gives every process without one is removed again (such a process
+  # starts through the in-sandbox shim, which unsets it and execs the program in place). A
+  # program named without a "/" is then looked up in env's PATH, or in "/bin:/usr/bin" if
+  # env has none. The profile's tool directories still go in front of a PATH env sets.
+  # Paseo's runtime contract asks for exactly this.
 }
 
 enum OutputMode {

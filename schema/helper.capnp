@@ -53,6 +53,8 @@ struct StartProcessRequest {
   workspaceCwd @8 :Text;
   # Api.ProcessSpec.workspaceCwd: resolved by the privhelper beneath the sandbox's first
   # workspace (cwd is then empty).
+  exactEnv @9 :Bool;
+  # Api.ProcessSpec.exactEnv.
 }
 
 interface Fd {
