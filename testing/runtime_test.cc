@@ -201,6 +201,7 @@ class Exec {
     Check(write(control_.w, line.data(), line.size()) == static_cast<ssize_t>(line.size()),
           "write fd 3");
   }
+  void Kill(int sig) { ASSERT_EQ(kill(pid_, sig), 0); }
   std::string Event(int ms = 30000) { return ReadLineFor(events_.r, ms); }
   std::string Stdout(int ms = 30000) { return ReadFor(out_.r, ms); }
   std::string StdoutLine(int ms = 30000) { return ReadLineFor(out_.r, ms); }
@@ -343,6 +344,14 @@ TEST_F(RuntimeTest, AWorkspaceFromCreateToDestroy) {
     EXPECT_EQ(r.code(), 0) << r.err;
     int status = e.Wait();
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status << e.stderr();
+  }
+  {  // Over pipes Paseo signals the wrapper itself: it forwards the signal and mirrors the death.
+    Exec e(ws, Envelope("e-forward", {"sleep", "1000"}));
+    EXPECT_EQ(e.Event(), kStarted);
+    e.Kill(SIGINT);
+    int status = e.Wait();
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << status << e.stderr();
+    EXPECT_EQ(e.events_rest(), absl::StrCat(kEof, ExitSignal("SIGINT")));
   }
   {  // Paseo's helper is on the workload PATH by its bare name.
     Exec e(ws, Envelope("e-helper", {"paseo-workspace-helper", "watch"}));
