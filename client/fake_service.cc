@@ -137,7 +137,12 @@ class FakeService::Process final : public api::Process::Server {
   }
 
   kj::Promise<void> signal(SignalContext context) override {
-    Get().signals.push_back(context.getParams().getSignal());
+    FakeProcess& p = Get();
+    if (p.refused_signals < p.script.signals_while_starting) {
+      ++p.refused_signals;
+      return StatusToException(absl::UnavailableError("process is still starting; retry"));
+    }
+    p.signals.push_back(context.getParams().getSignal());
     return kj::READY_NOW;
   }
 

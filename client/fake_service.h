@@ -43,6 +43,9 @@ struct FakeProcessScript {
   // subscribers get the whole stream.
   std::optional<uint64_t> disconnect_at;
   api::Stream disconnect_stream = api::Stream::STDOUT;
+  // The first this many signal() calls fail like the privhelper's before runsc has reported
+  // the process's pid: "unavailable: process is still starting; retry".
+  int signals_while_starting = 0;
 };
 
 struct FakeProcess {
@@ -56,6 +59,7 @@ struct FakeProcess {
   std::string input;
   bool input_closed = false;
   std::vector<int> signals;
+  int refused_signals = 0;  // refused while "still starting" (script.signals_while_starting)
   std::vector<std::pair<uint16_t, uint16_t>> resizes;
   std::vector<std::pair<api::Stream, uint64_t>> subscriptions;  // stream, fromOffset
   // ProcessSpec.key, .output, .workspaceCwd as started; `released` once Process.release ran.

@@ -72,6 +72,8 @@ namespace {
 
 constexpr int64_t kDefaultReconnectMs = 60000;
 constexpr size_t kStdinChunk = 64 * 1024;
+// How long a forwarded signal is retried while the workload is still starting.
+constexpr int64_t kSignalRetryMs = 5000;
 
 // Blocking write of all of `text` (fd 4 events are small; Paseo reads them as they come).
 void WriteAll(int fd, const std::string& text) {
@@ -158,7 +160,7 @@ class ExecRun final : public kj::TaskSet::ErrorHandler {
   std::vector<ResizeControl> pending_resizes_;
   std::vector<int> pending_signals_;
   kj::Own<kj::AsyncInputStream> stdin_;
-  kj::Own<kj::AsyncInputStream> control_;  // fd 3 after the envelope (pty)
+  kj::Own<kj::AsyncInputStream> control_;  // fd 3 after the envelope (a pty's frames)
   kj::Array<kj::byte> stdin_buf_;
   bool stdin_in_flight_ = false;
   bool close_input_ = false;  // closeInput sent and not yet answered
@@ -435,8 +437,7 @@ kj::Promise<void> ExecRun::ReadControl() {
     FailAndKill("a control frame on fd 3 is too long");
     return kj::READY_NOW;
   }
-  // One stream for fd 3's whole life: each wrap registers the fd with epoll, and a second
-  // registration while the first lives fails (EEXIST).
+  // Wrapped once: the event port refuses a second registration of the same fd.
   if (control_.get() == nullptr) control_ = io_.lowLevelProvider->wrapInputFd(fds_.control);
   auto buf = kj::heapArray<char>(16384);
   auto read = control_->tryRead(buf.begin(), 1, buf.size());
@@ -500,10 +501,11 @@ void ExecRun::SendSignal(int sig) {
     pending_signals_.push_back(sig);
     return;
   }
-  auto req = KJ_ASSERT_NONNULL(process_).signalRequest();
-  req.setSignal(sig);
+  auto& timer = io_.provider->getTimer();
   // A signal to a process that just ended is refused; its exit follows anyway.
-  tasks_.add(req.send().ignoreResult().catch_([](kj::Exception&&) {}));
+  tasks_.add(SignalWhenStarted(KJ_ASSERT_NONNULL(process_), sig, timer,
+                               timer.now() + kSignalRetryMs * kj::MILLISECONDS)
+                 .catch_([](kj::Exception&&) {}));
 }
 
 kj::Promise<void> ExecRun::ForwardSignals(int sig) {

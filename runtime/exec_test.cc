@@ -4,6 +4,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include "client/client.h"
@@ -234,6 +237,40 @@ TEST_F(ExecTest, AnInvalidPtyFrameFailsAndKills) {
   EXPECT_NE(events.find(R"("type":"error")"), std::string::npos) << events;
   EXPECT_EQ(OnlyProcess().signals, std::vector<int>{SIGKILL});
   EXPECT_TRUE(OnlyProcess().resizes.empty());
+}
+
+// Frames that arrive in separate reads of fd 3, after the workload started (the way Paseo
+// sends them): each is read, applied and acknowledged in order, and a forwarded signal that
+// the service refuses while the workload is still starting is retried.
+TEST_F(ExecTest, PtyFramesArrivingLaterAreEachHandled) {
+  service_.script.echo_input = true;  // runs until killed or its input closes
+  service_.script.tty = true;
+  service_.script.signals_while_starting = 2;
+  Fds fds;
+  fds.Send(3, WithSocket(Envelope(R"({"kind":"pty","rows":24,"cols":80})")));
+  std::thread frames([&fds] {
+    for (const char* frame : {
+             R"({"type":"resize","protocolVersion":1,"id":1,"rows":40,"cols":120})" "\n",
+             R"({"type":"signal","protocolVersion":1,"signal":"SIGINT"})" "\n",
+             R"({"type":"resize","protocolVersion":1,"id":2,"rows":50,"cols":130})" "\n",
+             R"({"type":"resize","protocolVersion":1,"id":3,"rows":0,"cols":1})" "\n",  // ends it
+         }) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(150));
+      fds.Send(3, frame);
+    }
+  });
+  ExecOutcome outcome = Run(fds);
+  frames.join();
+  EXPECT_TRUE(outcome.failed);
+  std::string events = fds.ReadAll(4);
+  EXPECT_EQ(events.find(StartedEvent() + ResizedEvent(1) + ResizedEvent(2) +
+                        R"({"type":"error","protocolVersion":1,"message":"invalid control frame)"),
+            0u)
+      << events;
+  auto& p = OnlyProcess();
+  EXPECT_EQ(p.resizes, (std::vector<std::pair<uint16_t, uint16_t>>{{40, 120}, {50, 130}}));
+  EXPECT_EQ(p.refused_signals, 2);
+  EXPECT_EQ(p.signals, (std::vector<int>{SIGINT, SIGKILL}));
 }
 
 TEST_F(ExecTest, ABrokerCrashLosesAndDuplicatesNothing) {

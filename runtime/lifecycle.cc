@@ -12,6 +12,7 @@
 #include "client/client.h"
 #include "common/process_exit.h"
 #include "common/request_checks.h"
+#include "common/rpc_errors.h"
 
 namespace paseo::runtime {
 namespace {
@@ -307,6 +308,21 @@ absl::StatusOr<std::string> Reconcile(Session& s, const LifecycleRequest& reques
   return OkResponse();
 }
 
+kj::Promise<void> SignalWhenStarted(api::Process::Client process, int signal, kj::Timer& timer,
+                                   kj::TimePoint deadline) {
+  auto req = process.signalRequest();
+  req.setSignal(signal);
+  return req.send().ignoreResult().catch_(
+      [process, signal, &timer, deadline](kj::Exception&& e) mutable -> kj::Promise<void> {
+        // A disconnect is "internal" here, never retried: the caller reconnects or fails.
+        if (!absl::IsUnavailable(StatusFromException(e)) || timer.now() >= deadline) return kj::mv(e);
+        return timer.afterDelay(20 * kj::MILLISECONDS)
+            .then([process = kj::mv(process), signal, &timer, deadline]() mutable {
+              return SignalWhenStarted(kj::mv(process), signal, timer, deadline);
+            });
+      });
+}
+
 absl::Status SignalExec(Session& s, const std::string& workspace_id, const std::string& exec_id,
                         const std::string& signal) {
   int number = SignalNumber(signal);
@@ -333,10 +349,10 @@ absl::Status SignalExec(Session& s, const std::string& workspace_id, const std::
   if (done) return absl::OkStatus();
   bool gone = false;
   st = Rpc([&] {
-    auto req = process->signalRequest();
-    req.setSignal(number);
+    kj::TimePoint deadline = s.timer.now() + s.signal_wait_ms * kj::MILLISECONDS;
     // A process that ends between findProcess and signal makes signal fail; wait() decides.
-    kj::Promise<void> sent = req.send().ignoreResult().catch_([](kj::Exception&&) {});
+    kj::Promise<void> sent = SignalWhenStarted(*process, number, s.timer, deadline)
+                                 .catch_([](kj::Exception&&) {});
     auto waited = sent.then([&]() { return process->waitRequest().send().ignoreResult(); })
                       .then([&]() { gone = true; });
     waited.exclusiveJoin(s.timer.afterDelay(s.signal_wait_ms * kj::MILLISECONDS))

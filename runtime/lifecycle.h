@@ -63,6 +63,12 @@ absl::StatusOr<std::string> Pause(Session& s, const std::string& workspace_id);
 absl::StatusOr<std::string> Resume(Session& s, const std::string& workspace_id);
 absl::StatusOr<std::string> Destroy(Session& s, const std::string& workspace_id);
 absl::StatusOr<std::string> Reconcile(Session& s, const LifecycleRequest& request);
+// Process.signal, retried every 20 ms while the service answers "unavailable" because the
+// process is still starting (startProcess has answered but runsc has not yet reported the
+// workload's pid), until `deadline`. Any other failure, or that one at the deadline, rejects.
+kj::Promise<void> SignalWhenStarted(api::Process::Client process, int signal, kj::Timer& timer,
+                                   kj::TimePoint deadline);
+
 // Sends `signal` to the workload started with exec id `exec_id` and returns once it is gone
 // (bounded by signal_wait_ms); ok when it already ended or was released.
 absl::Status SignalExec(Session& s, const std::string& workspace_id, const std::string& exec_id,

@@ -232,6 +232,14 @@ TEST_F(LifecycleTest, SignalFindsTheExecByKey) {
   EXPECT_EQ(stuck.code(), absl::StatusCode::kDeadlineExceeded) << stuck;
   EXPECT_EQ(sb->processes.at("p-running").signals, std::vector<int>{SIGTERM});
 
+  // Just started: the service refuses signals until runsc reports the pid; they are retried.
+  client::FakeProcessScript starting = running;
+  starting.signals_while_starting = 3;
+  service_.AddProcess(sb->id, "p-starting", starting).key = "exec-starting";
+  SignalExec(s, "ws1", "exec-starting", "SIGTERM").IgnoreError();  // the fake ignores it
+  EXPECT_EQ(sb->processes.at("p-starting").refused_signals, 3);
+  EXPECT_EQ(sb->processes.at("p-starting").signals, std::vector<int>{SIGTERM});
+
   Session theirs = Make("instance-theirs");
   EXPECT_FALSE(SignalExec(theirs, "ws1", "exec-running", "SIGKILL").ok());
   EXPECT_EQ(sb->processes.at("p-running").signals.size(), 1u);

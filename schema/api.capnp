@@ -247,7 +247,9 @@ interface Process {
   # Closes stdin: the process reads end-of-file after what was written.
 
   signal @3 (signal :Int32) -> ();
-  # Sends a signal (1..64) to the process.
+  # Sends a signal (1..64) to the process. Right after startProcess answered, the signal waits
+  # (up to 10 s) until the process can take it, so it is never lost; failed-precondition once
+  # the process has ended.
 
   wait @4 () -> (status :ExitStatus);
   # Resolves when the process has ended.

@@ -327,17 +327,32 @@ std::vector<std::string> Service::Leaks() const {
   return leaks;
 }
 
-int RunTestsWithSharedService(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  signal(SIGPIPE, SIG_IGN);
-  Service::Get();
+namespace {
+
+// Runs the tests on `svc`, stops it and fails if anything leaked.
+int RunTestsOn(Service& svc) {
   int rc = RUN_ALL_TESTS();
-  auto& svc = Service::Get();
   svc.Stop();
   auto leaks = svc.Leaks();
   for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
   svc.RemoveWorkArea();
   return rc != 0 || !leaks.empty() ? 1 : 0;
+}
+
+}  // namespace
+
+int RunTestsWithSharedService(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  return RunTestsOn(Service::Get());
+}
+
+int RunTestsWithOwnService(int argc, char** argv, ServiceOptions options, Service** service) {
+  ::testing::InitGoogleTest(&argc, argv);
+  signal(SIGPIPE, SIG_IGN);
+  // Made before any thread exists (the first service unshares namespaces for the process).
+  *service = new Service(std::move(options));
+  return RunTestsOn(**service);
 }
 
 }  // namespace paseo::testing

@@ -117,5 +117,8 @@ class Service {
 // process is single-threaded, for the namespaces), runs the tests, stops the service, and
 // fails if anything leaked.
 int RunTestsWithSharedService(int argc, char** argv);
+// The same for a suite with a service of its own, made from `options` before any test; `*service`
+// points at it while the tests run.
+int RunTestsWithOwnService(int argc, char** argv, ServiceOptions options, Service** service);
 
 }  // namespace paseo::testing

@@ -322,17 +322,7 @@ TEST_F(ToolsTest, AWorkspaceCwdThatLeavesTheWorkspaceIsRefusedAndStartsNothing) 
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  signal(SIGPIPE, SIG_IGN);
   paseo::testing::ServiceOptions options;
   options.before_start = paseo::testing::LayOut;
-  // Made before any thread exists (the harness unshares namespaces for the process).
-  auto* svc = new paseo::testing::Service(options);
-  paseo::testing::g_service = svc;
-  int rc = RUN_ALL_TESTS();
-  svc->Stop();
-  auto leaks = svc->Leaks();
-  for (const auto& l : leaks) std::fprintf(stderr, "leak after shutdown: %s\n", l.c_str());
-  svc->RemoveWorkArea();
-  return rc != 0 || !leaks.empty() ? 1 : 0;
+  return paseo::testing::RunTestsWithOwnService(argc, argv, options, &paseo::testing::g_service);
 }

@@ -33,6 +33,7 @@
 #include <kj/debug.h>
 
 #include "client/client.h"
+#include "common/spawn.h"
 #include "schema/api.capnp.h"
 #include "testing/harness.h"
 #include "testing/util.h"
@@ -44,6 +45,7 @@ using api::OutputSink;
 using testing::Capture;
 using testing::Check;
 using testing::Cmdline;
+using testing::CopyExecutable;
 using testing::Die;
 using testing::ListDir;
 using testing::PidsMatching;
@@ -51,6 +53,7 @@ using testing::ProcKiB;
 using testing::ReadFile;
 using testing::RemoveCgroup;
 using testing::RssKiB;
+using testing::Runfile;
 using testing::Service;
 using testing::SpawnStdio;
 using testing::WaitPid;
@@ -1405,6 +1408,127 @@ void StuckSubscriber(Env& env) {
   Report(r);
 }
 
+// ------------------------------------------------------------------ runtime exec
+
+// One run of paseo-sandbox-runtime (runtime/) as Paseo's daemon starts it: `stdin_text` on
+// fd 0, `control` written to fd 3 and closed, fds 1, 2 and 4 read to their end. Returns the
+// wall time (spawn to reaped) in ms; its wait status and fd 4 / stdout go to the out-params.
+struct RuntimeRun {
+  double ms = 0;
+  int status = -1;
+  std::string out, events;
+};
+
+RuntimeRun RunRuntime(const std::string& binary, const std::vector<std::string>& args,
+                      const std::string& stdin_text, const std::string& control) {
+  int in[2], out[2], err[2], ctl[2], ev[2];
+  for (int* p : {in, out, err, ctl, ev}) Check(pipe2(p, O_CLOEXEC) == 0, "pipe2");
+  SpawnRequest req;
+  req.path = binary;
+  req.argv = {binary};
+  req.argv.insert(req.argv.end(), args.begin(), args.end());
+  req.env = kToolEnv;
+  req.fds = {{0, in[0]}, {1, out[1]}, {2, err[1]}};
+  if (!control.empty()) req.fds.insert(req.fds.end(), {{3, ctl[0]}, {4, ev[1]}});
+  RuntimeRun run;
+  double t0 = Now();
+  auto pid = Spawn(req);
+  if (!pid.ok()) Die("spawn " + binary + ": " + std::string(pid.status().message()));
+  for (int fd : {in[0], out[1], err[1], ctl[0], ev[1]}) close(fd);
+  // Small messages: the pipes take them whole without a reader.
+  Check(write(in[1], stdin_text.data(), stdin_text.size()) == static_cast<ssize_t>(stdin_text.size()),
+        "write the runtime's stdin");
+  close(in[1]);
+  Check(write(ctl[1], control.data(), control.size()) == static_cast<ssize_t>(control.size()),
+        "write fd 3");
+  close(ctl[1]);
+  auto drain = [](int fd) {
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      text.append(buf, static_cast<size_t>(n));
+    }
+    close(fd);
+    return text;
+  };
+  run.events = drain(ev[0]);
+  run.out = drain(out[0]);
+  std::string errors = drain(err[0]);
+  run.status = WaitPid(*pid);
+  run.ms = (Now() - t0) * 1000;
+  if (!WIFEXITED(run.status) || WEXITSTATUS(run.status) != 0)
+    Expect(false, "paseo-sandbox-runtime " + args.at(0) + " failed (status " +
+                      std::to_string(run.status) + "): " + errors);
+  return run;
+}
+
+// paseo-sandbox-runtime exec of `true` (spawn -> envelope on fd 3 -> fd 4 read to its end ->
+// exit) against raw `runsc exec` of `true`; also `inspect`, which Paseo runs before every exec,
+// and `describe`, the wrapper's start-up floor (no connection at all).
+void RuntimeExec(Env& env) {
+  int n = env.opts.quick ? 10 : 40;
+  Progress("runtime_exec: " + std::to_string(n) + " samples per side");
+  std::string binary = env.base + "/bin/paseo-sandbox-runtime";
+  CopyExecutable(Runfile("runtime/paseo-sandbox-runtime"), binary);
+  const std::string instance(64, 'a');
+  std::string options = "{\"socket\":" + Quote(env.service->socket()) + ",\"deployment\":\"bench\"}";
+  std::string request = "{\"protocolVersion\":1,\"runtimeInstanceId\":\"" + instance +
+                        "\",\"options\":" + options;
+  RunRuntime(binary, {"create", "--workspace-id", "bench"},
+             request + ",\"input\":{\"workspaceId\":\"bench\",\"project\":{\"projectId\":\"p\","
+                       "\"source\":{\"kind\":\"directory\",\"path\":" + Quote(env.ws) +
+                       "}},\"placement\":{\"kind\":\"existing\"}}}\n",
+             "");
+  std::string raw_id = env.raw->CreateIdle();
+  Result r{"runtime_exec", "ms",
+           "paseo-sandbox-runtime exec (true): spawn -> fd 4 events to their end -> exit",
+           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.30",
+           [](double ratio, double, double) { return ratio <= 1.30; }, {}};
+  std::vector<double> inspect_ms, describe_ms;
+  const std::string exit0 =
+      "{\"type\":\"started\",\"protocolVersion\":1}\n{\"type\":\"eof\",\"protocolVersion\":1}\n"
+      "{\"type\":\"exit\",\"protocolVersion\":1,\"code\":0,\"signal\":null}\n";
+  for (int i = 0; i < n; ++i) {
+    RuntimeRun inspected = RunRuntime(binary, {"inspect", "--workspace-id", "bench"}, request + "}\n", "");
+    Expect(inspected.out.find("\"status\":\"ready\"") != std::string::npos,
+           "inspect: not ready: " + inspected.out);
+    inspect_ms.push_back(inspected.ms);
+    describe_ms.push_back(RunRuntime(binary, {"describe"}, "", "").ms);
+    std::string envelope = "{\"type\":\"spawn\",\"protocolVersion\":1,\"runtimeInstanceId\":\"" +
+                           instance + "\",\"argv\":[\"true\"],\"env\":{\"PATH\":\"/usr/bin:/bin\"},"
+                           "\"purpose\":{\"kind\":\"agent\"},\"options\":" + options +
+                           ",\"execId\":\"bench-" + std::to_string(i) +
+                           "\",\"stdio\":{\"kind\":\"pipes\"}}\n";
+    RuntimeRun ran = RunRuntime(binary, {"exec", "--workspace-id", "bench"}, "", envelope);
+    Expect(ran.events == exit0, "exec: unexpected events: " + ran.events);
+    r.ours.push_back(ran.ms);
+    {
+      int in[2], out[2], err[2];
+      Check(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
+            "pipe2");
+      double t0 = Now();
+      pid_t pid = env.raw->Exec(raw_id, {"true"}, in[0], out[1], err[1]);
+      for (int fd : {in[0], out[1], err[1]}) close(fd);
+      int status = WaitPid(pid);
+      r.baseline.push_back((Now() - t0) * 1000);
+      for (int fd : {in[1], out[0], err[0]}) close(fd);
+      Expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "raw runsc exec of true failed");
+    }
+  }
+  RunRuntime(binary, {"destroy", "--workspace-id", "bench"}, request + "}\n", "");
+  env.raw->Delete(raw_id);
+  double raw = Median(r.baseline);
+  r.extra.push_back({"inspect_ms_median", Num(Median(inspect_ms))});
+  r.extra.push_back({"inspect_ms_p90", Num(Quantile(inspect_ms, 0.9))});
+  r.extra.push_back({"describe_ms_median", Num(Median(describe_ms))});
+  r.extra.push_back({"inspect_plus_exec_vs_raw_ratio",
+                     Num((Median(inspect_ms) + Median(r.ours)) / raw)});
+  g_results.push_back(r);
+  Report(r);
+}
+
 // The bench's part of the service config (ServiceOptions::before_start): deployment `bench`
 // (clients uid 0, agents 4242:4242 over base/ws, up to 160 sandboxes) whose one profile keeps
 // kOutputBufferBytes of each stream.
@@ -1439,7 +1563,7 @@ Options ParseArgs(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench [--quick] [--perf DIR] "
-                   "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber]\n");
+                   "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber,runtime_exec]\n");
       std::exit(2);
     }
   }
@@ -1529,6 +1653,10 @@ int Main(int argc, char** argv) {
       if (opts.Wants("stuck_subscriber")) {
         StuckSubscriber(env);
         checkpoint("stuck subscriber");
+      }
+      if (opts.Wants("runtime_exec")) {
+        RuntimeExec(env);
+        checkpoint("runtime exec");
       }
     } catch (kj::Exception& e) {
       std::fprintf(stderr, "bench: FAILED: %s\n", e.getDescription().cStr());
