@@ -1466,7 +1466,9 @@ RuntimeRun RunRuntime(const std::string& binary, const std::vector<std::string>&
 
 // paseo-sandbox-runtime exec of `true` (spawn -> envelope on fd 3 -> fd 4 read to its end ->
 // exit) against raw `runsc exec` of `true`; also `inspect`, which Paseo runs before every exec,
-// and `describe`, the wrapper's start-up floor (no connection at all).
+// and `describe`, the wrapper's start-up floor (no connection at all). The measured envelope's
+// env has PATH and HOME, as a Paseo workload's has; one without HOME (which then starts through
+// `shim exec --unset=HOME`, api.capnp ProcessSpec.exactEnv) is measured as an extra field.
 void RuntimeExec(Env& env) {
   int n = env.opts.quick ? 10 : 40;
   Progress("runtime_exec: " + std::to_string(n) + " samples per side");
@@ -1486,7 +1488,7 @@ void RuntimeExec(Env& env) {
            "paseo-sandbox-runtime exec (true): spawn -> fd 4 events to their end -> exit",
            "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.30",
            [](double ratio, double, double) { return ratio <= 1.30; }, {}};
-  std::vector<double> inspect_ms, describe_ms;
+  std::vector<double> inspect_ms, describe_ms, no_home_ms;
   const std::string exit0 =
       "{\"type\":\"started\",\"protocolVersion\":1}\n{\"type\":\"eof\",\"protocolVersion\":1}\n"
       "{\"type\":\"exit\",\"protocolVersion\":1,\"code\":0,\"signal\":null}\n";
@@ -1496,14 +1498,23 @@ void RuntimeExec(Env& env) {
            "inspect: not ready: " + inspected.out);
     inspect_ms.push_back(inspected.ms);
     describe_ms.push_back(RunRuntime(binary, {"describe"}, "", "").ms);
-    std::string envelope = "{\"type\":\"spawn\",\"protocolVersion\":1,\"runtimeInstanceId\":\"" +
-                           instance + "\",\"argv\":[\"true\"],\"env\":{\"PATH\":\"/usr/bin:/bin\"},"
-                           "\"purpose\":{\"kind\":\"agent\"},\"options\":" + options +
-                           ",\"execId\":\"bench-" + std::to_string(i) +
-                           "\",\"stdio\":{\"kind\":\"pipes\"}}\n";
-    RuntimeRun ran = RunRuntime(binary, {"exec", "--workspace-id", "bench"}, "", envelope);
+    auto envelope = [&](const std::string& env, const std::string& id) {
+      return "{\"type\":\"spawn\",\"protocolVersion\":1,\"runtimeInstanceId\":\"" + instance +
+             "\",\"argv\":[\"true\"],\"env\":" + env +
+             ",\"purpose\":{\"kind\":\"agent\"},\"options\":" + options + ",\"execId\":\"" + id +
+             "\",\"stdio\":{\"kind\":\"pipes\"}}\n";
+    };
+    RuntimeRun ran =
+        RunRuntime(binary, {"exec", "--workspace-id", "bench"}, "",
+                   envelope("{\"PATH\":\"/usr/bin:/bin\",\"HOME\":\"/workspace\"}",
+                            "bench-" + std::to_string(i)));
     Expect(ran.events == exit0, "exec: unexpected events: " + ran.events);
     r.ours.push_back(ran.ms);
+    RuntimeRun bare = RunRuntime(binary, {"exec", "--workspace-id", "bench"}, "",
+                                 envelope("{\"PATH\":\"/usr/bin:/bin\"}",
+                                          "bench-no-home-" + std::to_string(i)));
+    Expect(bare.events == exit0, "exec without HOME: unexpected events: " + bare.events);
+    no_home_ms.push_back(bare.ms);
     {
       int in[2], out[2], err[2];
       Check(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
@@ -1523,6 +1534,8 @@ void RuntimeExec(Env& env) {
   r.extra.push_back({"inspect_ms_median", Num(Median(inspect_ms))});
   r.extra.push_back({"inspect_ms_p90", Num(Quantile(inspect_ms, 0.9))});
   r.extra.push_back({"describe_ms_median", Num(Median(describe_ms))});
+  r.extra.push_back({"no_home_exec_ms_median", Num(Median(no_home_ms))});
+  r.extra.push_back({"no_home_exec_vs_raw_ratio", Num(Median(no_home_ms) / raw)});
   r.extra.push_back({"inspect_plus_exec_vs_raw_ratio",
                      Num((Median(inspect_ms) + Median(r.ours)) / raw)});
   g_results.push_back(r);
