@@ -163,6 +163,10 @@ void StartPumps(kj::UnixEventPort& events, ProcessRecord& p, kj::AutoCloseFd std
 kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t next,
                           api::OutputSink::Client sink) {
   OutputLog& log = p->log(stream);
+  // A subscriber at `next` has everything before it (a resubscribe from its own offset says so
+  // too): without this, a reader caught up when the broker restarted would never move the
+  // conservative read mark, and a full lossless stream would wait forever.
+  log.MarkRead(next);
   if (next < log.start()) {
     auto req = sink.gapRequest();
     req.setLostBytes(log.start() - next);

@@ -673,9 +673,12 @@ TEST_F(ProcessIoTest, ATtyProcessSeesItsSizeAndEveryResize) {
   client::Connection conn(Io(), svc.socket());
   auto [sandbox, id] = NewSandbox(conn);
   auto p = Start(sandbox,
-                 // A trapped signal interrupts `read`: read again until a line comes.
+                 // Waits for the trap in short sleeps, not in `read`: ash runs a trap between
+                 // commands, and a SIGWINCH landing just before `read` blocks would wait for
+                 // the next input (seen once on a loaded machine).
                  {"sh", "-c",
-                  "trap 'echo got-winch' WINCH; tty; stty size; until read x; do :; done; stty size"},
+                  "trap 'echo got-winch; w=1' WINCH; tty; stty size; "
+                  "while [ -z \"$w\" ]; do sleep 0.05; done; read x; stty size"},
                  /*tty=*/true, 33, 77);
   auto out = Subscribe(p, api::Stream::PTY, 0, nullptr);
   AwaitOutput(out.sink, "33 77\r\n");
