@@ -14,6 +14,7 @@
 // the reply is "ok ..." once done. Node's test files run one at a time.
 //
 // Arguments (bazel test --test_arg=...) choose test files (e.g. lossless.test.mjs); default all.
+#include <chrono>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -164,9 +165,18 @@ int Run(int argc, char** argv) {
   pid_t pid = SpawnStdio(args, STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, env,
                          [&dir] { return chdir(dir.c_str()) == 0 ? 0 : errno; });
   int status = 0;
+  // A bound on the whole suite (it takes 4-12 min here), well inside CI's time: a hang fails
+  // this test instead of eating the run.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(25);
   for (;;) {
     pid_t done = waitpid(pid, &status, WNOHANG);
     if (done == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "conformance_test: the suite ran past 25 minutes; killing it\n");
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
     pollfd p = {listener, POLLIN, 0};
     if (poll(&p, 1, 200) == 1) {
       int conn = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
