@@ -161,16 +161,20 @@ std::string PrefixPath(absl::string_view path_entry, const std::vector<std::stri
 }  // namespace
 
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty,
-                                    const std::vector<std::string>& path_prefix, bool exact) {
+                                    const std::vector<std::string>& path_prefix, bool exact,
+                                    const std::string& home) {
   std::vector<std::string> out;
   bool has_path = false;
   bool has_term = false;
+  bool has_home = false;
   for (const auto& e : env) {
     has_path |= e.rfind("PATH=", 0) == 0;
     has_term |= e.rfind("TERM=", 0) == 0;
+    has_home |= e.rfind("HOME=", 0) == 0;
   }
   if (!has_path && !exact) out.emplace_back(kDefaultPath);
   if (tty && !has_term && !exact) out.emplace_back("TERM=xterm");
+  if (!home.empty() && !has_home && !exact) out.push_back("HOME=" + home);
   out.insert(out.end(), env.begin(), env.end());
   if (!path_prefix.empty()) {
     // Every PATH entry: with duplicates, which one a program reads is its libc's choice.
@@ -195,7 +199,7 @@ std::string RenderOciConfig(const BundleSpec& spec) {
   w.Key("args");
   w.StringArray(SandboxInitArgv());
   w.Key("env");
-  w.StringArray(ProcessEnv({}));
+  w.StringArray(ProcessEnv({}, false, {}, false, spec.home));
   w.Key("cwd");
   w.String("/");
   WriteNoCapabilities(w);
@@ -224,6 +228,13 @@ std::string RenderOciConfig(const BundleSpec& spec) {
   WriteMount(w, "/sys", "sysfs", "sysfs", {"nosuid", "noexec", "nodev", "ro"});
   WriteMount(w, "/tmp", "tmpfs", "tmpfs",
              {"nosuid", "nodev", "mode=1777", absl::StrCat("size=", spec.tmpfs_bytes)});
+  if (!spec.home.empty()) {
+    // gVisor's own tmpfs (sandbox memory, under the sandbox's memory limit), so nothing of the
+    // home exists on the host. uid/gid/mode make it the agent's before anything runs.
+    WriteMount(w, spec.home, "tmpfs", "tmpfs",
+               {"nosuid", "nodev", "mode=0700", absl::StrCat("uid=", spec.uid),
+                absl::StrCat("gid=", spec.gid), absl::StrCat("size=", spec.home_bytes)});
+  }
   if (!spec.shim.empty()) {
     WriteMount(w, kShimPath, "bind", spec.shim, {"bind", "ro", "nosuid", "nodev"});
   }
@@ -272,7 +283,7 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("args");
   w.StringArray(spec.argv);
   w.Key("env");
-  w.StringArray(ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env));
+  w.StringArray(ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env, spec.home));
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);

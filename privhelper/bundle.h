@@ -24,6 +24,10 @@ struct BundleSpec {
   uint32_t gid = 0;
   std::vector<StagedMount> mounts;
   uint64_t tmpfs_bytes = 64ull << 20;
+  // The agent's home: a tmpfs of home_bytes owned by uid:gid, mode 0700, mounted before every
+  // bind (credentials may lie beneath it). Empty: none.
+  std::string home;
+  uint64_t home_bytes = 256ull << 20;
   // The sandbox's bounds (Config::LimitsOf). A 0 is left out of the spec; the config never
   // yields one.
   SandboxLimits limits;
@@ -56,7 +60,8 @@ struct ExecSpec {
   bool tty = false;  // argv already goes through the relay; only the environment differs
   // Directories put at the front of PATH, in order: the profile's tool destinations.
   std::vector<std::string> path_prefix;
-  bool exact_env = false;  // no default PATH or TERM (api.capnp ProcessSpec.exactEnv)
+  bool exact_env = false;  // no default PATH, TERM or HOME (api.capnp ProcessSpec.exactEnv)
+  std::string home;        // the sandbox's home, $HOME unless env sets one; empty: none
 };
 
 // The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is
@@ -65,13 +70,13 @@ struct ExecSpec {
 std::vector<std::string> SandboxInitArgv();
 
 // The environment every sandbox process starts from; `env` entries override by key. A tty
-// process also gets TERM=xterm unless `env` sets TERM. `path_prefix` (the profile's tool
-// directories) goes in front of PATH, the client's if `env` sets one, else the default.
-// With `exact`, `env` is all there is (no default PATH, no TERM): only a PATH it sets gets the
-// prefix.
+// process also gets TERM=xterm unless `env` sets TERM, and every process HOME=`home` (when not
+// empty) unless `env` sets HOME. `path_prefix` (the profile's tool directories) goes in front
+// of PATH, the client's if `env` sets one, else the default. With `exact`, `env` is all there
+// is (no default PATH, TERM or HOME): only a PATH it sets gets the prefix.
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty = false,
                                     const std::vector<std::string>& path_prefix = {},
-                                    bool exact = false);
+                                    bool exact = false, const std::string& home = "");
 
 std::string RenderOciConfig(const BundleSpec& spec);
 std::string RenderProcessJson(const ExecSpec& spec);

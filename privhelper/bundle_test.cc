@@ -12,6 +12,7 @@
 #include <capnp/message.h>
 #include <kj/exception.h>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace paseo {
@@ -785,6 +786,66 @@ TEST(ProcessEnvTest, ToolDirectoriesGoInFrontOfPathInOrder) {
   EXPECT_EQ(env, (std::vector<std::string>{"PATH=/t:/a", "PATH=/t:/b"}));
   // No tools: exactly as before.
   EXPECT_EQ(ProcessEnv({"PATH=/a"}, false, {}), std::vector<std::string>{"PATH=/a"});
+}
+
+// The agent's home (LaunchProfile.homePath): gVisor's tmpfs, the agent's own and private from
+// the start, bounded, and mounted before every bind so a credential beneath it (TypicalBundle
+// places one at /home/agent/.config/creds) is not hidden by it.
+TEST(RenderOciConfigTest, TheHomeIsTheAgentsBoundedTmpfsMountedBeforeEveryBind) {
+  BundleSpec spec = TypicalBundle();
+  spec.home = "/home/agent";
+  spec.home_bytes = 3u << 20;
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  auto all = Array(Field(doc->root, "mounts"));
+  size_t home_at = all.size(), first_bind = all.size(), homes = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    std::string dest = Str(Field(all[i], "destination"));
+    if (dest == "/home/agent") home_at = i, ++homes;
+    if (Str(Field(all[i], "type")) == "bind") first_bind = std::min(first_bind, i);
+  }
+  ASSERT_EQ(homes, 1u);
+  EXPECT_LT(home_at, first_bind);
+  JsonValue::Reader home = all[home_at];
+  EXPECT_EQ(Str(Field(home, "type")), "tmpfs");
+  std::vector<std::string> options = Strings(Field(home, "options"));
+  SCOPED_TRACE(::testing::PrintToString(options));
+  for (const std::string want : {"nosuid", "nodev", "mode=0700", "size=3145728"})
+    EXPECT_TRUE(Contains(options, want)) << want;
+  EXPECT_TRUE(Contains(options, absl::StrCat("uid=", spec.uid)));
+  EXPECT_TRUE(Contains(options, absl::StrCat("gid=", spec.gid)));
+  // The init's environment names it too (runsc would otherwise take /etc/passwd's).
+  EXPECT_TRUE(Contains(Strings(Field(Field(doc->root, "process"), "env")), "HOME=/home/agent"));
+
+  spec.home.clear();
+  auto none = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(none->ok);
+  EXPECT_EQ(MountsByDestination(none->root).count("/home/agent"), 0u);
+  for (const auto& e : Strings(Field(Field(none->root, "process"), "env")))
+    EXPECT_NE(e.rfind("HOME=", 0), 0u) << e;
+}
+
+TEST(ProcessEnvTest, HomeIsAddedUnlessGivenOrExact) {
+  EXPECT_TRUE(Contains(ProcessEnv({"A=1"}, false, {}, false, "/home/agent"), "HOME=/home/agent"));
+  // The client's HOME wins, and there is still one HOME.
+  auto env = ProcessEnv({"HOME=/w"}, false, {}, false, "/home/agent");
+  EXPECT_EQ(std::count_if(env.begin(), env.end(),
+                          [](const std::string& e) { return e.rfind("HOME=", 0) == 0; }),
+            1);
+  EXPECT_TRUE(Contains(env, "HOME=/w"));
+  // An exact environment is exactly the client's.
+  EXPECT_EQ(ProcessEnv({"A=1"}, false, {}, true, "/home/agent"), std::vector<std::string>{"A=1"});
+  // No home: nothing added.
+  EXPECT_EQ(ProcessEnv({"PATH=/a"}, false, {}, false, ""), std::vector<std::string>{"PATH=/a"});
+
+  ExecSpec spec;
+  spec.argv = {"true"};
+  spec.env = {"PATH=/bin"};
+  spec.home = "/home/agent";
+  auto doc = Parse(RenderProcessJson(spec));
+  ASSERT_TRUE(doc->ok);
+  EXPECT_EQ(Strings(Field(doc->root, "env")),
+            (std::vector<std::string>{"HOME=/home/agent", "PATH=/bin"}));
 }
 
 TEST(RenderProcessJsonTest, ThePathPrefixIsRendered) {

@@ -282,6 +282,25 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
   return absl::OkStatus();
 }
 
+// The home: a fixed destination that can stand in /etc/passwd (no ':' or newline), which
+// credentials and tools may lie beneath but not cover (the tmpfs is mounted before them).
+absl::Status ValidateHome(const std::string& file, config::LaunchProfile::Reader p) {
+  RETURN_IF_ERROR(CheckFixedDestination(file, "homePath", p.getHomePath()));
+  std::string home = p.getHomePath().cStr();
+  if (home.find_first_of(":\n") != std::string::npos)
+    return Bad(file, "homePath", "may not contain ':' or a newline (it goes in /etc/passwd)");
+  std::vector<std::string> placed;
+  for (auto c : p.getCredentials()) placed.emplace_back(c.getDestination().cStr());
+  for (auto t : p.getTools()) placed.emplace_back(t.getDestination().cStr());
+  for (const auto& dest : placed) {
+    if (IsUnder(home, dest))
+      return Bad(file, "homePath", absl::StrCat("lies in ", dest, " (a credential's or tool's)"));
+  }
+  if (p.getHomeBytes() < (1 << 20) || p.getHomeBytes() > (1ull << 40))
+    return Bad(file, "homeBytes", "must be between 1048576 and 2^40");
+  return absl::OkStatus();
+}
+
 absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Reader p) {
   if (!IsValidId(p.getName().cStr())) return Bad(file, "name", "must be an id ([a-z0-9-])");
   if (p.getRootfsVersion().size() > 0 && !IsValidId(p.getRootfsVersion().cStr()))
@@ -298,6 +317,7 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
     RETURN_IF_ERROR(CheckFixedDestination(file, where + ".destination", c.getDestination()));
   }
   RETURN_IF_ERROR(ValidateToolMounts(file, p));
+  RETURN_IF_ERROR(ValidateHome(file, p));
   // 0 = the host-derived default; explicit values must leave a sandbox able to run.
   uint64_t memory = p.getMemoryLimitBytes();
   if (memory != 0 && (memory < (64ull << 20) || memory > (1ull << 50)))

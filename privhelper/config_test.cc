@@ -155,6 +155,8 @@ TEST_F(ConfigTest, FullConfigLoadsEveryField) {
   const config::LaunchProfile::Reader* def = c.FindProfile("default");
   ASSERT_NE(def, nullptr);
   EXPECT_EQ(def->getTmpfsBytes(), 2097152u);
+  EXPECT_EQ(std::string(def->getHomePath().cStr()), "/home/agent");
+  EXPECT_EQ(def->getHomeBytes(), 256u << 20);
   EXPECT_EQ(c.RootfsPath(*def), "/srv/state/rootfs/v1/rootfs");
   const config::LaunchProfile::Reader* big = c.FindProfile("big");
   ASSERT_NE(big, nullptr);
@@ -527,6 +529,27 @@ std::vector<BadCase> BadCases() {
        "profiles/p.json", {}, "rootfsVersion: "},
       {"ProfileTmpfsTooSmall", {{"profiles/p.json", R"({"name": "p", "tmpfsBytes": 1048575})"}},
        "profiles/p.json", {}, "tmpfsBytes: "},
+      {"ProfileHomeRelative", {{"profiles/p.json", R"({"name": "p", "homePath": "home/agent"})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeRoot", {{"profiles/p.json", R"({"name": "p", "homePath": "/"})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeUnderTmp", {{"profiles/p.json", R"({"name": "p", "homePath": "/tmp/h"})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeWithColon", {{"profiles/p.json", R"({"name": "p", "homePath": "/home/a:b"})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeWithNewline",
+       {{"profiles/p.json", R"({"name": "p", "homePath": "/home/a\nroot::0:0::/:/bin/sh"})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeInsideACredential",
+       {{"profiles/p.json", R"({"name": "p", "homePath": "/creds/home", "credentials": )"
+                            R"([{"name": "c", "destination": "/creds"}]})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeIsATool",
+       {{"profiles/p.json", R"({"name": "p", "homePath": "/opt/t", "tools": )"
+                            R"([{"name": "t", "destination": "/opt/t"}]})"}},
+       "profiles/p.json", {}, "homePath: "},
+      {"ProfileHomeTooSmall", {{"profiles/p.json", R"({"name": "p", "homeBytes": 1048575})"}},
+       "profiles/p.json", {}, "homeBytes: "},
       {"ProfileOutputBufferTooSmall",
        {{"profiles/p.json", R"({"name": "p", "outputBufferBytes": 4095})"}}, "profiles/p.json",
        {}, "outputBufferBytes: "},

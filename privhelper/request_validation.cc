@@ -185,6 +185,13 @@ absl::StatusOr<ValidatedCreate> ValidateCreate(const Config& config,
   out.profile = config.FindProfile(profile);
   if (out.profile == nullptr) return absl::InternalError("profile vanished from config");
   ASSIGN_OR_RETURN(out.mounts, CheckWorkspaces(request.getWorkspaces()));
+  // Beneath the home is fine (it is mounted first); over it would hide it.
+  std::string home = out.profile->getHomePath().cStr();
+  for (size_t i = 0; i < out.mounts.size(); ++i) {
+    if (IsUnder(home, out.mounts[i].destination))
+      return Invalid(absl::StrCat("workspaces[", i, "].destination"),
+                     absl::StrCat("covers the sandbox's home ", home));
+  }
   ASSIGN_OR_RETURN(out.credentials, CheckCredentials(*out.deployment, *out.profile, out.mounts,
                                                      request.getCredentials()));
   ASSIGN_OR_RETURN(out.tools, CheckTools(*out.deployment, *out.profile, out.mounts));

@@ -125,6 +125,13 @@ TEST_F(RequestValidationTest, APeerAllowedThroughAGroupIsAccepted) {
   EXPECT_TRUE(v->peer.InGroup(27));
 }
 
+// A project beneath the home is where many agents expect it; the home is mounted first.
+TEST_F(RequestValidationTest, AWorkspaceBeneathTheHomeIsAccepted) {
+  auto v = Create([](auto r) { r.getWorkspaces()[0].setDestination("/home/agent/project"); });
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->mounts[0].destination, "/home/agent/project");
+}
+
 TEST_F(RequestValidationTest, EmptyDestinationMeansWorkspaceAndModeDefaultsToReadOnly) {
   auto v = Create([](auto r) {
     r.getWorkspaces()[0].setDestination("");
@@ -188,6 +195,10 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
       {"destination beneath the shim",
        [](auto r) { r.getWorkspaces()[0].setDestination("/.paseo/shim"); },
        absl::StatusCode::kInvalidArgument, "/.paseo"},
+      {"destination is the home", [](auto r) { r.getWorkspaces()[0].setDestination("/home/agent"); },
+       absl::StatusCode::kInvalidArgument, "covers the sandbox's home /home/agent"},
+      {"destination covers the home", [](auto r) { r.getWorkspaces()[0].setDestination("/home"); },
+       absl::StatusCode::kInvalidArgument, "covers the sandbox's home"},
       {"overlapping destinations",
        [](auto r) {
          auto ws = r.initWorkspaces(2);

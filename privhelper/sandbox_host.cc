@@ -25,6 +25,7 @@
 #include "privhelper/bundle.h"
 #include "privhelper/exit_status.h"
 #include "privhelper/rootfs_overlay.h"
+#include "privhelper/sandbox_identity.h"
 #include "privhelper/workspace_resolver.h"
 #include "schema/records.capnp.h"
 
@@ -87,7 +88,8 @@ absl::StatusOr<long> ReadInternalPid(const std::string& pid_file) {
 // What a restarted privhelper reads to know what a surviving container is.
 std::string RenderRecord(const std::string& id, const std::string& deployment,
                          const std::string& profile, uid_t uid, gid_t gid,
-                         const std::string& default_cwd, int64_t created_ms) {
+                         const std::string& default_cwd, const std::string& home,
+                         int64_t created_ms) {
   capnp::MallocMessageBuilder message;
   auto record = message.initRoot<records::SandboxRecord>();
   record.setId(id);
@@ -96,6 +98,7 @@ std::string RenderRecord(const std::string& id, const std::string& deployment,
   record.setUid(uid);
   record.setGid(gid);
   record.setDefaultCwd(default_cwd);
+  record.setHome(home);
   record.setCreatedAtUnixMs(created_ms);
   capnp::JsonCodec codec;
   auto text = codec.encode(record.asReader());
@@ -333,6 +336,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   sb.gid = plan.gid;
   sb.default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
   for (const auto& t : request.tools) sb.tool_path.push_back(t.destination);
+  sb.home = request.profile->getHomePath().cStr();
   sb.created_ms = NowUnixMs();
   // Until runsc is asked to create the container, a failure undoes all that was written and
   // mounted (sb.files, sb.staging, the overlay) and forgets the record.
@@ -348,16 +352,21 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   if (mkdir(mounts_dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", mounts_dir);
   std::string record_path = sb.bundle_dir + "/sandbox.json";
   RETURN_IF_ERROR(WriteNewFile(record_path, RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid,
-                                                         sb.gid, sb.default_cwd, sb.created_ms)));
+                                                         sb.gid, sb.default_cwd, sb.home,
+                                                         sb.created_ms)));
   sb.files.push_back(record_path);
 
   ASSIGN_OR_RETURN(std::string merged, MountRootfsOverlay(plan.rootfs, sb.bundle_dir));
+  // Into the sandbox's own upper layer, before anything runs in it.
+  RETURN_IF_ERROR(WriteSandboxIdentity(merged, {sb.uid, sb.gid, sb.home}));
   BundleSpec spec;
   spec.rootfs = merged;
   spec.shim = shim_;
   spec.uid = sb.uid;
   spec.gid = sb.gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
+  spec.home = sb.home;
+  spec.home_bytes = request.profile->getHomeBytes();
   spec.limits = config_.LimitsOf(*request.profile);
   spec.cgroups_path = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
   // Recorded as soon as mounted, so the teardown unmounts exactly what exists.
@@ -450,6 +459,7 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   exec.tty = command.tty;
   exec.env = command.env;
   exec.path_prefix = sb->tool_path;
+  exec.home = sb->home;
   exec.uid = sb->uid;
   exec.gid = sb->gid;
   std::string process_json = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".json");
@@ -1039,6 +1049,7 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     sb.uid = record->getUid();
     sb.gid = record->getGid();
     sb.default_cwd = record->getDefaultCwd().cStr();
+    sb.home = record->getHome().cStr();
     sb.created_ms = record->getCreatedAtUnixMs();
     // From the profile as configured now: if an operator changed its tools since, a directory
     // on PATH may be missing (harmless) or a mounted one absent from PATH.

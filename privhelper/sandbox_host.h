@@ -143,6 +143,8 @@ class SandboxHost {
     std::string default_cwd = "/";
     // The profile's tool destinations, in front of every process's PATH.
     std::vector<std::string> tool_path;
+    // The home mounted in it (LaunchProfile.homePath when created), $HOME of its processes.
+    std::string home;
     bool container_created = false;
     bool running = false;
     bool deleting = false;

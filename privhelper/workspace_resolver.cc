@@ -15,7 +15,6 @@
 #include "common/status.h"
 
 namespace paseo {
-namespace {
 
 int Openat2(int dirfd, const char* path, uint64_t flags, uint64_t resolve) {
   struct open_how how = {};
@@ -23,6 +22,8 @@ int Openat2(int dirfd, const char* path, uint64_t flags, uint64_t resolve) {
   how.resolve = resolve;
   return static_cast<int>(syscall(SYS_openat2, dirfd, path, &how, sizeof(how)));
 }
+
+namespace {
 
 // If `path` equals `prefix` or continues it with '/', returns the rest without its leading '/'.
 bool StripPathPrefix(absl::string_view path, absl::string_view prefix, absl::string_view* rest) {

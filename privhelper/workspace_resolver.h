@@ -21,6 +21,10 @@
 
 namespace paseo {
 
+// openat2(2) (glibc 2.36 has no wrapper): `flags` as for open, `resolve` RESOLVE_* bits.
+// Returns the fd, or -1 with errno set.
+int Openat2(int dirfd, const char* path, uint64_t flags, uint64_t resolve);
+
 struct ResolvedWorkspace {
   kj::AutoCloseFd fd;    // O_PATH, directory, beneath the root
   std::string host_root;  // the registered root it is beneath (for messages only)

@@ -111,6 +111,13 @@ struct LaunchProfile {
   tools @9 :List(ToolMount);
   # Tool directories mounted read-only in every sandbox of this profile, in this order at the
   # front of every process's PATH (before the client's PATH, or the default one).
+  homePath @10 :Text = "/home/agent";
+  # The agent's home inside the sandbox: a tmpfs of homeBytes owned by the run-as uid:gid
+  # (mode 0700), $HOME of every process whose environment sets none, and the home of the
+  # sandbox's /etc/passwd entry for that uid. Kept across pause/resume and restarts that keep
+  # the sandbox; gone with it. Credentials and workspaces may be placed beneath it.
+  homeBytes @11 :UInt64 = 268435456;
+  # Size of the home tmpfs (sandbox memory: it counts against memoryLimitBytes as it fills).
 }
 
 struct CredentialRoot {

@@ -15,6 +15,9 @@ struct SandboxRecord {
   gid @4 :UInt32;
   defaultCwd @5 :Text;
   createdAtUnixMs @6 :Int64;
+  home @7 :Text;
+  # The home mounted in it (config.capnp LaunchProfile.homePath); empty in records from before
+  # homes existed.
 }
 
 struct BrokerSandbox {
