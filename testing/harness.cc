@@ -99,6 +99,15 @@ void Service::Start() {
   CopyExecutable(Runfile("sandbox/paseo-sandbox-shim"), base_ + "/bin/paseo-sandbox-shim");
   rootfs_version_ =
       Capture("bash " + Runfile("rootfs/build-rootfs") + " --out " + base_ + "/state/rootfs");
+  if (!options_.extra_rootfs.empty()) {
+    std::string at = base_ + "/state/rootfs/" + extra_rootfs_version();
+    Check(access((options_.extra_rootfs + "/rootfs").c_str(), F_OK) == 0,
+          options_.extra_rootfs + "/rootfs does not exist (build it with rootfs/build-rootfs)");
+    Check(mkdir(at.c_str(), 0755) == 0, "mkdir " + at);
+    Check(mount(options_.extra_rootfs.c_str(), at.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
+              mount(nullptr, at.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0,
+          "bind " + options_.extra_rootfs);
+  }
   std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
 
   WriteText(base_ + "/etc/helper.json",
@@ -299,6 +308,11 @@ std::vector<std::string> Service::LeaksAfter(int seconds) const {
   return leaks;
 }
 
+std::string Service::extra_rootfs_version() const {
+  const std::string& dir = options_.extra_rootfs;
+  return dir.empty() ? "" : dir.substr(dir.rfind('/') + 1);
+}
+
 std::vector<std::string> Service::Leaks() const {
   std::vector<std::string> leaks;
   for (const auto& n : ListDir(bundles())) leaks.push_back("bundle " + n);
@@ -321,6 +335,9 @@ std::vector<std::string> Service::Leaks() const {
     fields >> id >> parent >> devs >> root >> point;
     // The pinned control netns is expected while the service runs (and must go when it stops).
     if (privhelper_pid_ > 0 && point == base_ + "/run/control-netns") continue;
+    if (!options_.extra_rootfs.empty() &&
+        point == base_ + "/state/rootfs/" + extra_rootfs_version())
+      continue;
     if (point.rfind(base_ + "/", 0) == 0) leaks.push_back("mount " + point);
   }
   for (pid_t pid : PidsMatching(runsc_root())) leaks.push_back("process " + std::to_string(pid));

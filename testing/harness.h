@@ -44,6 +44,10 @@ struct ServiceOptions {
   bool wait_for_socket = true;
   // Size of the work area's tmpfs (used as needed).
   std::string tmpfs_size = "512m";
+  // A rootfs version built elsewhere (<out>/<version> of rootfs/build-rootfs, e.g. the agent
+  // rootfs testing/run-tests builds once per machine): bind-mounted read-only at
+  // base/state/rootfs/<version>, so a profile can name <version>. Empty: none.
+  std::string extra_rootfs;
 };
 
 class Service {
@@ -64,6 +68,8 @@ class Service {
   std::string bundles() const { return base_ + "/state/bundles"; }
   // The rootfs version built into base/state/rootfs/<version>/rootfs.
   const std::string& rootfs_version() const { return rootfs_version_; }
+  // The version of ServiceOptions.extra_rootfs (its directory's name), or empty.
+  std::string extra_rootfs_version() const;
   pid_t privhelper_pid() const { return privhelper_pid_; }
   pid_t broker_pid() const;  // the privhelper's broker child, or -1
   // This service's own cgroup parent (so concurrent services never see each other's).
