@@ -12,7 +12,7 @@
 #   agent              Debian bookworm minbase, Node 22, npm, claude, codex, opencode,
 #                      version agent-<arch>-<digest prefix> (rootfs/agent/build)
 # --verify builds VERSION again from the same recipe in a temporary directory and compares the
-# content digests; --remove refuses while a sandbox's overlay uses the version.
+# digest with VERSION's manifest and every file with VERSION's tree; --remove refuses while a sandbox's overlay uses the version.
 # (rootfs/build-rootfs is a symlink to this file: Bazel's target of that name cannot share it.)
 set -euo pipefail
 
@@ -109,11 +109,11 @@ remove_version() {
 
 verify_version() {
   check_version "$version"
-  local m="$out/$version/manifest.json" vprofile arch want tmp got
+  local m="$out/$version/manifest.json" vprofile arch want got
   vprofile=$(jq -r '.profile // "busybox"' "$m")
   arch=$(jq -r '.arch // empty' "$m")
   want=$(jq -r '.digest' "$m")
-  tmp=$(mktemp -d "$out/.verify.XXXXXX")
+  tmp=$(mktemp -d "$out/.verify.XXXXXX")  # global: the EXIT trap runs after this returns
   trap 'rm -rf "$tmp"' EXIT
   local args=(--out "$tmp")
   [ -z "$arch" ] || args+=(--arch "$arch")
@@ -125,13 +125,17 @@ verify_version() {
     echo "build-rootfs: note: the inputs differ from $version's (recipe or mirror changed);" \
          "compare unpinned.debianMirror in the manifests" >&2
   fi
-  if [ "$gotdigest" = "$want" ]; then
+  # The rebuild must match the manifest, and the tree on disk must match the rebuild (a
+  # changed file under DIR/VERSION would not change its manifest).
+  local differing
+  differing=$(diff <(file_list "$out/$version/rootfs") <(file_list "$tmp/$got/rootfs") |
+    sed -n 's/^[<>] //p' | cut -f1 | LC_ALL=C sort -u)  || true  # diff exits 1 on differences
+  if [ "$gotdigest" = "$want" ] && [ -z "$differing" ]; then
     echo "reproducible: $version $want"
     return 0
   fi
-  echo "not reproducible: $version $want, rebuilt $gotdigest; paths that differ:"
-  diff <(file_list "$out/$version/rootfs") <(file_list "$tmp/$got/rootfs") |
-    sed -n 's/^[<>] //p' | cut -f1 | LC_ALL=C sort -u
+  echo "not reproducible: $version: manifest $want, rebuilt $gotdigest; paths that differ:"
+  if [ -n "$differing" ]; then echo "$differing"; else echo "(every file matches: the manifest digest is wrong)"; fi
   return 1
 }
 
