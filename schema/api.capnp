@@ -157,6 +157,16 @@ struct SandboxInfo {
   # exited (killed by signal 9)"); empty in the other states.
   key @9 :Text;
   # The key it was created with (SandboxSpec.key); empty if none.
+  network @10 :NetworkInfo;
+}
+
+struct NetworkInfo {
+  mode @0 :Text;
+  # "none" (loopback only) or "sandbox" (its profile's egress policy; docs/running.md).
+  address @1 :Text;
+  # The sandbox's IPv4 address on its link ("10.88.0.6"); empty for "none".
+  inboundPorts @2 :List(UInt16);
+  # Ports Sandbox.connect may reach.
 }
 
 struct ProcessInfo {
@@ -175,6 +185,11 @@ struct ProcessInfo {
 }
 
 # ---------------------------------------------------------------- interfaces
+
+interface Socket {
+  # Carries one connected stream socket (SCM_RIGHTS over the client's Unix socket; a client
+  # must accept file descriptors on its connection). The receiver takes the fd and drops this.
+}
 
 interface Supervisor {
   # The bootstrap capability, one per connection, bound to the peer's uid and gids.
@@ -234,6 +249,12 @@ interface Sandbox {
   # ended and been released (Process.release), `released` is true, `process` is null and
   # `info` holds only its id, key and how it ended: the sandbox remembers the keys of its
   # last 1024 released processes. not-found if the key is unknown.
+
+  connect @8 (port :UInt16) -> (socket :Socket);
+  # A TCP connection from the host side into this sandbox's `port`, handed to this client only
+  # (its fd travels with the answer; nothing listens on the host). Only ports the profile's
+  # network.inboundPorts lists (else permission-denied); a sandbox with network "none" has
+  # nothing to connect to (failed-precondition); nothing listening: unavailable.
 }
 
 interface Process {

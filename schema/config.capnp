@@ -40,6 +40,22 @@ struct HelperConfig {
   # Absolute path of the static in-sandbox shim (the sandbox's init and the tty relay); empty
   # means "paseo-sandbox-shim" beside the privhelper. Root-owned; bind-mounted read-only at
   # /.paseo/shim in every sandbox.
+  network @10 :HelperNetwork;
+  # How sandboxes of a profile with network mode "sandbox" are connected (docs/running.md,
+  # "Network").
+}
+
+struct HelperNetwork {
+  pool @0 :Text = "10.88.0.0/16";
+  # IPv4 addresses for sandbox links, a prefix of /16../24: each sandbox takes a /30 of it (its
+  # host end the block's first address, the sandbox the second). It must not overlap any network
+  # the host routes to (checked at start).
+  dnsUpstreams @1 :List(Text);
+  # Resolvers the supervisor's DNS forwards allowed names to: "192.0.2.53" or "192.0.2.53:5353".
+  # Empty = the IPv4 nameservers of the host's /etc/resolv.conf when the privhelper starts.
+  uplink @2 :Text;
+  # The host interface sandbox traffic leaves through (masqueraded to its address); empty = any
+  # interface that is not a sandbox link.
 }
 
 enum RestartPolicy {
@@ -118,6 +134,45 @@ struct LaunchProfile {
   # the sandbox; gone with it. Credentials and workspaces may be placed beneath it.
   homeBytes @11 :UInt64 = 268435456;
   # Size of the home tmpfs (sandbox memory: it counts against memoryLimitBytes as it fills).
+  network @12 :NetworkPolicy;
+  # What the sandbox may reach (default: nothing but its own loopback).
+}
+
+enum NetworkMode {
+  none @0;
+  # runsc --network=none: loopback only, inside gVisor.
+  sandbox @1;
+  # gVisor's own network stack on a veth in a namespace the privhelper makes per sandbox: egress
+  # only to what the policy allows (enforced by nftables on the host side), DNS only through the
+  # supervisor's resolver, nothing inbound but connections a client asks for (Sandbox.connect).
+}
+
+struct NetworkPolicy {
+  mode @0 :NetworkMode = none;
+  allowCidrs @1 :List(CidrRule);
+  # Destinations reachable by address.
+  allowNames @2 :List(NameRule);
+  # Names the supervisor's resolver answers; the IPv4 addresses it returns for one are reachable
+  # on that rule's ports for the answer's TTL (at least 30 s, at most 1 day), from this sandbox
+  # only. Other names get NXDOMAIN; IPv6 (AAAA) answers are always empty.
+  inboundPorts @3 :List(UInt16);
+  # Ports inside the sandbox a client of the sandbox may connect to through Sandbox.connect.
+  # Nothing else reaches the sandbox; no host port is ever opened for it.
+}
+
+struct CidrRule {
+  cidr @0 :Text;
+  # "203.0.113.0/24" or "203.0.113.7" (IPv4 only).
+  ports @1 :List(UInt16);
+  # TCP and UDP destination ports; empty = every port.
+}
+
+struct NameRule {
+  name @0 :Text;
+  # "api.anthropic.com" (exactly that name) or "*.example.com" (any name below example.com, not
+  # example.com itself). Lower case; compared case-insensitively.
+  ports @1 :List(UInt16);
+  # TCP and UDP destination ports; empty = every port.
 }
 
 struct CredentialRoot {

@@ -80,6 +80,8 @@ struct AdoptedSandbox {
   # empty unless stopped.
   paused @8 :Bool;
   # Paused (pauseSandbox, or found paused by a restarted privhelper).
+  network @9 :Api.NetworkInfo;
+  # Its network as createSandbox reported it.
 }
 
 struct KeptProcess {
@@ -96,8 +98,10 @@ interface Helper {
   policy @0 () -> (policy :BrokerPolicy);
   # The deployments and who may use them, so the broker can authorize clients.
 
-  createSandbox @1 (request :CreateSandboxRequest) -> ();
-  # Resolves the workspaces, writes the bundle, and creates and starts the sandbox.
+  createSandbox @1 (request :CreateSandboxRequest) -> (network :Api.NetworkInfo);
+  # Resolves the workspaces, writes the bundle, sets up the profile's network (its namespace,
+  # link, addresses, firewall and resolver for mode "sandbox"), and creates and starts the
+  # sandbox. Returns its network as the broker shows it (SandboxInfo.network).
 
   startProcess @2 (request :StartProcessRequest) -> (stdin :Fd, stdout :Fd, stderr :Fd);
   # Starts a process in a running sandbox; returns the broker's ends of its stdio pipes. For a
@@ -138,4 +142,9 @@ interface Helper {
 
   resumeSandbox @12 (sandboxId :Text) -> ();
   # runsc resume. Idempotent.
+
+  connectPort @13 (sandboxId :Text, port :UInt16) -> (socket :Fd);
+  # A TCP connection to the sandbox's address on `port`, made from inside the sandbox's network
+  # namespace (the host end of its link); refused unless the sandbox's profile lists the port in
+  # network.inboundPorts. The broker hands the fd to the client that asked (Api.Sandbox.connect).
 }
