@@ -226,6 +226,10 @@ class DnsResolver::SandboxDns {
         tasks_.add(served.attach(kj::mv(conn), kj::defer([this] { --tcp_connections_; })));
       }  // else closed right away
       return AcceptTcp();
+    }, [this](kj::Exception&& e) {
+      // accept(2) failing (EMFILE, ENOBUFS) must not end this sandbox's TCP service for good.
+      KJ_LOG(WARNING, "dns forwarder: accept failed", id_.c_str(), e.getDescription());
+      return timer_.afterDelay(100 * kj::MILLISECONDS).then([this] { return AcceptTcp(); });
     });
   }
 

@@ -31,11 +31,7 @@ constexpr uint32_t kGood = 0xC000020A;   // 192.0.2.10
 constexpr uint32_t kEvil = 0x06060606;
 
 sockaddr_in Ipv4(uint32_t addr, uint16_t port) {
-  sockaddr_in sa = {};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(addr);
-  sa.sin_port = htons(port);
-  return sa;
+  return sockaddr_in{AF_INET, htons(port), {htonl(addr)}, {}};
 }
 
 int Socket(int type, uint32_t addr, uint16_t port = 0) {
