@@ -104,6 +104,12 @@ class ConnectTest : public ::testing::Test {
     }
   }
 
+  static void Delete(api::Sandbox::Client& sandbox) {
+    auto del = sandbox.deleteRequest();
+    del.setForce(true);  // the server still runs
+    Await(del.send(), "delete");
+  }
+
   static Service* svc_;
 };
 
@@ -134,7 +140,7 @@ TEST_F(ConnectTest, TheApiHandsTheClientAConnectionToTheSandboxsPort) {
   } else {
     ADD_FAILURE() << "port 8081 is not in inboundPorts but was connected";
   }
-  Await(sandbox.deleteRequest().send(), "delete");
+  Delete(sandbox);
 }
 
 TEST_F(ConnectTest, TheCliRelaysAndOthersCannotReachTheSandbox) {
@@ -157,7 +163,7 @@ TEST_F(ConnectTest, TheCliRelaysAndOthersCannotReachTheSandbox) {
   EXPECT_TRUE(absl::StrContains(stranger.err, "not-found:")) << stranger.err;
   EXPECT_EQ(stranger.out, "");
   EXPECT_EQ(HostListeners(8080), std::vector<std::string>{});
-  Await(sandbox.deleteRequest().send(), "delete");
+  Delete(sandbox);
 }
 
 }  // namespace
