@@ -148,6 +148,20 @@ class ProcessImpl final : public api::Process::Server {
   kj::Own<ProcessRecord> p_;
 };
 
+// Sandbox.connect's answer: one connected socket, sent with the message that carries this
+// capability (SCM_RIGHTS). Until the client drops it the broker keeps its copy, so it holds a
+// ticket: a client cannot make the broker hold more sockets than it may park calls.
+class SocketImpl final : public api::Socket::Server {
+ public:
+  SocketImpl(kj::AutoCloseFd fd, kj::Own<CallLimiter::Ticket> ticket)
+      : fd_(kj::mv(fd)), ticket_(kj::mv(ticket)) {}
+  kj::Maybe<int> getFd() override { return fd_.get(); }
+
+ private:
+  kj::AutoCloseFd fd_;
+  kj::Own<CallLimiter::Ticket> ticket_;
+};
+
 class SandboxImpl final : public api::Sandbox::Server {
  public:
   SandboxImpl(Broker& broker, Caller caller, std::string id)
@@ -213,6 +227,14 @@ class SandboxImpl final : public api::Sandbox::Server {
 
   kj::Promise<void> resume(ResumeContext context) override {
     return caller_.Charged([&] { return ValueOrThrow(broker_.ResumeSandbox(peer_, id_)); });
+  }
+
+  kj::Promise<void> connect(ConnectContext context) override {
+    auto connected = caller_.Charged(
+        [&] { return ValueOrThrow(broker_.Connect(peer_, id_, context.getParams().getPort())); });
+    return connected.then([this, context](kj::AutoCloseFd fd) mutable {
+      context.getResults().setSocket(kj::heap<SocketImpl>(kj::mv(fd), caller_.Ticket()));
+    });
   }
 
  private:

@@ -36,7 +36,7 @@ kj::Promise<kj::AutoCloseFd> OwnFd(helper::Fd::Client cap) {
     KJ_IF_MAYBE(f, fd) {
       int dup = fcntl(*f, F_DUPFD_CLOEXEC, 3);
       if (dup >= 0) return kj::AutoCloseFd(dup);
-      return StatusToException(ErrnoStatus("dup", "a stdio fd"));
+      return StatusToException(ErrnoStatus("dup", "an fd the privhelper passed"));
     }
     return StatusToException(absl::InternalError("the privhelper sent no fd"));
   });
@@ -174,6 +174,22 @@ absl::StatusOr<kj::Promise<void>> Broker::DeleteSandbox(const Peer& peer, const 
         registry_.AbortDelete(id, before);
         return Forward(kj::mv(e));
       }));
+}
+
+absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Broker::Connect(const Peer& peer,
+                                                             const std::string& id,
+                                                             uint16_t port) {
+  // Visible to the caller and running (not paused, stopped or being deleted), as for a start.
+  RETURN_IF_ERROR(registry_.ForNewProcess(peer, id).status());
+  if (port == 0) return absl::InvalidArgumentError("port: must be 1..65535");
+  auto req = helper_.connectPortRequest();
+  req.setSandboxId(id);
+  req.setPort(port);
+  return req.send().then(
+      [](capnp::Response<helper::Helper::ConnectPortResults> res) {
+        return OwnFd(res.getSocket());
+      },
+      [](kj::Exception&& e) -> kj::Promise<kj::AutoCloseFd> { return Forward(kj::mv(e)); });
 }
 
 absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(

@@ -49,6 +49,11 @@ class Broker {
   absl::StatusOr<kj::Promise<void>> ResumeSandbox(const Peer& peer, const std::string& id);
   absl::StatusOr<kj::Promise<void>> DeleteSandbox(const Peer& peer, const std::string& id,
                                                   bool force);
+  // Sandbox.connect: a TCP connection to `port` inside a running sandbox of the caller's,
+  // made by the privhelper (which decides whether the profile allows the port). The fd is the
+  // caller's to hand to its client.
+  absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Connect(const Peer& peer, const std::string& id,
+                                                       uint16_t port);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
       const Peer& peer, const std::string& sandbox_id, api::ProcessSpec::Reader spec);
 

@@ -15,9 +15,14 @@
 
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 
 #include "broker/api_servers.h"
+#include "broker/connection_limits.h"
 #include "broker/fake_helper.h"
 
 namespace paseo {
@@ -941,6 +946,164 @@ TEST_F(BrokerTest, ALosslessProcessWaitsForItsReaderAndLosesNothing) {
   writer.join();
   EXPECT_EQ(got.lost, 0u);
   EXPECT_TRUE(got.bytes == data) << "every byte, in order";
+}
+
+// ---------------------------------------------------------------- connect
+
+// What `fd` has to read (waiting at most 2 s): "" at end-of-file, "(nothing)" if nothing came.
+std::string ReadSome(int fd) {
+  pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 2000) != 1) return "(nothing)";
+  char buf[64];
+  ssize_t n = read(fd, buf, sizeof(buf));
+  return n > 0 ? std::string(buf, n) : "";
+}
+
+// The fd a Socket capability carries, duplicated (the capability owns the original).
+int SocketFd(api::Socket::Client& socket, kj::WaitScope& ws) {
+  auto fd = socket.getFd().wait(ws);
+  KJ_IF_MAYBE(f, fd) { return fcntl(*f, F_DUPFD_CLOEXEC, 3); }
+  return -1;
+}
+
+TEST_F(BrokerTest, ConnectHandsTheClientAWorkingSocketAndLetsGoOfItsCopy) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  auto req = sb.sandbox.connectRequest();
+  req.setPort(8080);
+  auto socket = req.send().wait(ws()).getSocket();
+  ASSERT_EQ(helper_->calls.back(), "connect " + sb.id + " 8080");
+  ASSERT_EQ(helper_->connected.size(), 1u);
+  kj::AutoCloseFd mine(SocketFd(socket, ws()));
+  ASSERT_GE(mine.get(), 0);
+  int far = helper_->connected[0].get();
+  WriteAll(mine.get(), "GET /");
+  EXPECT_EQ(ReadSome(far), "GET /");
+  WriteAll(far, "200");
+  EXPECT_EQ(ReadSome(mine.get()), "200");
+  // Dropping the capability closes the broker's copy: with ours closed too, the far end ends.
+  socket = nullptr;
+  ws().poll();
+  mine = nullptr;
+  EXPECT_EQ(ReadSome(far), "");
+}
+
+TEST_F(BrokerTest, ConnectRefusalsKeepTheirReasons) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  auto connect = [&](uint16_t port) {
+    auto req = sb.sandbox.connectRequest();
+    req.setPort(port);
+    auto e = kj::runCatchingExceptions([&] { req.send().wait(ws()); });
+    return Description(e);
+  };
+  size_t calls = helper_->calls.size();
+  EXPECT_EQ(connect(0).rfind("invalid-argument: ", 0), 0u) << connect(0);
+  EXPECT_EQ(helper_->calls.size(), calls) << "a bad port reaches no privhelper";
+
+  // The privhelper's refusals arrive with their reasons.
+  for (std::string error : {"permission-denied: port 81 is not in the profile's network.inboundPorts",
+                            "failed-precondition: sandbox has no network",
+                            "unavailable: nothing listening on port 81"}) {
+    helper_->connect_error = error;
+    EXPECT_EQ(connect(81), error);
+  }
+  helper_->connect_error = "";
+
+  // Paused: refused before the privhelper is asked.
+  sb.sandbox.pauseRequest().send().wait(ws());
+  calls = helper_->calls.size();
+  EXPECT_EQ(connect(8080).rfind("failed-precondition: ", 0), 0u) << connect(8080);
+  EXPECT_EQ(helper_->calls.size(), calls);
+  sb.sandbox.resumeRequest().send().wait(ws());
+
+  // Someone else cannot name the sandbox at all; a deleted one is gone.
+  auto stranger = Connect(other_);
+  auto get = stranger.getSandboxRequest();
+  get.setId(sb.id);
+  auto hidden = kj::runCatchingExceptions([&] { get.send().wait(ws()); });
+  EXPECT_EQ(Description(hidden).rfind("not-found: ", 0), 0u);
+  sb.sandbox.deleteRequest().send().wait(ws());
+  EXPECT_EQ(connect(8080).rfind("not-found: ", 0), 0u) << connect(8080);
+  EXPECT_TRUE(helper_->connected.empty());
+}
+
+// A held Socket keeps a socket open in the broker: it counts against the connection's calls.
+TEST_F(BrokerTest, HeldSocketsAreBoundedPerConnection) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  std::vector<api::Socket::Client> held;
+  std::string error;
+  for (int i = 0; i < 10 && error.empty(); ++i) {
+    auto req = sb.sandbox.connectRequest();
+    req.setPort(8080);
+    auto e = kj::runCatchingExceptions([&] { held.push_back(req.send().wait(ws()).getSocket()); });
+    error = Description(e);
+    if (error == "(no error)") error.clear();
+  }
+  EXPECT_EQ(error.rfind("unavailable: ", 0), 0u) << error;
+  EXPECT_LE(held.size(), 4u);
+}
+
+// Over a real client connection (as the broker's listener makes it): the socket's fd arrives
+// with the answer for a client that accepts fds; a client that does not gets no fd (the kernel
+// drops it) and the broker's copy goes when the capability does.
+class BrokerWireTest : public BrokerTest {
+ protected:
+  ~BrokerWireTest() noexcept override {}
+  struct Wire {
+    kj::Own<ClientConnection> server;
+    kj::Own<kj::AsyncCapabilityStream> client_stream;
+    kj::Own<capnp::TwoPartyClient> client;
+  };
+  Wire Open(unsigned client_max_fds) {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    auto& low = *io_.lowLevelProvider;
+    auto metered = kj::heap<MeteredStream>(
+        low.wrapUnixSocketFd(sv[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), budget_, true,
+        owner_.uid, io_.provider->getTimer());
+    Wire w;
+    w.server = kj::heap<ClientConnection>(kj::mv(metered), 1 << 20, Connect(owner_), 1 << 20);
+    w.client_stream = low.wrapUnixSocketFd(sv[1], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    w.client = client_max_fds > 0
+                   ? kj::heap<capnp::TwoPartyClient>(*w.client_stream, client_max_fds)
+                   : kj::heap<capnp::TwoPartyClient>(*w.client_stream);
+    return w;
+  }
+  api::Socket::Client ConnectOver(Wire& w) {
+    auto sup = w.client->bootstrap().castAs<api::Supervisor>();
+    Created sb = Create(sup);
+    auto req = sb.sandbox.connectRequest();
+    req.setPort(8080);
+    return req.send().wait(ws()).getSocket();
+  }
+  ReceiveBudget budget_;
+};
+
+TEST_F(BrokerWireTest, AClientThatAcceptsFdsGetsAWorkingSocket) {
+  Wire w = Open(1);
+  auto socket = ConnectOver(w);
+  kj::AutoCloseFd mine(SocketFd(socket, ws()));
+  ASSERT_GE(mine.get(), 0) << "no fd arrived";
+  int far = helper_->connected.at(0).get();
+  WriteAll(mine.get(), "hello");
+  EXPECT_EQ(ReadSome(far), "hello");
+  // Once our drop has arrived the broker has let go of its copy: with ours closed, the far
+  // end reads end-of-file.
+  socket = nullptr;
+  mine = nullptr;
+  for (int i = 0; i < 50; ++i) io_.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(ws());
+  EXPECT_EQ(ReadSome(far), "") << "the broker still holds the socket";
+}
+
+TEST_F(BrokerWireTest, AClientThatAcceptsNoFdsGetsNoneAndLeaksNothing) {
+  Wire w = Open(0);
+  auto socket = ConnectOver(w);
+  EXPECT_EQ(SocketFd(socket, ws()), -1);
+  socket = nullptr;
+  for (int i = 0; i < 50; ++i) io_.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(ws());
+  EXPECT_EQ(ReadSome(helper_->connected.at(0).get()), "") << "a copy of the socket is still open";
 }
 
 }  // namespace

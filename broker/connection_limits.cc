@@ -36,7 +36,7 @@ void ReceiveBudget::Release(bool allowed, uid_t uid, size_t bytes) {
   if (it != pool.per_uid.end() && (it->second -= bytes) == 0) pool.per_uid.erase(it);
 }
 
-MeteredStream::MeteredStream(kj::Own<kj::AsyncIoStream> inner, ReceiveBudget& budget,
+MeteredStream::MeteredStream(kj::Own<kj::AsyncCapabilityStream> inner, ReceiveBudget& budget,
                              bool allowed, uid_t uid, kj::Timer& timer, kj::Duration deadline)
     : inner_(kj::mv(inner)),
       budget_(budget),
@@ -147,6 +147,48 @@ kj::Promise<void> MeteredStream::whenWriteDisconnected() { return inner_->whenWr
 void MeteredStream::shutdownWrite() { inner_->shutdownWrite(); }
 void MeteredStream::abortRead() { inner_->abortRead(); }
 kj::Maybe<int> MeteredStream::getFd() const { return inner_->getFd(); }
+
+kj::Promise<void> MeteredStream::writeWithFds(
+    kj::ArrayPtr<const kj::byte> data, kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> more_data,
+    kj::ArrayPtr<const int> fds) {
+  return inner_->writeWithFds(data, more_data, fds);
+}
+
+kj::Promise<kj::AsyncCapabilityStream::ReadResult> MeteredStream::tryReadWithFds(
+    void* buffer, size_t min_bytes, size_t max_bytes, kj::AutoCloseFd*, size_t) {
+  // tryRead reads with read(2): no control buffer, so the kernel closes any fd a client sent
+  // with these bytes (unix(7)); none ever reaches the broker's fd table.
+  return tryRead(buffer, min_bytes, max_bytes).then([](size_t n) { return ReadResult{n, 0}; });
+}
+
+kj::Promise<void> MeteredStream::writeWithStreams(
+    kj::ArrayPtr<const kj::byte>, kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>>,
+    kj::Array<kj::Own<kj::AsyncCapabilityStream>>) {
+  return KJ_EXCEPTION(UNIMPLEMENTED, "streams are not passed on a client connection");
+}
+
+kj::Promise<kj::AsyncCapabilityStream::ReadResult> MeteredStream::tryReadWithStreams(
+    void*, size_t, size_t, kj::Own<kj::AsyncCapabilityStream>*, size_t) {
+  return KJ_EXCEPTION(UNIMPLEMENTED, "streams are not passed on a client connection");
+}
+
+ClientConnection::ClientConnection(kj::Own<MeteredStream> s, uint64_t traversal_words,
+                                   capnp::Capability::Client bootstrap, size_t flow_limit_bytes)
+    : stream(kj::mv(s)),
+      // capnp 0.9.2 sends no fd on a network whose maxFdsPerMessage is 0 (see
+      // testing/fd_passing_test.cc); receiving is refused by MeteredStream whatever this says.
+      network(*stream, /*maxFdsPerMessage=*/1, capnp::rpc::twoparty::Side::SERVER,
+              [traversal_words] {
+                capnp::ReaderOptions options;
+                options.traversalLimitInWords = traversal_words;
+                options.nestingLimit = 32;
+                return options;
+              }()),
+      rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {
+  // Calls a client has in flight (pending waits, queued input) hold broker memory: past this
+  // many bytes of them, stop reading the connection until some complete.
+  rpc.setFlowLimit(flow_limit_bytes);
+}
 
 CallLimiter::Ticket::~Ticket() {
   Connection& c = *connection_;

@@ -6,6 +6,9 @@
 //   and, before capnp sees it, checks the size against the connection's per-message limit and
 //   charges it to the peer's pool (ReceiveBudget) until the whole message has arrived. A
 //   message must also arrive within a deadline. A refusal ends that connection only.
+// - MeteredStream also decides what fds cross the connection: it sends the ones capnp attaches
+//   (Sandbox.connect's Socket, one per message) and never receives any: it reads with read(2),
+//   so the kernel closes every fd a client sends before the broker could hold it.
 // - CallLimiter bounds calls that wait (a parked wait(), a subscription, queued input, a
 //   create) per connection and per uid: each holds broker state however small it is on the
 //   wire, so flow control by message bytes alone does not bound them.
@@ -19,6 +22,7 @@
 #include <cstddef>
 #include <map>
 
+#include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
 #include <kj/timer.h>
 
@@ -58,9 +62,9 @@ class ReceiveBudget {
   Pool pools_[2];
 };
 
-class MeteredStream final : public kj::AsyncIoStream {
+class MeteredStream final : public kj::AsyncCapabilityStream {
  public:
-  MeteredStream(kj::Own<kj::AsyncIoStream> inner, ReceiveBudget& budget, bool allowed, uid_t uid,
+  MeteredStream(kj::Own<kj::AsyncCapabilityStream> inner, ReceiveBudget& budget, bool allowed, uid_t uid,
                 kj::Timer& timer, kj::Duration deadline = kMessageDeadline);
   ~MeteredStream() noexcept(false);
 
@@ -71,6 +75,20 @@ class MeteredStream final : public kj::AsyncIoStream {
   void shutdownWrite() override;
   void abortRead() override;
   kj::Maybe<int> getFd() const override;
+  // Sends `fds` with the bytes (SCM_RIGHTS).
+  kj::Promise<void> writeWithFds(kj::ArrayPtr<const kj::byte> data,
+                                 kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> more_data,
+                                 kj::ArrayPtr<const int> fds) override;
+  // Reads as tryRead and reports no fds: none are ever received (see the file comment).
+  kj::Promise<ReadResult> tryReadWithFds(void* buffer, size_t min_bytes, size_t max_bytes,
+                                         kj::AutoCloseFd* fd_buffer, size_t max_fds) override;
+  // Streams are never passed: unimplemented.
+  kj::Promise<void> writeWithStreams(kj::ArrayPtr<const kj::byte> data,
+                                     kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> more_data,
+                                     kj::Array<kj::Own<kj::AsyncCapabilityStream>> streams) override;
+  kj::Promise<ReadResult> tryReadWithStreams(void* buffer, size_t min_bytes, size_t max_bytes,
+                                             kj::Own<kj::AsyncCapabilityStream>* stream_buffer,
+                                             size_t max_streams) override;
 
   // Ends the connection: the pending read and every later one fail with `status`.
   void Abort(const absl::Status& status);
@@ -82,7 +100,7 @@ class MeteredStream final : public kj::AsyncIoStream {
   // Follows the capnp framing of the bytes just read; an error ends the connection.
   absl::Status Account(const kj::byte* data, size_t size);
 
-  kj::Own<kj::AsyncIoStream> inner_;
+  kj::Own<kj::AsyncCapabilityStream> inner_;
   ReceiveBudget& budget_;
   bool allowed_;
   uid_t uid_;
@@ -102,6 +120,17 @@ class MeteredStream final : public kj::AsyncIoStream {
   kj::Maybe<kj::Exception> failed_;
   kj::ForkedPromise<void> aborted_;  // rejected by Abort()
   kj::Own<kj::PromiseFulfiller<void>> abort_;
+};
+
+// One public connection: its metered stream, the capnp network on it (sending at most one fd
+// per message, the most any answer carries), and the RPC system serving `bootstrap`, with
+// messages bounded to `traversal_words` and calls in flight to `flow_limit_bytes`.
+struct ClientConnection {
+  ClientConnection(kj::Own<MeteredStream> stream, uint64_t traversal_words,
+                   capnp::Capability::Client bootstrap, size_t flow_limit_bytes);
+  kj::Own<MeteredStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
 
 // Outstanding waiting calls, per connection and per uid.

@@ -3,9 +3,16 @@
 // waiting calls are bounded per connection and per uid.
 #include "broker/connection_limits.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <gtest/gtest.h>
 
 #include <capnp/message.h>
+#include <kj/io.h>
 #include <capnp/serialize-async.h>
 #include <capnp/schema.capnp.h>
 
@@ -21,7 +28,7 @@ class MeteredStreamTest : public ::testing::Test {
     kj::Own<MeteredStream> server;
   };
   Conn Open(bool allowed, uid_t uid, kj::Duration deadline = 10 * kj::SECONDS) {
-    auto pipe = kj::newTwoWayPipe();
+    auto pipe = kj::newCapabilityPipe();
     return {kj::mv(pipe.ends[0]),
             kj::heap<MeteredStream>(kj::mv(pipe.ends[1]), budget_, allowed, uid,
                                     io_.provider->getTimer(), deadline)};
@@ -43,6 +50,82 @@ class MeteredStreamTest : public ::testing::Test {
   kj::AsyncIoContext io_ = kj::setupAsyncIo();
   ReceiveBudget budget_{{1 << 20, 512 << 10, 256 << 10, 4}, {64 << 10, 40 << 10, 32 << 10, 2}};
 };
+
+// Over a real Unix socketpair, as a client connection is: an fd the client sends with its bytes
+// never reaches the broker (the kernel closes it), and an fd the broker sends arrives.
+class MeteredSocketTest : public MeteredStreamTest {
+ protected:
+  ~MeteredSocketTest() noexcept override {}
+  MeteredSocketTest() {
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    client_ = kj::AutoCloseFd(sv[0]);
+    server_ = kj::heap<MeteredStream>(
+        io_.lowLevelProvider->wrapUnixSocketFd(sv[1], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+        budget_, true, 1000, io_.provider->getTimer());
+  }
+  kj::AutoCloseFd client_;
+  kj::Own<MeteredStream> server_;
+};
+
+TEST_F(MeteredSocketTest, AnFdAClientSendsIsClosedNotReceived) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  kj::AutoCloseFd pipe_r(p[0]);
+  // One capnp frame's first word (an empty segment table is enough to read) with the pipe's
+  // write end attached.
+  char word[8] = {};
+  iovec iov = {word, sizeof(word)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &p[1], sizeof(int));
+  ASSERT_EQ(sendmsg(client_.get(), &msg, 0), 8);
+  close(p[1]);  // the only copy left, if any, is the one in flight
+
+  kj::AutoCloseFd fds[1];
+  char buf[8];
+  auto got = server_->tryReadWithFds(buf, 8, 8, fds, 1).wait(io_.waitScope);
+  EXPECT_EQ(got.byteCount, 8u);
+  EXPECT_EQ(got.capCount, 0u);
+  EXPECT_EQ(fds[0].get(), -1);
+  // Every write end is closed: the pipe reads end-of-file at once.
+  char b;
+  EXPECT_EQ(read(pipe_r.get(), &b, 1), 0) << "a copy of the client's fd is still open";
+}
+
+TEST_F(MeteredSocketTest, AnFdTheBrokerSendsArrives) {
+  int p[2];
+  ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+  kj::AutoCloseFd pipe_r(p[0]), pipe_w(p[1]);
+  kj::byte data[4] = {'d', 'a', 't', 'a'};
+  int fds[1] = {pipe_w.get()};
+  server_->writeWithFds(data, nullptr, fds).wait(io_.waitScope);
+  char buf[4];
+  iovec iov = {buf, sizeof(buf)};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  ASSERT_EQ(recvmsg(client_.get(), &msg, MSG_CMSG_CLOEXEC), 4);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  ASSERT_NE(c, nullptr);
+  int received;
+  std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+  kj::AutoCloseFd got(received);
+  ASSERT_EQ(write(got.get(), "x", 1), 1);
+  char b;
+  EXPECT_EQ(read(pipe_r.get(), &b, 1), 1);
+}
 
 TEST_F(MeteredStreamTest, RealMessagesPassAndGiveTheirChargeBack) {
   Conn c = Open(true, 1000);

@@ -2,6 +2,7 @@
 #include "broker/fake_helper.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <kj/debug.h>
@@ -226,6 +227,18 @@ kj::Promise<void> FakeHelper::pauseSandbox(PauseSandboxContext context) {
 kj::Promise<void> FakeHelper::resumeSandbox(ResumeSandboxContext context) {
   calls.push_back(std::string("resume ") + context.getParams().getSandboxId().cStr());
   return Held(pause_error);
+}
+
+kj::Promise<void> FakeHelper::connectPort(ConnectPortContext context) {
+  auto params = context.getParams();
+  calls.push_back(std::string("connect ") + params.getSandboxId().cStr() + " " +
+                  std::to_string(params.getPort()));
+  if (!connect_error.empty()) return Error(connect_error);
+  int sv[2];
+  KJ_SYSCALL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+  connected.emplace_back(sv[1]);
+  context.getResults().setSocket(kj::heap<FdCap>(kj::AutoCloseFd(sv[0])));
+  return kj::READY_NOW;
 }
 
 kj::Promise<void> FakeHelper::closeInput(CloseInputContext context) {

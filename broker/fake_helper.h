@@ -38,6 +38,11 @@ class FakeHelper final : public helper::Helper::Server {
   // Set to make the next creates / deletes / pauses and resumes fail with this description
   // ("<reason>: text").
   std::string create_error, delete_error, pause_error;
+  // connectPort: fails with this description when set ("<reason>: text"); else answers one end
+  // of a new socketpair and keeps the other here, in order.
+  std::string connect_error;
+  std::vector<kj::AutoCloseFd> connected;
+
   // While true, creates / deletes / pauses and resumes wait until Release() is called.
   bool hold = false;
   void Release();
@@ -90,6 +95,7 @@ class FakeHelper final : public helper::Helper::Server {
   kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
+  kj::Promise<void> connectPort(ConnectPortContext context) override;
 
  private:
   kj::Promise<void> Held(const std::string& error);

@@ -2,6 +2,7 @@
 // socketpair as fd 3 and the listening client socket as fd 4; it refuses to run as root or with
 // any capability. Serves the public API (schema/api.capnp) to every connecting peer, bound to
 // that peer's SO_PEERCRED identity.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/capability.h>
 #include <sys/socket.h>
@@ -28,7 +29,7 @@
 namespace paseo {
 namespace {
 
-// Public socket limits: no fds are accepted; message sizes, unfinished messages, connections
+// Public socket limits: no fds are accepted (and at most one sent per message); message sizes, unfinished messages, connections
 // per uid and waiting calls are bounded in connection_limits.h; in total at most this many
 // connections, and at most this many bytes of calls in flight per connection.
 constexpr size_t kClientFlowLimitBytes = 32 << 20;
@@ -52,31 +53,11 @@ bool HasAnyCapability() {
   return any;
 }
 
-struct ClientConnection {
-  ClientConnection(kj::Own<kj::AsyncIoStream> s, uint64_t traversal_words,
-                   api::Supervisor::Client bootstrap)
-      : stream(kj::mv(s)),
-        network(*stream, capnp::rpc::twoparty::Side::SERVER,
-                [traversal_words] {
-                  capnp::ReaderOptions options;
-                  options.traversalLimitInWords = traversal_words;
-                  options.nestingLimit = 32;
-                  return options;
-                }()),
-        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {
-    // Calls a client has in flight (pending waits, queued input) hold broker memory: past
-    // this many bytes of them, stop reading the connection until some complete.
-    rpc.setFlowLimit(kClientFlowLimitBytes);
-  }
-  kj::Own<kj::AsyncIoStream> stream;
-  capnp::TwoPartyVatNetwork network;
-  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
-};
-
 class Listener {
  public:
-  Listener(Broker& broker, kj::Own<kj::ConnectionReceiver> receiver, kj::Timer& timer)
-      : broker_(broker), receiver_(kj::mv(receiver)), timer_(timer), tasks_(handler_) {}
+  Listener(Broker& broker, kj::LowLevelAsyncIoProvider& low,
+           kj::Own<kj::ConnectionReceiver> receiver, kj::Timer& timer)
+      : broker_(broker), low_(low), receiver_(kj::mv(receiver)), timer_(timer), tasks_(handler_) {}
 
   kj::Promise<void> Run() {
     return receiver_->accept().then(
@@ -111,16 +92,26 @@ class Listener {
       LogDropped(peer.uid);
       return;
     }
+    // kj's receiver hands out a plain stream; fds travel only on a capability stream, so the
+    // same socket is wrapped again as one (the first wrapper then closes only its own dup).
+    int socket = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (socket < 0) {
+      Log(std::string("dropping a connection: dup: ") + strerror(errno));
+      return;
+    }
+    stream = nullptr;
+    auto capable = low_.wrapUnixSocketFd(socket, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
     ++open_;
     ++mine;
     uid_t uid = peer.uid;
-    auto metered = kj::heap<MeteredStream>(kj::mv(stream), budget_, allowed, uid, timer_);
+    auto metered = kj::heap<MeteredStream>(kj::mv(capable), budget_, allowed, uid, timer_);
     MeteredStream& raw = *metered;
     auto calls = calls_.Open(uid, [&raw] {
       raw.Abort(absl::UnavailableError("too many refused calls; connection closed"));
     });
     auto conn = kj::heap<ClientConnection>(kj::mv(metered), pool.per_message / 8,
-                                           NewSupervisor(broker_, peer, kj::mv(calls)));
+                                           NewSupervisor(broker_, peer, kj::mv(calls)),
+                                           kClientFlowLimitBytes);
     auto done = conn->network.onDisconnect().attach(kj::mv(conn));
     tasks_.add(done.then([this, uid] {
       --open_;
@@ -156,6 +147,7 @@ class Listener {
     void taskFailed(kj::Exception&& e) override { KJ_LOG(INFO, "client connection ended", e); }
   };
   Broker& broker_;
+  kj::LowLevelAsyncIoProvider& low_;
   kj::Own<kj::ConnectionReceiver> receiver_;
   kj::Timer& timer_;
   ReceiveBudget budget_;
@@ -254,7 +246,7 @@ int Main(int argc, char** argv) {
   // full restart with policy keep, adopted sandboxes appear as running-unattached.
   auto inventory = helper.inventoryRequest().send().wait(io.waitScope);
   broker.Restore(inventory, io.waitScope);
-  Listener listener(broker,
+  Listener listener(broker, low,
                     low.wrapListenSocketFd(listen_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
                     io.provider->getTimer());
   Log("serving");

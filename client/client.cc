@@ -1,6 +1,7 @@
 // See client.h.
 #include "client/client.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <kj/debug.h>
 
 #include "common/rpc_errors.h"
+#include "common/status.h"
 
 namespace paseo::client {
 
@@ -50,17 +52,39 @@ int ConnectUnix(const std::string& path) {
 
 }  // namespace
 
+// One fd per message: Sandbox.connect's answer carries one (capnp closes any beyond it).
+constexpr unsigned kMaxFdsPerMessage = 1;
+
 Connection::Connection(kj::AsyncIoContext& io, const std::string& socket_path)
-    : stream_(io.lowLevelProvider->wrapSocketFd(ConnectUnix(socket_path),
-                                                kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
-      client_(kj::heap<capnp::TwoPartyClient>(*stream_)),
+    : stream_(io.lowLevelProvider->wrapUnixSocketFd(ConnectUnix(socket_path),
+                                                    kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
+      client_(kj::heap<capnp::TwoPartyClient>(*stream_, kMaxFdsPerMessage)),
       supervisor_(client_->bootstrap().castAs<api::Supervisor>()) {}
 
 Connection::Connection(kj::AsyncIoContext& io, kj::AutoCloseFd connected)
-    : stream_(io.lowLevelProvider->wrapSocketFd(connected.release(),
-                                                kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
-      client_(kj::heap<capnp::TwoPartyClient>(*stream_)),
+    : stream_(io.lowLevelProvider->wrapUnixSocketFd(connected.release(),
+                                                    kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP)),
+      client_(kj::heap<capnp::TwoPartyClient>(*stream_, kMaxFdsPerMessage)),
       supervisor_(client_->bootstrap().castAs<api::Supervisor>()) {}
+
+kj::Promise<kj::AutoCloseFd> Connect(api::Sandbox::Client sandbox, uint16_t port) {
+  auto req = sandbox.connectRequest();
+  req.setPort(port);
+  return req.send().then([](capnp::Response<api::Sandbox::ConnectResults> res) {
+    api::Socket::Client socket = res.getSocket();
+    // The received fd belongs to the capability: duplicate it before the capability goes.
+    return socket.getFd().then([socket](kj::Maybe<int> fd) mutable -> kj::AutoCloseFd {
+      KJ_IF_MAYBE(f, fd) {
+        int mine = fcntl(*f, F_DUPFD_CLOEXEC, 3);
+        if (mine < 0) ThrowStatus(ErrnoStatus("dup", "the connected socket"));
+        return kj::AutoCloseFd(mine);
+      }
+      ThrowStatus(absl::FailedPreconditionError(
+          "the service sent the connection but no file descriptor arrived (this connection "
+          "must accept fds: a TwoPartyVatNetwork with maxFdsPerMessage of at least 1)"));
+    });
+  });
+}
 
 std::string ErrorText(const kj::Exception& e) { return ClientFacingDescription(e); }
 

@@ -23,6 +23,7 @@ std::string DefaultSocketPath();
 
 class Connection {
  public:
+  // The connection accepts one fd per message from the service (Sandbox.connect's Socket).
   // Connects synchronously (throws kj::Exception with a readable message on failure).
   Connection(kj::AsyncIoContext& io, const std::string& socket_path);
   // Speaks the API on a socket the caller connected itself (e.g. without blocking); takes it.
@@ -32,10 +33,17 @@ class Connection {
   kj::Promise<void> onDisconnect() { return client_->onDisconnect(); }
 
  private:
-  kj::Own<kj::AsyncIoStream> stream_;
+  kj::Own<kj::AsyncCapabilityStream> stream_;
   kj::Own<capnp::TwoPartyClient> client_;
   api::Supervisor::Client supervisor_;
 };
+
+// Sandbox.connect: a socket connected to `port` inside the sandbox, owned by the caller (the
+// service passes its fd with the answer; the capability is dropped once it is taken). Fails with
+// the service's reason -- permission-denied (port not in the profile's inboundPorts),
+// failed-precondition (no network, paused, stopped), unavailable (nothing listening) -- or
+// failed-precondition if no fd came with the answer (a connection that accepts no fds).
+kj::Promise<kj::AutoCloseFd> Connect(api::Sandbox::Client sandbox, uint16_t port);
 
 // The client-facing text of an RPC error: "<reason>: <message>" without kj's prefixes.
 std::string ErrorText(const kj::Exception& e);

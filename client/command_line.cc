@@ -466,6 +466,8 @@ class Parser {
                        "print the id of the sandbox created with a key")
         .addSubCommand("pause", KJ_BIND_METHOD(*this, Pause), "freeze sandboxes")
         .addSubCommand("resume", KJ_BIND_METHOD(*this, Resume), "continue paused sandboxes")
+        .addSubCommand("connect", KJ_BIND_METHOD(*this, Connect),
+                       "relay stdin and stdout to a TCP port inside a sandbox (like nc)")
         .addSubCommand("info", KJ_BIND_METHOD(*this, Info),
                        "the service's version, your uid as it sees it, your deployments");
     return g.Build(/*rest_at=*/0);
@@ -524,6 +526,25 @@ class Parser {
     Grammar g(context_, line_,
               "Continues paused sandboxes. Exits 125 if any could not be resumed.");
     g.Operands("<sandbox>", resume.ids);
+    return g.Build();
+  }
+
+  kj::MainFunc Connect() {
+    auto& connect = Choose<ConnectCommand>();
+    Grammar g(context_, line_,
+              "Connects to TCP port <port> inside the sandbox (one its launch profile lists in "
+              "network.inboundPorts) and relays stdin to it and what it sends to stdout, until "
+              "both directions are closed. The connection is made for you alone; nothing "
+              "listens on the host. Exits 0 when the connection closed normally, 1 if it was "
+              "refused (the message says why) or broke, 125 if the service could not be "
+              "reached.");
+    g.Operand("<sandbox>", connect.sandbox);
+    g.builder().expectArg("<port>", [&connect](kj::StringPtr text) -> Validity {
+      auto port = ParsePort(std::string_view(text.cStr(), text.size()));
+      if (!port) return "a port 1-65535 expected";
+      connect.port = *port;
+      return true;
+    });
     return g.Build();
   }
 
@@ -689,6 +710,15 @@ class Parser {
 };
 
 }  // namespace
+
+std::optional<uint16_t> ParsePort(std::string_view text) {
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || value == 0 ||
+      value > 65535)
+    return std::nullopt;
+  return static_cast<uint16_t>(value);
+}
 
 ParsedCommandLine ParseCommandLine(const std::vector<std::string>& args,
                                    const std::string& default_socket) {

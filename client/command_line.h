@@ -158,10 +158,19 @@ struct ResumeCommand {
   std::vector<std::string> ids;
 };
 
+// connect SANDBOX PORT: relays stdin and stdout to a TCP port inside the sandbox (like nc).
+struct ConnectCommand {
+  std::string sandbox;
+  uint16_t port = 0;
+};
+
+// A TCP port, 1..65535.
+std::optional<uint16_t> ParsePort(std::string_view text);
+
 using Command = std::variant<RunCommand, ExecCommand, AttachCommand, LogsCommand, WaitCommand,
                              KillCommand, PsCommand, RmCommand, InfoCommand, CreateCommand,
                              FindCommand, PauseCommand, ResumeCommand,
-                             ReleaseCommand>;
+                             ReleaseCommand, ConnectCommand>;
 
 struct CommandLine {
   std::string socket;  // --socket, before or after the command name

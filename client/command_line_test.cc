@@ -336,10 +336,21 @@ TEST(CommandLineTest, Signals) {
   }
 }
 
+TEST(CommandLineTest, ConnectTakesASandboxAndAPort) {
+  auto connect = Command<ConnectCommand>({"connect", "sb-1", "8080"});
+  EXPECT_EQ(connect.sandbox, "sb-1");
+  EXPECT_EQ(connect.port, 8080);
+  EXPECT_EQ(Command<ConnectCommand>({"connect", "sb-1", "65535"}).port, 65535);
+  for (const char* bad : {"0", "65536", "80a", "+1", "", "http"})
+    EXPECT_THAT(Refused({"connect", "sb-1", bad}), HasSubstr("a port 1-65535 expected")) << bad;
+  EXPECT_THAT(Refused({"connect", "sb-1"}), HasSubstr("missing argument <port>"));
+  EXPECT_THAT(Refused({"connect", "sb-1", "80", "81"}), HasSubstr("too many arguments"));
+}
+
 TEST(CommandLineTest, HelpForEveryCommandGoesToStdoutWithZero) {
   for (const std::string command :
        {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info", "create", "find",
-        "pause", "resume"}) {
+        "pause", "resume", "connect"}) {
     std::vector<std::vector<std::string>> forms = {
         {command, "--help"}, {command, "-h"}, {"help", command}, {"--json", command, "--help"}};
     // After an operand too, except where that operand starts ARGV.
@@ -360,7 +371,7 @@ TEST(CommandLineTest, HelpForEveryCommandGoesToStdoutWithZero) {
     EXPECT_THAT(p.out, HasSubstr("; 125 if the sandbox"));
     for (const char* command :
          {"run", "exec", "attach", "logs", "wait", "kill", "ps", "rm", "info", "create", "find",
-          "pause", "resume"})
+          "pause", "resume", "connect"})
       EXPECT_THAT(p.out, HasSubstr(std::string("\n  ") + command + " ")) << command;
   }
   EXPECT_THAT(Parse({"run", "--help"}).out, HasSubstr("--workspace=<path>[:<dest>][:ro|:rw]"));

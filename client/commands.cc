@@ -3,6 +3,8 @@
 #include "client/commands.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +55,57 @@ std::string Describe(const kj::Exception& e) {
     return kConnectionLostText;
   }
   return text;
+}
+
+// Writes all of `data` to `fd` (blocking); false if the other side is gone.
+bool WriteFully(int fd, const char* data, size_t size, bool socket) {
+  while (size > 0) {
+    ssize_t n = socket ? send(fd, data, size, MSG_NOSIGNAL) : write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// connect's relay, like nc: `in` to the socket and the socket to `out`, until both directions
+// have closed. End-of-file on `in` shuts the socket's sending side (the server sees the end of
+// its input); the relay ends when the server has closed its side and `in` has ended or can no
+// longer be delivered. Returns the error that broke the connection, if any.
+std::optional<std::string> Relay(int in, int out, int sock) {
+  bool sending = true, receiving = true;
+  char buf[64 << 10];
+  while (receiving || sending) {
+    pollfd fds[2] = {{sending ? in : -1, POLLIN, 0}, {receiving ? sock : -1, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return std::string("poll: ") + std::strerror(errno);
+    }
+    if (fds[0].revents != 0) {
+      ssize_t n = read(in, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0 && WriteFully(sock, buf, static_cast<size_t>(n), true)) continue;
+      // End of input, or the server no longer takes any: it sees end-of-file.
+      sending = false;
+      shutdown(sock, SHUT_WR);
+    }
+    if (fds[1].revents != 0) {
+      ssize_t n = read(sock, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return std::string("the connection broke: ") + std::strerror(errno);
+      if (n == 0 || !WriteFully(out, buf, static_cast<size_t>(n), false)) {
+        receiving = false;
+        // The server is done: what we would still send has nowhere to go once it closed.
+        if (n == 0 && sending) {
+          pollfd probe = {sock, POLLOUT, 0};
+          if (poll(&probe, 1, 0) == 1 && (probe.revents & (POLLERR | POLLHUP)) != 0)
+            sending = false;
+        }
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 // Regains a lost connection: tries again after 100 ms, doubling up to 2 s, until `seconds`
@@ -386,6 +439,27 @@ class Commands {
     return EachSandbox(resume.ids, [&](api::Sandbox::Client sandbox) {
       sandbox.resumeRequest().send().wait(ws_);
     });
+  }
+
+  // Refusals of the connection itself exit 1 (as nc's); a service that cannot be reached is
+  // Execute's kServiceError.
+  int operator()(const ConnectCommand& cmd) {
+    auto get = conn_->supervisor().getSandboxRequest();
+    get.setId(cmd.sandbox);
+    kj::AutoCloseFd socket;
+    kj::Maybe<kj::Exception> refused = kj::runCatchingExceptions(
+        [&] { socket = Connect(get.send().getSandbox(), cmd.port).wait(ws_); });
+    KJ_IF_MAYBE (e, refused) {
+      if (e->getType() == kj::Exception::Type::DISCONNECTED) kj::throwFatalException(kj::mv(*e));
+      messages_->Say(Describe(*e));
+      return 1;
+    }
+    std::optional<std::string> broke = Relay(STDIN_FILENO, STDOUT_FILENO, socket.get());
+    if (broke) {
+      messages_->Say(*broke);
+      return 1;
+    }
+    return 0;
   }
 
   int operator()(const CreateCommand& cmd) {

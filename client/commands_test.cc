@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
+
 #include <gtest/gtest.h>
 
 #include "client/attach.h"
@@ -507,6 +509,59 @@ TEST_F(CommandsTest, PauseAndResumeEachSandbox) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_FALSE(service_.sandboxes.at("sb-1").paused);
   EXPECT_TRUE(service_.sandboxes.at("sb-2").paused);
+}
+
+// A server inside the sandbox that reads its input to the end, then answers and closes.
+void AnswerAtEnd(int raw, std::string* received) {
+  kj::AutoCloseFd fd(raw);
+  char buf[256];
+  ssize_t n;
+  while ((n = read(fd.get(), buf, sizeof(buf))) > 0) received->append(buf, n);
+  std::string reply = "got " + std::to_string(received->size()) + " bytes\n";
+  ASSERT_EQ(write(fd.get(), reply.data(), reply.size()), static_cast<ssize_t>(reply.size()));
+}
+
+std::string WriteFile(const std::string& dir, const std::string& bytes) {
+  std::string path = dir + "/stdin";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  EXPECT_EQ(write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  close(fd);
+  return path;
+}
+
+TEST_F(CommandsTest, ConnectRelaysStdinAndStdoutUntilBothClose) {
+  service_.AddSandbox("sb-1");
+  std::string received;
+  std::thread server;
+  service_.serve_port = [&](kj::AutoCloseFd fd) {
+    server = std::thread(AnswerAtEnd, fd.release(), &received);
+  };
+  std::string input(200000, 'x');  // more than a socket buffer holds
+  Outcome r = Cli({"connect", "sb-1", "8080"}, WriteFile(dir_.path(), input));
+  server.join();
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "got 200000 bytes\n");
+  EXPECT_THAT(r.err, IsEmpty());
+  EXPECT_EQ(received, input);
+  EXPECT_THAT(service_.sandboxes.at("sb-1").connects, ElementsAre(8080));
+}
+
+TEST_F(CommandsTest, ConnectRefusalsExitOneWithTheReason) {
+  service_.AddSandbox("sb-1");
+  Outcome unlisted = Cli({"connect", "sb-1", "22"});
+  EXPECT_EQ(unlisted.exit_code, 1);
+  EXPECT_EQ(unlisted.err,
+            "paseo-sandbox: permission-denied: port 22 is not in the profile's "
+            "network.inboundPorts\n");
+  Outcome nothing = Cli({"connect", "sb-1", "8080"});  // no serve_port: nothing listens
+  EXPECT_EQ(nothing.exit_code, 1);
+  EXPECT_EQ(nothing.err, "paseo-sandbox: unavailable: nothing listening on port 8080\n");
+  service_.sandboxes.at("sb-1").paused = true;
+  EXPECT_THAT(Cli({"connect", "sb-1", "8080"}).err, HasSubstr("failed-precondition: "));
+  Outcome unknown = Cli({"connect", "sb-9", "8080"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("not-found: "));
+  EXPECT_THAT(unknown.out, IsEmpty());
 }
 
 TEST_F(CommandsTest, Info) {

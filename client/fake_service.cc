@@ -3,6 +3,8 @@
 #include "client/fake_service.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -197,6 +199,16 @@ class FakeService::Process final : public api::Process::Server {
   std::string sandbox_id_, id_;
 };
 
+// Sandbox.connect's answer: its fd goes with the message that carries it.
+class Socket final : public api::Socket::Server {
+ public:
+  explicit Socket(kj::AutoCloseFd fd) : fd_(kj::mv(fd)) {}
+  kj::Maybe<int> getFd() override { return fd_.get(); }
+
+ private:
+  kj::AutoCloseFd fd_;
+};
+
 class FakeService::Sandbox final : public api::Sandbox::Server {
  public:
   Sandbox(FakeService& service, std::string id) : service_(service), id_(kj::mv(id)) {}
@@ -274,6 +286,24 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     if (sb.deleted) ThrowStatus(absl::NotFoundError("no sandbox " + id_));
     sb.deleted = true;
     sb.delete_force = context.getParams().getForce();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> connect(ConnectContext context) override {
+    FakeSandbox& sb = Get();
+    uint16_t port = context.getParams().getPort();
+    sb.connects.push_back(port);
+    if (sb.paused) ThrowStatus(absl::FailedPreconditionError("sandbox " + sb.id + " is paused"));
+    if (std::find(sb.inbound_ports.begin(), sb.inbound_ports.end(), port) ==
+        sb.inbound_ports.end())
+      ThrowStatus(absl::PermissionDeniedError(
+          "port " + std::to_string(port) + " is not in the profile's network.inboundPorts"));
+    if (!service_.serve_port)
+      ThrowStatus(absl::UnavailableError("nothing listening on port " + std::to_string(port)));
+    int sv[2];
+    KJ_SYSCALL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+    service_.serve_port(kj::AutoCloseFd(sv[1]));
+    context.getResults().setSocket(kj::heap<Socket>(kj::AutoCloseFd(sv[0])));
     return kj::READY_NOW;
   }
 
@@ -421,12 +451,13 @@ FakeProcess& FakeService::AddProcess(const std::string& sandbox_id, const std::s
 }
 
 // One served connection, as capnp's TwoPartyServer keeps it.
+// Like the broker's, it sends fds (one per message) so that connect's Socket arrives.
 struct UnixSocketServer::Accepted {
-  Accepted(kj::Own<kj::AsyncIoStream> connection, capnp::Capability::Client bootstrap)
+  Accepted(kj::Own<kj::AsyncCapabilityStream> connection, capnp::Capability::Client bootstrap)
       : stream(kj::mv(connection)),
-        network(*stream, capnp::rpc::twoparty::Side::SERVER),
+        network(*stream, /*maxFdsPerMessage=*/1, capnp::rpc::twoparty::Side::SERVER),
         rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
-  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<kj::AsyncCapabilityStream> stream;
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
@@ -434,6 +465,7 @@ struct UnixSocketServer::Accepted {
 UnixSocketServer::UnixSocketServer(kj::AsyncIoContext& io, const std::string& path,
                                    capnp::Capability::Client bootstrap)
     : path_(path),
+      low_(*io.lowLevelProvider),
       bootstrap_(kj::mv(bootstrap)),
       listener_(io.provider->getNetwork()
                     .parseAddress(kj::str("unix:", path.c_str()))
@@ -448,7 +480,13 @@ UnixSocketServer::~UnixSocketServer() noexcept(false) = default;
 
 kj::Promise<void> UnixSocketServer::AcceptLoop() {
   return listener_->accept().then([this](kj::Own<kj::AsyncIoStream>&& connection) {
-    auto accepted = kj::heap<Accepted>(kj::mv(connection), bootstrap_);
+    // The receiver's stream cannot pass fds: wrap (a duplicate of) its socket again.
+    int fd = -1;
+    KJ_IF_MAYBE(f, connection->getFd()) { fd = fcntl(*f, F_DUPFD_CLOEXEC, 3); }
+    KJ_REQUIRE(fd >= 0, "cannot duplicate an accepted socket");
+    connection = nullptr;
+    auto accepted = kj::heap<Accepted>(
+        low_.wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), bootstrap_);
     auto disconnected = accepted->network.onDisconnect();
     connections_->add(kj::mv(disconnected).attach(kj::mv(accepted)));
     return AcceptLoop();

@@ -17,6 +17,7 @@
 
 #include <capnp/rpc-twoparty.h>
 #include <kj/async-io.h>
+#include <kj/io.h>
 
 #include "absl/status/status.h"
 #include "common/process_exit.h"
@@ -83,6 +84,9 @@ struct FakeSandbox {
   std::string key;                   // SandboxSpec.key
   bool paused = false;
   std::vector<std::pair<std::string, std::string>> labels;  // SandboxSpec.labels
+  // Ports connect() reaches (others are permission-denied), and what it was asked, in order.
+  std::vector<uint16_t> inbound_ports = {8080};
+  std::vector<uint16_t> connects;
   // What inspect() reports when not paused, and its stateReason.
   std::string state = "running";
   std::string state_reason;
@@ -111,6 +115,10 @@ class FakeService {
   std::optional<absl::Status> refuse_create;
   // Sandboxes whose delete fails (failed-precondition).
   std::vector<std::string> undeletable;
+  // Sandbox.connect to an allowed port: the fake makes a socketpair, answers one end and gives
+  // the other to this (the "server inside the sandbox"; a test runs it on a thread, since the
+  // CLI's relay blocks). Unset: the connection is unavailable ("nothing listening").
+  std::function<void(kj::AutoCloseFd)> serve_port;
   // The script of every process startProcess starts.
   FakeProcessScript script;
   // What a script's disconnect_at does (set by the test).
@@ -153,6 +161,7 @@ class UnixSocketServer {
   kj::Promise<void> AcceptLoop();
 
   std::string path_;
+  kj::LowLevelAsyncIoProvider& low_;
   capnp::Capability::Client bootstrap_;
   kj::Own<kj::ConnectionReceiver> listener_;
   Errors errors_;

@@ -113,6 +113,13 @@ kj::Promise<void> HelperServer::pauseSandbox(PauseSandboxContext context) {
   return host_.RunToCompletion(ValueOrThrow(host_.Pause(request)));
 }
 
+kj::Promise<void> HelperServer::connectPort(ConnectPortContext context) {
+  auto request = ValueOrThrow(ValidateConnectPort(context.getParams()));
+  return ValueOrThrow(host_.ConnectPort(request)).then([context](kj::AutoCloseFd fd) mutable {
+    context.getResults().setSocket(kj::heap<FdCap>(kj::mv(fd)));
+  });
+}
+
 kj::Promise<void> HelperServer::resumeSandbox(ResumeSandboxContext context) {
   auto request = ValueOrThrow(ValidateResumeSandbox(context.getParams()));
   return host_.RunToCompletion(ValueOrThrow(host_.Resume(request)));

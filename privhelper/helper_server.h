@@ -43,6 +43,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
   kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
+  kj::Promise<void> connectPort(ConnectPortContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
 
  private:

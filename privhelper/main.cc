@@ -41,6 +41,7 @@
 #include "privhelper/capabilities.h"
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
+#include "privhelper/netns_connect.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
 #include "privhelper/sandbox_host.h"
@@ -445,7 +446,9 @@ int Serve(const Options& options, const std::string& program) {
   RunscProcessRunner runsc(events, *runsc_fd,
                            {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
   PidfdWatcher watcher(events);
-  SandboxHost host(**config, runsc, watcher, events.getTimer(), shim);
+  // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
+  NetnsPortConnector ports(events, events.getTimer());
+  SandboxHost host(**config, runsc, watcher, events.getTimer(), shim, "/sys/fs/cgroup", &ports);
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
   kj::Maybe<kj::Exception> reconciled = kj::runCatchingExceptions(

@@ -275,4 +275,13 @@ absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
   return CheckSandboxRef(params.getSandboxId());
 }
 
+absl::StatusOr<ValidatedConnect> ValidateConnectPort(
+    helper::Helper::ConnectPortParams::Reader params) {
+  ValidatedConnect out;
+  ASSIGN_OR_RETURN(out.sandbox_id, CheckId("sandboxId", params.getSandboxId()));
+  if (params.getPort() == 0) return Invalid("port", "must be 1..65535");
+  out.port = params.getPort();
+  return out;
+}
+
 }  // namespace paseo

@@ -45,6 +45,13 @@ struct ValidatedSandboxRef {
   std::string sandbox_id;
 };
 
+// Sandbox.connect: a port of a sandbox, 1..65535. Whether the sandbox's profile lets it be
+// reached is SandboxHost's to decide (it knows which profile the sandbox runs).
+struct ValidatedConnect {
+  std::string sandbox_id;
+  uint16_t port = 0;
+};
+
 struct ValidatedMount {
   std::string client_path;
   std::string destination;
@@ -131,6 +138,10 @@ absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
 
 absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
     helper::Helper::ResumeSandboxParams::Reader params);
+
+// The sandbox id, and a port 1..65535.
+absl::StatusOr<ValidatedConnect> ValidateConnectPort(
+    helper::Helper::ConnectPortParams::Reader params);
 
 absl::StatusOr<ValidatedProcessRef> ValidateReleaseProcess(
     helper::Helper::ReleaseProcessParams::Reader params);

@@ -483,6 +483,24 @@ MethodCases SandboxRefCases(Validate validate) {
            {"id with a slash", with("sb/1")}}};
 }
 
+// connectPort: the sandbox id as for every sandbox, and the port.
+MethodCases ConnectCases() {
+  using Params = helper::Helper::ConnectPortParams;
+  auto with = [](capnp::Text::Reader sandbox, uint16_t port) {
+    return [=] {
+      return Check<Params>(ValidateConnectPort, [&](auto p) {
+        p.setSandboxId(sandbox);
+        p.setPort(port);
+      });
+    };
+  };
+  return {with(kSandbox, 8080),
+          {{"port 0", with(kSandbox, 0)},
+           {"traversing id", with("../../etc", 8080)},
+           {"NUL in the id", with(kNulId, 8080)},
+           {"empty id", with("", 8080)}}};
+}
+
 // Parameterless methods: their params struct must stay empty (HelperMethodsTest checks it),
 // so there is nothing a broker could send them.
 const std::set<std::string> kParameterless = {"policy", "inventory"};
@@ -554,6 +572,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
   cases["deleteSandbox"] = SandboxRefCases<H::DeleteSandboxParams>(ValidateDelete);
   cases["pauseSandbox"] = SandboxRefCases<H::PauseSandboxParams>(ValidatePauseSandbox);
   cases["resumeSandbox"] = SandboxRefCases<H::ResumeSandboxParams>(ValidateResumeSandbox);
+  cases["connectPort"] = ConnectCases();
   return cases;
 }
 
@@ -568,6 +587,17 @@ TEST_F(RequestValidationTest, EveryHelperMethodRefusesItsHostileRequests) {
           << method << " / " << name << ": " << refused;
     }
   }
+}
+
+TEST_F(RequestValidationTest, ConnectKeepsTheSandboxAndPort) {
+  capnp::MallocMessageBuilder m;
+  auto p = m.initRoot<helper::Helper::ConnectPortParams>();
+  p.setSandboxId(kSandbox);
+  p.setPort(65535);
+  auto v = ValidateConnectPort(p.asReader());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->sandbox_id, kSandbox.cStr());
+  EXPECT_EQ(v->port, 65535);
 }
 
 TEST_F(RequestValidationTest, ParameterlessMethodsAreAccepted) {

@@ -202,13 +202,15 @@ std::string DescribeStop(bool sentry_first, std::optional<int> sentry, std::opti
 // ---------------------------------------------------------------- records and lookups
 
 SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher,
-                         kj::Timer& timer, std::string shim, std::string cgroup_root)
+                         kj::Timer& timer, std::string shim, std::string cgroup_root,
+                         PortConnector* ports)
     : config_(config),
       runsc_(runsc),
       watcher_(watcher),
       timer_(timer),
       shim_(std::move(shim)),
       cgroup_root_(std::move(cgroup_root)),
+      ports_(ports),
       reaper_(reap_errors_) {}
 
 SandboxHost::~SandboxHost() {
@@ -689,6 +691,29 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::Reattach(const ValidatedProcessR
   if (stdio.stdout_r.get() < 0 || stdio.stderr_r.get() < 0)
     return absl::ResourceExhaustedError("out of file descriptors");
   return stdio;
+}
+
+absl::StatusOr<kj::Promise<kj::AutoCloseFd>> SandboxHost::ConnectPort(
+    const ValidatedConnect& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kRunning));
+  RETURN_IF_ERROR(RequireNotStopped(*sb));
+  if (sb->paused)
+    return absl::FailedPreconditionError(absl::StrCat("sandbox ", sb->id, " is paused"));
+  // The profile the sandbox runs decides, from the root-owned config; the broker's word counts
+  // for nothing here.
+  const config::LaunchProfile::Reader* profile = config_.FindProfile(sb->profile);
+  if (profile == nullptr || profile->getNetwork().getMode() != config::NetworkMode::SANDBOX)
+    return absl::FailedPreconditionError("sandbox has no network");
+  bool allowed = false;
+  for (uint16_t port : profile->getNetwork().getInboundPorts()) allowed |= port == request.port;
+  if (!allowed)
+    return absl::PermissionDeniedError(absl::StrCat(
+        "port ", request.port, " is not in the profile's network.inboundPorts"));
+  // Mode sandbox without a namespace: its network was never set up (or is gone).
+  if (sb->netns_path.empty() || sb->sandbox_addr == 0)
+    return absl::FailedPreconditionError("sandbox has no network");
+  if (ports_ == nullptr) return absl::UnavailableError("connections are not available here");
+  return ports_->Connect(sb->netns_path, sb->sandbox_addr, request.port);
 }
 
 absl::Status SandboxHost::CloseInput(const ValidatedProcessRef& request) {

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "common/process_exit.h"
 #include "privhelper/config.h"
+#include "privhelper/netns_connect.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
@@ -47,8 +48,11 @@ class SandboxHost {
   // `shim`: host path of the shim binary mounted into every sandbox (bundle.h).
   // `cgroup_root`: where the cgroup hierarchies are mounted (tests point it elsewhere).
   // `timer`: paces the wait for a just-started process's pid (Signal).
+  // `ports`: makes Sandbox.connect's connections (netns_connect.h); none: every connect is
+  // unavailable.
   SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatcher& watcher, kj::Timer& timer,
-              std::string shim, std::string cgroup_root = "/sys/fs/cgroup");
+              std::string shim, std::string cgroup_root = "/sys/fs/cgroup",
+              PortConnector* ports = nullptr);
   ~SandboxHost();
 
   struct Stdio {
@@ -76,6 +80,12 @@ class SandboxHost {
   // Duplicates of a process's kept stdio (stdin may be absent).
   absl::StatusOr<Stdio> Reattach(const ValidatedProcessRef& request);
   absl::Status CloseInput(const ValidatedProcessRef& request);
+  // Sandbox.connect: a TCP connection to the port of a running (not paused, not stopped)
+  // sandbox, made from inside its network namespace. failed-precondition ("sandbox has no
+  // network") unless its profile's network mode is sandbox; permission-denied unless the port
+  // is in the profile's network.inboundPorts; the promise fails with unavailable ("nothing
+  // listening on port N") if nothing accepts it in time.
+  absl::StatusOr<kj::Promise<kj::AutoCloseFd>> ConnectPort(const ValidatedConnect& request);
   // Forgets an ended process: its record, kept stdio, exec log and its files in the bundle
   // (process-<id>.json, .pid). failed-precondition while it runs, not-found if unknown.
   absl::Status ReleaseProcess(const ValidatedProcessRef& request);
@@ -145,6 +155,11 @@ class SandboxHost {
     std::vector<std::string> tool_path;
     // The home mounted in it (LaunchProfile.homePath when created), $HOME of its processes.
     std::string home;
+    // Its network (network mode sandbox; filled by the network setup from its SandboxLink,
+    // privhelper/network/sandbox_network.h): the bind-mounted namespace file connections into
+    // it start from, and its address there (host byte order). Empty / 0 without a network.
+    std::string netns_path;
+    uint32_t sandbox_addr = 0;
     bool container_created = false;
     bool running = false;
     bool deleting = false;
@@ -249,6 +264,7 @@ class SandboxHost {
   kj::Timer& timer_;
   std::string shim_;
   std::string cgroup_root_;
+  PortConnector* ports_;
   uint64_t next_generation_ = 1;
   size_t max_processes_ = kMaxProcessesPerSandbox;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;

@@ -146,6 +146,17 @@ RunscResult Listed(const std::string& json) {
   return r;
 }
 
+// Records every connect; a test that reaches it has passed every check of ConnectPort.
+class FakePortConnector final : public PortConnector {
+ public:
+  kj::Promise<kj::AutoCloseFd> Connect(const std::string& netns_path, uint32_t addr,
+                                       uint16_t port) override {
+    calls.push_back(absl::StrCat(netns_path, " ", addr, " ", port));
+    return kj::AutoCloseFd();
+  }
+  std::vector<std::string> calls;
+};
+
 class SandboxHostTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -167,6 +178,8 @@ class SandboxHostTest : public ::testing::Test {
                                           R"(", "runDir": ")", dir_, R"(/run"})"));
     Write("etc/profiles/default.json", R"({"name": "default"})");
     Write("etc/profiles/missing.json", R"({"name": "missing", "rootfsVersion": "v2"})");
+    Write("etc/profiles/networked.json",
+          R"({"name": "networked", "network": {"mode": "sandbox", "inboundPorts": [8080]}})");
     Write("etc/profiles/tooled.json",
           R"({"name": "tooled", "tools": [{"name": "helper", "destination": "/opt/paseo/bin"},
                                           {"name": "node", "destination": "/opt/node/bin"}]})");
@@ -174,7 +187,7 @@ class SandboxHostTest : public ::testing::Test {
     fs::create_directories(dir_ + "/ws/node/bin");
     Write("etc/deployments/alpha.json",
           absl::StrCat(R"({"id": "alpha", "allowedUids": [1000], "maxSandboxes": 2,
-                          "profiles": ["default", "missing", "tooled"],
+                          "profiles": ["default", "missing", "tooled", "networked"],
                           "toolRoots": [{"name": "helper", "hostPath": ")", dir_, R"(/tools/helper"},
                                         {"name": "node", "clientPath": ")", dir_, R"(/ws/node/bin"}],
                           "workspaceRoots": [{"hostPath": ")",
@@ -187,7 +200,8 @@ class SandboxHostTest : public ::testing::Test {
     config_ = std::move(*config);
     // Every sandbox's sentry and gofer are these pids and run, unless a test says otherwise.
     watcher_.running = {kSentry, kGofer};
-    host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, timer_, "/shim", cgroups_);
+    host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, timer_, "/shim", cgroups_,
+                                          &ports_);
   }
 
   static constexpr pid_t kSentry = 100, kGofer = 101;
@@ -362,6 +376,7 @@ class SandboxHostTest : public ::testing::Test {
   FakeWatcher watcher_;
   std::string dir_, state_, cgroups_;
   std::unique_ptr<Config> config_;
+  FakePortConnector ports_;
   std::unique_ptr<SandboxHost> host_;
 };
 
@@ -1193,6 +1208,43 @@ TEST_F(SandboxHostTest, AFailureAfterTheBundleExistsUndoesItAll) {
     EXPECT_EQ(host_->size(), 0u);
   }
   EXPECT_TRUE(runsc_.calls.empty());
+}
+
+// ---------------------------------------------------------------- connect
+
+// Every refusal comes before anything is connected, decided from the root-owned profile.
+TEST_F(SandboxHostTest, ConnectIsRefusedUnlessTheProfileHasANetworkAndListsThePort) {
+  auto code = [&](const std::string& id, uint16_t port) {
+    return host_->ConnectPort({id, port}).status().code();
+  };
+  EXPECT_EQ(code("sb-9", 8080), absl::StatusCode::kNotFound);
+  Adopt("sb-1");  // profile default: network none
+  auto none = host_->ConnectPort({"sb-1", 8080});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("sandbox has no network"));
+
+  Adopt("sb-2", "networked");
+  auto unlisted = host_->ConnectPort({"sb-2", 8081});
+  EXPECT_EQ(unlisted.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(unlisted.status().message()), HasSubstr("inboundPorts"));
+  // Listed, but no network was set up for it (none is recorded for an adopted sandbox here).
+  EXPECT_EQ(code("sb-2", 8080), absl::StatusCode::kFailedPrecondition);
+
+  ASSERT_TRUE(Await(host_->Pause({"sb-2"})).ok());
+  auto paused = host_->ConnectPort({"sb-2", 8080});
+  EXPECT_EQ(paused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(paused.status().message()), HasSubstr("paused"));
+  EXPECT_TRUE(ports_.calls.empty());
+}
+
+TEST_F(SandboxHostTest, AStoppedSandboxIsRefusedAConnection) {
+  Adopt("sb-2", "networked");
+  watcher_.Exit(kSentry);
+  watcher_.Reap(kSentry, 9);
+  ws_.poll();
+  EXPECT_EQ(host_->ConnectPort({"sb-2", 8080}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ports_.calls.empty());
 }
 
 }  // namespace
