@@ -115,3 +115,27 @@ absl::Status WriteSandboxIdentity(const std::string& root, AgentIdentity who) {
 }
 
 }  // namespace paseo
+
+namespace paseo {
+
+std::string ResolvConfFor(const std::string& nameserver) {
+  // ndots:1 and no search list: a bare name is never tried against a host's domain.
+  return absl::StrCat("# Written by paseo-sandbox: the supervisor's resolver on this sandbox's link.\n",
+                      "nameserver ", nameserver, "\n", "options ndots:1\n");
+}
+
+absl::Status WriteSandboxResolvConf(const std::string& root, const std::string& nameserver) {
+  int root_fd = open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) return ErrnoStatus("open", root);
+  absl::Cleanup close_root = [root_fd] { close(root_fd); };
+  int etc = Openat2(root_fd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
+  if (etc < 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus("open", root + "/etc");
+  }
+  absl::Cleanup close_etc = [etc] { close(etc); };
+  // Renamed over whatever is there (a symlink too: the link itself is replaced, in the overlay).
+  return ReplaceEtcFile(etc, "resolv.conf", ResolvConfFor(nameserver));
+}
+
+}  // namespace paseo
