@@ -51,7 +51,8 @@ class RunscRunner {
   // Runs `runsc <fixed flags> <args...>` to its end (create, start, kill, delete, list), with
   // stdin on /dev/null and stdout and stderr captured. Never fails as a promise unless runsc
   // could not be started; a failed runsc is a result that is not ok(). `network` is kSandbox
-  // only for the `create` of a sandbox with network mode "sandbox".
+  // only for the `create` and `start` of a sandbox with network mode
+  // "sandbox".
   virtual kj::Promise<RunscResult> Run(std::vector<std::string> args,
                                        RunscNetwork network = RunscNetwork::kNone) = 0;
 

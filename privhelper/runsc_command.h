@@ -11,13 +11,14 @@ namespace paseo {
 struct RunscFlags {
   std::string root_dir;  // --root: runsc's state, <runDir>/runsc, root-only
   std::string platform;  // --platform: from the root-owned config ("ptrace" or "kvm")
-  // `runsc create` with network "sandbox" runs under a read-only tmpfs over /proc/sys/net
+  // `runsc create`/`start` with network "sandbox" run under a read-only tmpfs over /proc/sys/net
   // (SandboxNetworks probed that this runsc needs it; runsc.cc).
   bool hide_proc_sys_net = false;
 };
 
-// A call's network mode: `none` for every call but the `create` of a sandbox whose profile has
-// network mode "sandbox" (gVisor's netstack on the veth in the namespace its spec names).
+// A call's network mode: `none` for every call but the `create` and `start` of a sandbox whose
+// profile has network mode "sandbox" (gVisor's netstack on the veth in the namespace its spec
+// names; runsc 20221219 copies the namespace's interfaces and routes at start).
 // There is no host networking.
 enum class RunscNetwork { kNone, kSandbox };
 

@@ -424,9 +424,11 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
       .then([](RunscResult created) {
         return Settle(RunscStatus(created, absl::StatusCode::kInternal, "cannot create sandbox: "));
       })
-      .then([this, id, generation] {
+      .then([this, id, generation, network] {
         if (Sandbox* sb = Find(id, generation)) sb->container_created = true;
-        return runsc_.Run({"start", id});
+        // Debian's runsc 20221219 sets up the sandbox's network at start (measured: a start
+        // with --network=none leaves it with loopback only).
+        return runsc_.Run({"start", id}, network);
       })
       .then([](RunscResult started) {
         return Settle(RunscStatus(started, absl::StatusCode::kInternal, "cannot start sandbox: "));
