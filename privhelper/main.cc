@@ -461,12 +461,16 @@ int Serve(const Options& options, const std::string& program) {
     networks = std::make_unique<network::SandboxNetworks>(host_net, run_dir, *pool,
                                                           helper.getNetwork().getUplink().cStr());
     absl::Status started = networks->Start();
-    if (!started.ok()) {
-      Log(absl::StrCat("cannot set up sandbox networking: ", started.message()));
-      return 1;
+    if (started.ok()) {
+      runsc.SetHideProcSysNet(networks->hide_proc_sys_net());
+      host.SetNetworks(networks.get());
+    } else {
+      // Fail closed for those profiles only: their creates are refused (failed-precondition),
+      // sandboxes without a network still work.
+      Log(absl::StrCat("cannot set up sandbox networking; profiles with network mode "
+                       "\"sandbox\" are refused: ", started.message()));
+      networks = nullptr;
     }
-    runsc.SetHideProcSysNet(networks->hide_proc_sys_net());
-    host.SetNetworks(networks.get());
   } else {
     close(host_net);
   }
