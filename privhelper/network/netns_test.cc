@@ -14,22 +14,8 @@
 namespace paseo::network {
 namespace {
 
-std::string TempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") + "/netns.XXXXXX";
-  return mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
-}
-
-#define CHECK_OR_FAIL(cond)                                 \
-  do {                                                      \
-    if (!(cond)) {                                          \
-      std::fprintf(stderr, "check failed: %s\n", #cond);    \
-      return false;                                         \
-    }                                                       \
-  } while (0)
-
 TEST(Netns, CreateEnterAndRemove) {
-  std::string dir = TempDir();
+  std::string dir = testing::TempDir("netns");
   ASSERT_FALSE(dir.empty());
   int rc = testing::InUserNamespace([&] {
     std::string pin = dir + "/sb-1";

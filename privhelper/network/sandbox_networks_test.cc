@@ -26,20 +26,6 @@
 namespace paseo::network {
 namespace {
 
-#define CHECK_OR_FAIL(cond)                              \
-  do {                                                   \
-    if (!(cond)) {                                       \
-      std::fprintf(stderr, "check failed: %s\n", #cond); \
-      return false;                                      \
-    }                                                    \
-  } while (0)
-
-std::string TempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") + "/nets.XXXXXX";
-  return mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
-}
-
 // A TCP listener on addr:port in the calling thread's namespace.
 int Listen(uint32_t addr, uint16_t port) {
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -76,7 +62,7 @@ bool Connects(uint32_t addr, uint16_t port) {
 }
 
 TEST(SandboxNetworks, CreateFirewallRemoveAndCollect) {
-  std::string dir = TempDir();
+  std::string dir = testing::TempDir("nets");
   ASSERT_FALSE(dir.empty());
   capnp::MallocMessageBuilder message;
   auto policy = message.initRoot<config::NetworkPolicy>();

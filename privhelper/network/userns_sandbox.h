@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 
@@ -22,6 +23,22 @@ inline bool WriteProcFile(const char* path, const std::string& text) {
   close(fd);
   return ok;
 }
+
+// A fresh directory under $TEST_TMPDIR (or /tmp); empty if it cannot be made.
+inline std::string TempDir(const std::string& name) {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") + "/" + name + ".XXXXXX";
+  return mkdtemp(tmpl.data()) != nullptr ? tmpl : "";
+}
+
+// In a check run by InUserNamespace: fails it (with the condition on stderr) unless `cond`.
+#define CHECK_OR_FAIL(cond)                              \
+  do {                                                   \
+    if (!(cond)) {                                       \
+      std::fprintf(stderr, "check failed: %s\n", #cond); \
+      return false;                                      \
+    }                                                    \
+  } while (0)
 
 // 0: `check` returned true; 1: it returned false; 77: no user namespaces here (skip).
 inline int InUserNamespace(const std::function<bool()>& check) {
