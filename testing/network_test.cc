@@ -269,6 +269,31 @@ TEST(NetworkTest, CrashDuringSetupOrDeleteLeavesNothing) {
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
+// A restart with onRestart "keep": the adopted sandbox keeps its address and its policy (its
+// chains are rebuilt from its record), and its delete then removes everything. Last: its own
+// privhelper shares this process's network namespace (and so the table) with the suite's.
+TEST(NetworkTest, ZzKeepPolicyKeepsAnAdoptedSandboxsNetwork) {
+  ServiceOptions options = NetworkOptions();
+  options.helper_json_extra += R"(, "onRestart": "keep")";
+  Service svc(options);
+  BuildInternet(svc);
+  std::string id = CreateNetSandbox(svc);
+  ASSERT_FALSE(id.empty());
+  std::string address = AddressOf(svc, id);
+  EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 80), "internet-80");
+  svc.Crash();
+  svc.Restart();
+  EXPECT_EQ(AddressOf(svc, id), address);
+  EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 80), "internet-80") << Nft();
+  EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 8080), "FAILED");
+  EXPECT_EQ(Fetch(svc, id, "169.254.169.254", 80), "FAILED");
+  EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  svc.RemoveWorkArea();
+}
+
 }  // namespace
 }  // namespace paseo::testing
 
