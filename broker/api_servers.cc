@@ -40,6 +40,11 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   out.setOwnerUid(s.owner_uid);
   out.setKey(s.key);
   out.setProcessCount(static_cast<uint32_t>(s.processes.size()));
+  auto network = out.initNetwork();
+  network.setMode(s.network.mode);
+  network.setAddress(s.network.address);
+  auto ports = network.initInboundPorts(static_cast<unsigned>(s.network.inbound_ports.size()));
+  for (unsigned i = 0; i < ports.size(); ++i) ports.set(i, s.network.inbound_ports[i]);
   auto labels = out.initLabels(static_cast<unsigned>(s.labels.size()));
   for (unsigned i = 0; i < labels.size(); ++i) {
     labels[i].setKey(s.labels[i].first);

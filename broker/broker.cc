@@ -59,6 +59,15 @@ class LoggingErrorHandler : public kj::TaskSet::ErrorHandler {
 };
 LoggingErrorHandler error_handler;
 
+// The privhelper's account of a sandbox's network; "none" if it sent nothing (an older one).
+SandboxNetwork NetworkOf(api::NetworkInfo::Reader info) {
+  SandboxNetwork n;
+  if (info.getMode().size() > 0) n.mode = info.getMode().cStr();
+  n.address = info.getAddress().cStr();
+  for (uint16_t p : info.getInboundPorts()) n.inbound_ports.push_back(p);
+  return n;
+}
+
 }  // namespace
 
 Broker::Broker(kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events, kj::Timer& timer,
@@ -113,9 +122,10 @@ absl::StatusOr<kj::Promise<Broker::CreatedSandbox>> Broker::CreateSandbox(
   for (unsigned i = 0; i < gids.size(); ++i) gids.set(i, peer.gids[i]);
   std::string id = sb->id;
   auto outcome = ToCompletion(req.send().then(
-      [this, id](auto&&) -> kj::Promise<std::string> {
+      [this, id](auto&& response) -> kj::Promise<std::string> {
         SandboxRecord* created = registry_.FinishCreate(id);
         if (created == nullptr) return StatusToException(absl::NotFoundError("sandbox vanished"));
+        created->network = NetworkOf(response.getNetwork());
         WatchForStop(id);
         absl::Status persisted = state_.Persist(*created);
         if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
@@ -431,6 +441,7 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
                                                               : "it stopped";
     }
     sandbox->buffer_bytes = registry_.BufferBytes(sandbox->deployment_id, sandbox->profile);
+    sandbox->network = NetworkOf(known.getNetwork());
     // What only the broker knew survives its crash.
     auto processes = state_.Load(*sandbox);
     if (processes.ok()) saved[sandbox->id] = std::move(*processes);

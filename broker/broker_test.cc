@@ -214,6 +214,26 @@ TEST_F(BrokerTest, CreateListInspectDelete) {
   EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
 }
 
+// The network the privhelper set up is what list and inspect show.
+TEST_F(BrokerTest, ASandboxShowsItsNetwork) {
+  auto sup = Connect(owner_);
+  Created none = Create(sup);
+  helper_->create_network_address = "10.88.0.6";
+  Created net = Create(sup);
+  auto none_info = none.sandbox.inspectRequest().send().wait(ws());
+  EXPECT_STREQ(none_info.getInfo().getNetwork().getMode().cStr(), "none");
+  EXPECT_STREQ(none_info.getInfo().getNetwork().getAddress().cStr(), "");
+  auto net_info = net.sandbox.inspectRequest().send().wait(ws());
+  EXPECT_STREQ(net_info.getInfo().getNetwork().getMode().cStr(), "sandbox");
+  EXPECT_STREQ(net_info.getInfo().getNetwork().getAddress().cStr(), "10.88.0.6");
+  ASSERT_EQ(net_info.getInfo().getNetwork().getInboundPorts().size(), 1u);
+  EXPECT_EQ(net_info.getInfo().getNetwork().getInboundPorts()[0], 4096);
+  auto listed = sup.listSandboxesRequest().send().wait(ws());
+  int with_address = 0;
+  for (auto s : listed.getSandboxes()) with_address += s.getNetwork().getAddress() == "10.88.0.6";
+  EXPECT_EQ(with_address, 1);
+}
+
 // The privhelper checks the client's own permissions on each workspace (attack run item 1), so
 // it must learn who the client is: its uid and every gid, primary first.
 TEST_F(BrokerTest, ACreateCarriesTheClientsUidAndGroupsToThePrivhelper) {

@@ -123,6 +123,10 @@ kj::Promise<void> FakeHelper::createSandbox(CreateSandboxContext context) {
   std::string peer = std::to_string(r.getPeerUid()) + ":";
   for (uint32_t g : r.getPeerGids()) peer += (peer.back() == ':' ? "" : ",") + std::to_string(g);
   create_peers.push_back(peer);
+  auto network = context.getResults().initNetwork();
+  network.setMode(create_network_address.empty() ? "none" : "sandbox");
+  network.setAddress(create_network_address);
+  if (!create_network_address.empty()) network.initInboundPorts(1).set(0, 4096);
   return Held(create_error);
 }
 

@@ -34,6 +34,9 @@ class FakeHelper final : public helper::Helper::Server {
   std::vector<std::string> calls;
   // The client each create was made for, as "uid:gid,gid...".
   std::vector<std::string> create_peers;
+  // What creates answer as the sandbox's network: mode "sandbox" with this address, or "none"
+  // while empty.
+  std::string create_network_address;
 
   // Set to make the next creates / deletes / pauses and resumes fail with this description
   // ("<reason>: text").

@@ -60,6 +60,13 @@ struct ReleaseRules {
   static constexpr size_t kReleasedKeysKept = 1024;
 };
 
+// A sandbox's network as the privhelper reported it (api.capnp NetworkInfo).
+struct SandboxNetwork {
+  std::string mode = "none";
+  std::string address;  // empty for "none"
+  std::vector<uint16_t> inbound_ports;
+};
+
 struct SandboxRecord {
   std::string id;
   std::string deployment_id;
@@ -70,6 +77,8 @@ struct SandboxRecord {
   SandboxState state = SandboxState::kCreating;
   // The client's name for it (api.capnp SandboxSpec.key), unique in its deployment; empty: none.
   std::string key;
+  // Set when the create succeeds (createSandbox's answer) or from an inventory.
+  SandboxNetwork network;
   // What a paused sandbox is again once resumed (kRunning or kUnattached).
   SandboxState resumes_to = SandboxState::kRunning;
   // Why it stopped by itself (kStopped, kOomKilled); kept through a delete that fails.

@@ -348,8 +348,8 @@ class Commands {
     JsonWriter json;
     json.BeginArray();
     if (!line_.json) {
-      std::printf("%-28s %-16s %-10s %-9s %s\n", "SANDBOX", "DEPLOYMENT", "STATE", "PROCESSES",
-                  "KEY");
+      std::printf("%-28s %-16s %-10s %-9s %-15s %s\n", "SANDBOX", "DEPLOYMENT", "STATE",
+                  "PROCESSES", "NETWORK", "KEY");
     }
     for (auto sb : list.getSandboxes()) {
       auto get = conn_->supervisor().getSandboxRequest();
@@ -377,6 +377,18 @@ class Commands {
         json.Int(sb.getCreatedAtUnixMs());
         json.Key("ownerUid");
         json.Int(sb.getOwnerUid());
+        auto network = sb.getNetwork();
+        json.Key("network");
+        json.BeginObject();
+        json.Key("mode");
+        json.String(network.getMode().size() > 0 ? network.getMode().cStr() : "none");
+        json.Key("address");
+        json.String(network.getAddress().cStr());
+        json.Key("inboundPorts");
+        json.BeginArray();
+        for (uint16_t port : network.getInboundPorts()) json.Int(port);
+        json.EndArray();
+        json.EndObject();
         json.Key("processes");
         json.BeginArray();
         for (auto p : procs.getProcesses()) {
@@ -398,12 +410,16 @@ class Commands {
         json.EndArray();
         json.EndObject();
       } else {
-        std::string row(64 + sb.getId().size() + sb.getDeploymentId().size() +
-                            sb.getState().size() + sb.getKey().size(), '\0');
+        // The sandbox's address, or "none" (loopback only).
+        std::string address = sb.getNetwork().getAddress().size() > 0
+                                  ? sb.getNetwork().getAddress().cStr()
+                                  : "none";
+        std::string row(96 + sb.getId().size() + sb.getDeploymentId().size() +
+                            sb.getState().size() + address.size() + sb.getKey().size(), '\0');
         row.resize(static_cast<size_t>(std::snprintf(
-            row.data(), row.size(), "%-28s %-16s %-10s %-9u %s", sb.getId().cStr(),
+            row.data(), row.size(), "%-28s %-16s %-10s %-9u %-15s %s", sb.getId().cStr(),
             sb.getDeploymentId().cStr(), sb.getState().cStr(), sb.getProcessCount(),
-            sb.getKey().cStr())));
+            address.c_str(), sb.getKey().cStr())));
         row.erase(row.find_last_not_of(' ') + 1);  // no key: no trailing blanks
         std::printf("%s\n", row.c_str());
         // Why a stopped or oom-killed sandbox stopped.

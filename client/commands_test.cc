@@ -449,15 +449,28 @@ TEST_F(CommandsTest, PsAsATableAndAsJson) {
   Outcome r = Cli({"ps"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out,
-            "SANDBOX                      DEPLOYMENT       STATE      PROCESSES KEY\n"
-            "sb-1                         alpha            running    1\n"
+            "SANDBOX                      DEPLOYMENT       STATE      PROCESSES NETWORK         KEY\n"
+            "sb-1                         alpha            running    1         none\n"
             "  p-1                        exited 0     sleep 60\n");
   std::string json =
       "[{\"id\":\"sb-1\",\"deployment\":\"alpha\",\"profile\":\"default\",\"state\":\"running\","
-      "\"createdAtUnixMs\":0,\"ownerUid\":1000,\"processes\":[{\"id\":\"p-1\",\"argv\":[\"sleep\","
+      "\"createdAtUnixMs\":0,\"ownerUid\":1000,"
+      "\"network\":{\"mode\":\"none\",\"address\":\"\",\"inboundPorts\":[]},\"processes\":[{\"id\":\"p-1\",\"argv\":[\"sleep\","
       "\"60\"],\"status\":\"exited 0\",\"stdoutBytes\":5,\"stderrBytes\":0}]}]\n";
   EXPECT_EQ(Cli({"--json", "ps"}).out, json);
   EXPECT_EQ(Cli({"ps", "--json"}).out, json);
+}
+
+TEST_F(CommandsTest, PsShowsEachSandboxsAddressOrNone) {
+  service_.AddSandbox("sb-1").deployment = "alpha";
+  FakeSandbox& net = service_.AddSandbox("sb-2");
+  net.deployment = "alpha";
+  net.network_address = "10.88.0.6";
+  Outcome r = Cli({"ps"});
+  EXPECT_THAT(r.out, HasSubstr("sb-1                         alpha            running    0         none\n"));
+  EXPECT_THAT(r.out, HasSubstr("sb-2                         alpha            running    0         10.88.0.6\n"));
+  EXPECT_THAT(Cli({"ps", "--json"}).out,
+              HasSubstr("\"network\":{\"mode\":\"sandbox\",\"address\":\"10.88.0.6\""));
 }
 
 TEST_F(CommandsTest, CreateWithAKeyIsIdempotentAndFindPrintsTheId) {
@@ -486,7 +499,7 @@ TEST_F(CommandsTest, CreateWithAKeyIsIdempotentAndFindPrintsTheId) {
   EXPECT_EQ(missing.exit_code, 125);
   EXPECT_EQ(missing.err, "paseo-sandbox: not-found: no sandbox with key ws-2\n");
   EXPECT_THAT(missing.out, IsEmpty());
-  EXPECT_THAT(Cli({"ps"}).out, HasSubstr("running    0         ws-1\n"));
+  EXPECT_THAT(Cli({"ps"}).out, HasSubstr("running    0         none            ws-1\n"));
   EXPECT_THAT(Cli({"ps", "--json"}).out, HasSubstr("\"state\":\"running\",\"key\":\"ws-1\""));
 
   service_.deployments = {"alpha", "beta"};
@@ -504,7 +517,7 @@ TEST_F(CommandsTest, PauseAndResumeEachSandbox) {
   EXPECT_TRUE(service_.sandboxes.at("sb-1").paused);
   EXPECT_TRUE(service_.sandboxes.at("sb-2").paused);
   EXPECT_THAT(Cli({"ps"}).out,
-              HasSubstr("sb-1                         alpha            paused     0\n"));
+              HasSubstr("sb-1                         alpha            paused     0         none\n"));
   Outcome resumed = Cli({"resume", "sb-1"});
   EXPECT_EQ(resumed.exit_code, 0) << resumed.err;
   EXPECT_FALSE(service_.sandboxes.at("sb-1").paused);

@@ -220,6 +220,8 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     info.setState(sb.paused ? "paused" : sb.state);
     info.setStateReason(sb.state_reason);
     info.setKey(sb.key);
+    info.initNetwork().setMode(sb.network_address.empty() ? "none" : "sandbox");
+    info.getNetwork().setAddress(sb.network_address);
     auto labels = info.initLabels(static_cast<unsigned>(sb.labels.size()));
     for (unsigned i = 0; i < sb.labels.size(); ++i) {
       labels[i].setKey(sb.labels[i].first);

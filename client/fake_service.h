@@ -90,6 +90,7 @@ struct FakeSandbox {
   // What inspect() reports when not paused, and its stateReason.
   std::string state = "running";
   std::string state_reason;
+  std::string network_address;  // empty: network "none"
 };
 
 class FakeService {

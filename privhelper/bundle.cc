@@ -254,6 +254,10 @@ std::string RenderOciConfig(const BundleSpec& spec) {
     w.BeginObject();
     w.Key("type");
     w.String(ns);
+    if (std::string(ns) == "network" && !spec.netns_path.empty()) {
+      w.Key("path");
+      w.String(spec.netns_path);
+    }
     w.EndObject();
   }
   w.EndArray();

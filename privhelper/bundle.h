@@ -33,6 +33,9 @@ struct BundleSpec {
   SandboxLimits limits;
   std::string cgroups_path;         // linux.cgroupsPath, e.g. /paseo-sandbox/<id>
   std::string shim;                 // host path of the sandbox shim, mounted at kShimPath
+  // Network mode "sandbox": the pinned namespace (<runDir>/netns/<id>) runsc joins, given as
+  // the network namespace's "path". Empty: a new, empty one (mode "none").
+  std::string netns_path;
 };
 
 // Where every sandbox sees the shim (sandbox/shim.cc), its init and tty relay: read-only,

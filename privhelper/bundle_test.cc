@@ -519,6 +519,21 @@ TEST(RenderOciConfigTest, FreshNamespacesAndMaskedPaths) {
   EXPECT_TRUE(Contains(readonly, "/proc/sysrq-trigger"));
 }
 
+TEST(RenderOciConfigTest, SandboxNetworkJoinsOnlyItsPinnedNetworkNamespace) {
+  BundleSpec spec = TypicalBundle();
+  spec.netns_path = "/run/paseo-sandbox/netns/sb-1";
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  int with_path = 0;
+  for (auto ns : Array(Field(Field(doc->root, "linux"), "namespaces"))) {
+    if (!Has(ns, "path")) continue;
+    ++with_path;
+    EXPECT_EQ(Str(Field(ns, "type")), "network");
+    EXPECT_EQ(Str(Field(ns, "path")), "/run/paseo-sandbox/netns/sb-1");
+  }
+  EXPECT_EQ(with_path, 1);
+}
+
 // The rlimit of `type` in a process object; fails the test if it is missing or repeated.
 struct Rlimit {
   double soft = -1;

@@ -22,6 +22,10 @@ const std::vector<KeptCapability>& ServingCapabilities() {
       {CAP_SETPCAP, "cap_setpcap", "restarting a crashed broker with an empty bounding set"},
       {CAP_CHOWN, "cap_chown",
        "runsc's gofer giving files an agent creates in a workspace the agent's uid:gid"},
+      {CAP_NET_ADMIN, "cap_net_admin",
+       "network mode \"sandbox\": veth links, addresses, routes and the nftables firewall"},
+      {CAP_NET_RAW, "cap_net_raw",
+       "network mode \"sandbox\": runsc start opening the packet socket on the sandbox's eth0"},
   };
   return kList;
 }

@@ -1,6 +1,7 @@
 // See config.h.
 #include "absl/strings/string_view.h"
 #include "privhelper/config.h"
+#include "privhelper/network/sandbox_network.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -254,6 +255,8 @@ absl::Status CheckToolsRegistered(const std::string& file, const Config& config,
   return absl::OkStatus();
 }
 
+absl::Status ValidateHelperNetwork(const std::string& file, config::HelperNetwork::Reader n);
+
 absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reader h) {
   if (!IsNormalizedAbsolutePath(h.getStateDir().cStr()))
     return Bad(file, "stateDir", "must be a normalized absolute path");
@@ -279,11 +282,82 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
     return Bad(file, "cgroupParent", "must be a normalized absolute path other than /");
   if (!IsValidId(h.getRootfsVersion().cStr()))
     return Bad(file, "rootfsVersion", "must be an id ([a-z0-9-], 1..64 bytes)");
-  return absl::OkStatus();
+  return ValidateHelperNetwork(file, h.getNetwork());
 }
 
 // The home: a fixed destination that can stand in /etc/passwd (no ':' or newline), which
 // credentials and tools may lie beneath but not cover (the tmpfs is mounted before them).
+// HelperConfig.network: the pool is a /16../24 that cannot hold an always-denied range.
+absl::Status ValidateHelperNetwork(const std::string& file, config::HelperNetwork::Reader n) {
+  auto pool = network::ParseCidr(n.getPool().cStr());
+  if (!pool || pool->prefix < 16 || pool->prefix > 24)
+    return Bad(file, "network.pool", "must be an IPv4 prefix from /16 to /24 (\"10.88.0.0/16\")");
+  for (const char* reserved : {"0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/3"}) {
+    if (pool->Overlaps(*network::ParseCidr(reserved)))
+      return Bad(file, "network.pool", absl::StrCat("overlaps the reserved ", reserved));
+  }
+  if (n.getDnsUpstreams().size() > kMaxNetworkRules)
+    return Bad(file, "network.dnsUpstreams", "too many entries");
+  for (size_t i = 0; i < n.getDnsUpstreams().size(); ++i) {
+    if (!network::ParseEndpoint(n.getDnsUpstreams()[i].cStr()))
+      return Bad(file, absl::StrCat("network.dnsUpstreams[", i, "]"),
+                 "must be \"a.b.c.d\" or \"a.b.c.d:port\"");
+  }
+  std::string uplink = n.getUplink().cStr();
+  if (uplink.size() >= 16 || uplink.find_first_of("/\" \n\t*") != std::string::npos ||
+      absl::StartsWith(uplink, network::kHostIfnamePrefix))
+    return Bad(file, "network.uplink", "must be an interface name (not a sandbox link)");
+  return absl::OkStatus();
+}
+
+// A list of ports: each 1..65535, none twice.
+absl::Status CheckPorts(const std::string& file, const std::string& field,
+                        capnp::List<uint16_t>::Reader ports) {
+  if (ports.size() > kMaxNetworkRules) return Bad(file, field, "too many ports");
+  std::set<uint16_t> seen;
+  for (uint16_t p : ports) {
+    if (p == 0) return Bad(file, field, "ports are 1..65535");
+    if (!seen.insert(p).second) return Bad(file, field, absl::StrCat("port ", p, " is listed twice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNetworkPolicy(const std::string& file, config::NetworkPolicy::Reader n) {
+  if (n.getAllowCidrs().size() > kMaxNetworkRules)
+    return Bad(file, "network.allowCidrs", absl::StrCat("at most ", kMaxNetworkRules, " rules"));
+  if (n.getAllowNames().size() > kMaxNetworkRules)
+    return Bad(file, "network.allowNames", absl::StrCat("at most ", kMaxNetworkRules, " rules"));
+  std::set<std::string> seen;
+  for (size_t i = 0; i < n.getAllowCidrs().size(); ++i) {
+    auto rule = n.getAllowCidrs()[i];
+    std::string where = absl::StrCat("network.allowCidrs[", i, "]");
+    auto cidr = network::ParseCidr(rule.getCidr().cStr());
+    if (!cidr)
+      return Bad(file, where + ".cidr",
+                 "must be an IPv4 address or prefix without host bits (\"203.0.113.0/24\")");
+    if (!seen.insert(cidr->ToString()).second)
+      return Bad(file, where + ".cidr", "is listed twice");
+    RETURN_IF_ERROR(CheckPorts(file, where + ".ports", rule.getPorts()));
+  }
+  seen.clear();
+  for (size_t i = 0; i < n.getAllowNames().size(); ++i) {
+    auto rule = n.getAllowNames()[i];
+    std::string where = absl::StrCat("network.allowNames[", i, "]");
+    if (!network::IsValidNamePattern(rule.getName().cStr()))
+      return Bad(file, where + ".name",
+                 "must be a lower-case DNS name (\"api.example.com\") or \"*.\" and one");
+    if (!seen.insert(rule.getName().cStr()).second)
+      return Bad(file, where + ".name", "is listed twice");
+    RETURN_IF_ERROR(CheckPorts(file, where + ".ports", rule.getPorts()));
+  }
+  RETURN_IF_ERROR(CheckPorts(file, "network.inboundPorts", n.getInboundPorts()));
+  if (n.getMode() == config::NetworkMode::NONE &&
+      (n.getAllowCidrs().size() > 0 || n.getAllowNames().size() > 0 ||
+       n.getInboundPorts().size() > 0))
+    return Bad(file, "network.mode", "is \"none\": allow rules and inboundPorts need \"sandbox\"");
+  return absl::OkStatus();
+}
+
 absl::Status ValidateHome(const std::string& file, config::LaunchProfile::Reader p) {
   RETURN_IF_ERROR(CheckFixedDestination(file, "homePath", p.getHomePath()));
   std::string home = p.getHomePath().cStr();
@@ -318,6 +392,7 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
   }
   RETURN_IF_ERROR(ValidateToolMounts(file, p));
   RETURN_IF_ERROR(ValidateHome(file, p));
+  RETURN_IF_ERROR(ValidateNetworkPolicy(file, p.getNetwork()));
   // 0 = the host-derived default; explicit values must leave a sandbox able to run.
   uint64_t memory = p.getMemoryLimitBytes();
   if (memory != 0 && (memory < (64ull << 20) || memory > (1ull << 50)))
@@ -435,6 +510,13 @@ std::string Config::SandboxShimBinary(absl::string_view privhelper_path) const {
   if (helper_.getSandboxShim().size() > 0) return helper_.getSandboxShim();
   absl::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
   return absl::StrCat(dir, "paseo-sandbox-shim");
+}
+
+bool Config::UsesSandboxNetwork() const {
+  for (const auto& p : profiles_) {
+    if (p.getNetwork().getMode() == config::NetworkMode::SANDBOX) return true;
+  }
+  return false;
 }
 
 SandboxLimits Config::LimitsOf(const config::LaunchProfile::Reader& profile) const {

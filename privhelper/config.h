@@ -21,6 +21,8 @@ namespace paseo {
 
 // At most this many tool roots per deployment and tool mounts per profile (schema/config.capnp).
 inline constexpr size_t kMaxToolMounts = 8;
+// At most this many CIDR rules, name rules, ports of one rule, inbound ports and DNS upstreams.
+inline constexpr size_t kMaxNetworkRules = 256;
 
 class Config {
  public:
@@ -40,6 +42,8 @@ class Config {
   const HostResources& host() const { return host_; }
   std::string BrokerBinary(absl::string_view privhelper_path) const;
   std::string SandboxShimBinary(absl::string_view privhelper_path) const;
+  // True if a profile has network mode "sandbox" (only then is any network state made).
+  bool UsesSandboxNetwork() const;
 
  private:
   friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,

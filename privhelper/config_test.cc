@@ -734,6 +734,93 @@ TEST_F(ConfigTest, UnicodeEscapesAreDecodedCorrectlyOrRejected) {
   EXPECT_EQ(std::string(d->getWorkspaceRoots()[0].getHostPath().cStr()), "/srv/caf\xc3\xa9/j");
 }
 
+// Network: the pool, upstreams and uplink of helper.json, and a profile's policy.
+TEST_F(ConfigTest, NetworkPolicyLoads) {
+  Write("helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", kSha, R"("}, "rootfsVersion": "v1",
+    "network": {"pool": "10.77.0.0/20", "dnsUpstreams": ["192.0.2.53", "192.0.2.54:5353"]}})"));
+  Write("deployments/main.json", MinimalDeployment());
+  Write("profiles/default.json", R"({"name": "default"})");
+  Write("profiles/net.json", R"({"name": "net", "network": {"mode": "sandbox",
+    "allowCidrs": [{"cidr": "203.0.113.10", "ports": [80, 443]}, {"cidr": "198.51.100.0/24"}],
+    "allowNames": [{"name": "api.example.com", "ports": [443]}, {"name": "*.example.org"}],
+    "inboundPorts": [4096]}})");
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE((*config)->UsesSandboxNetwork());
+  EXPECT_EQ(std::string((*config)->helper().getNetwork().getPool().cStr()), "10.77.0.0/20");
+  auto p = (*config)->FindProfile("net");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->getNetwork().getMode(), config::NetworkMode::SANDBOX);
+  EXPECT_EQ(p->getNetwork().getAllowCidrs().size(), 2u);
+  EXPECT_EQ((*config)->FindProfile("default")->getNetwork().getMode(), config::NetworkMode::NONE);
+}
+
+TEST_F(ConfigTest, DefaultNetworkIsNoneAndThePoolDefaults) {
+  WriteMinimal();
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE((*config)->UsesSandboxNetwork());
+  EXPECT_EQ(std::string((*config)->helper().getNetwork().getPool().cStr()), "10.88.0.0/16");
+}
+
+TEST_F(ConfigTest, BadHelperNetworkIsRefused) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("pool": "10.88.0.0/8")", "network.pool"},
+      {R"("pool": "10.88.0.0/25")", "network.pool"},
+      {R"("pool": "10.88.0.1/16")", "network.pool"},
+      {R"("pool": "10.88.0/16")", "network.pool"},
+      {R"("pool": "169.254.0.0/16")", "network.pool"},
+      {R"("pool": "127.0.0.0/16")", "network.pool"},
+      {R"("dnsUpstreams": ["dns.example.com"])", "network.dnsUpstreams[0]"},
+      {R"("dnsUpstreams": ["192.0.2.53:0"])", "network.dnsUpstreams[0]"},
+      {R"("dnsUpstreams": ["192.0.2.53", "192.0.2.53:70000"])", "network.dnsUpstreams[1]"},
+      {R"("uplink": "psb-0123456789")", "network.uplink"},
+      {R"("uplink": "eth0 ")", "network.uplink"},
+      {R"("uplink": "a-very-long-interface")", "network.uplink"},
+  };
+  for (const auto& [json, field] : cases) {
+    SCOPED_TRACE(json);
+    Write("helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", kSha,
+                                      R"("}, "rootfsVersion": "v1", "network": {)", json, "}}"));
+    Write("deployments/main.json", MinimalDeployment());
+    auto config = LoadConfig(dir_);
+    ASSERT_FALSE(config.ok());
+    EXPECT_TRUE(absl::StrContains(config.status().message(), "helper.json: " + field + ":"))
+        << config.status();
+  }
+}
+
+TEST_F(ConfigTest, BadNetworkPolicyIsRefused) {
+  std::string many;
+  for (int i = 0; i < 257; ++i) absl::StrAppend(&many, i ? ", " : "", R"({"cidr": "10.)", i / 250, ".", i % 250, R"(.0/24"})");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("mode": "sandbox", "allowCidrs": [{"cidr": "203.0.113.1/24"}])", "network.allowCidrs[0].cidr"},
+      {R"("mode": "sandbox", "allowCidrs": [{"cidr": "203.0.113.0/33"}])", "network.allowCidrs[0].cidr"},
+      {R"("mode": "sandbox", "allowCidrs": [{"cidr": "2001:db8::/32"}])", "network.allowCidrs[0].cidr"},
+      {R"("mode": "sandbox", "allowCidrs": [{"cidr": "203.0.113.0/24"}, {"cidr": "203.0.113.0/24"}])", "network.allowCidrs[1].cidr"},
+      {R"("mode": "sandbox", "allowCidrs": [{"cidr": "203.0.113.7", "ports": [0]}])", "network.allowCidrs[0].ports"},
+      {R"("mode": "sandbox", "allowCidrs": [{"cidr": "203.0.113.7", "ports": [80, 80]}])", "network.allowCidrs[0].ports"},
+      {R"("mode": "sandbox", "allowCidrs": [)" + many + "]", "network.allowCidrs"},
+      {R"("mode": "sandbox", "allowNames": [{"name": "API.example.com"}])", "network.allowNames[0].name"},
+      {R"("mode": "sandbox", "allowNames": [{"name": "*.com"}])", "network.allowNames[0].name"},
+      {R"("mode": "sandbox", "allowNames": [{"name": "a_b.example.com"}])", "network.allowNames[0].name"},
+      {R"("mode": "sandbox", "allowNames": [{"name": "x.io"}, {"name": "x.io"}])", "network.allowNames[1].name"},
+      {R"("mode": "sandbox", "inboundPorts": [0])", "network.inboundPorts"},
+      {R"("mode": "sandbox", "inboundPorts": [22, 22])", "network.inboundPorts"},
+      {R"("allowCidrs": [{"cidr": "203.0.113.0/24"}])", "network.mode"},
+      {R"("inboundPorts": [8080])", "network.mode"},
+  };
+  for (const auto& [json, field] : cases) {
+    SCOPED_TRACE(json);
+    WriteMinimal();
+    Write("profiles/p.json", absl::StrCat(R"({"name": "p", "network": {)", json, "}}"));
+    auto config = LoadConfig(dir_);
+    ASSERT_FALSE(config.ok());
+    EXPECT_TRUE(absl::StrContains(config.status().message(), "profiles/p.json: " + field + ":"))
+        << config.status();
+  }
+}
+
 TEST(IsNormalizedAbsolutePathTest, Accepts) {
   std::vector<std::string> good = {"/", "/a", "/a/b", "/srv/paseo/workspace", "/.hidden",
                                    "/a/...", "/a.b/..c/c..", "/with space/x",

@@ -49,7 +49,11 @@ kj::Promise<void> HelperServer::policy(PolicyContext context) {
 
 kj::Promise<void> HelperServer::createSandbox(CreateSandboxContext context) {
   auto request = ValueOrThrow(ValidateCreate(config_, context.getParams()));
-  return host_.RunToCompletion(ValueOrThrow(host_.Create(std::move(request))));
+  std::string id = request.sandbox_id;
+  return host_.RunToCompletion(ValueOrThrow(host_.Create(std::move(request))))
+      .then([this, id, context]() mutable {
+        host_.DescribeNetwork(id, context.getResults().initNetwork());
+      });
 }
 
 kj::Promise<void> HelperServer::startProcess(StartProcessContext context) {

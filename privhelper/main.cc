@@ -42,6 +42,7 @@
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
 #include "privhelper/netns_connect.h"
+#include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
 #include "privhelper/sandbox_host.h"
@@ -421,6 +422,13 @@ int Serve(const Options& options, const std::string& program) {
   // watch would never be seen (regression: a broker killed during start-up was never restarted).
   auto first_exit = WatchChild(events, pid);
 
+  // The host's network namespace, where sandbox links, their firewall and NAT live: kept open
+  // (the privhelper itself serves from its control namespace) for SandboxNetworks.
+  int host_net = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (host_net < 0) {
+    Log("cannot open the host network namespace");
+    return 1;
+  }
   std::string netns_pin = run_dir + "/control-netns";
   absl::Status netns = EnterControlNetns(netns_pin);
   if (netns.ok()) netns = EnterPrivateMountNamespace();
@@ -449,6 +457,26 @@ int Serve(const Options& options, const std::string& program) {
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
   NetnsPortConnector ports(events, events.getTimer());
   SandboxHost host(**config, runsc, watcher, events.getTimer(), shim, "/sys/fs/cgroup", &ports);
+  // Network mode "sandbox": only if a profile uses it is anything changed on the host.
+  std::unique_ptr<network::SandboxNetworks> networks;
+  if ((*config)->UsesSandboxNetwork()) {
+    auto pool = network::ParseCidr(helper.getNetwork().getPool().cStr());  // validated
+    networks = std::make_unique<network::SandboxNetworks>(host_net, run_dir, *pool,
+                                                          helper.getNetwork().getUplink().cStr());
+    absl::Status started = networks->Start();
+    if (started.ok()) {
+      runsc.SetHideProcSysNet(networks->hide_proc_sys_net());
+      host.SetNetworks(networks.get());
+    } else {
+      // Fail closed for those profiles only: their creates are refused (failed-precondition),
+      // sandboxes without a network still work.
+      Log(absl::StrCat("cannot set up sandbox networking; profiles with network mode "
+                       "\"sandbox\" are refused: ", started.message()));
+      networks = nullptr;
+    }
+  } else {
+    close(host_net);
+  }
   // Before the first request: adopt or destroy what a previous instance left, and collect
   // stale bundles and cgroups.
   kj::Maybe<kj::Exception> reconciled = kj::runCatchingExceptions(
@@ -565,6 +593,7 @@ int Serve(const Options& options, const std::string& program) {
   }
   link = nullptr;
   host.DeleteAll().wait(io.waitScope);
+  if (networks && host.size() == 0) networks->Stop();
   // Nothing left to reach in the control netns: unpin it (in the host's mount namespace, where
   // the pin lives). If a sandbox could not be deleted, the pin stays for the next start.
   if (host.size() == 0 && host_mounts >= 0 && setns(host_mounts, CLONE_NEWNS) == 0) {

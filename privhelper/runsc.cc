@@ -3,7 +3,9 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <kj/debug.h>
@@ -48,8 +50,26 @@ kj::Promise<int> WatchChild(kj::UnixEventPort& events, pid_t pid) {
 RunscProcessRunner::RunscProcessRunner(kj::UnixEventPort& events, int runsc_fd, RunscFlags flags)
     : events_(events), runsc_fd_(runsc_fd), flags_(std::move(flags)) {}
 
+namespace {
+
+// In the child, before exec: a mount namespace of its own for this one runsc (a slave of ours,
+// so our later unmounts of staging binds still reach it) with a read-only, empty tmpfs over
+// /proc/sys/net. Debian's runsc 20221219 decides it runs in the root network namespace (and
+// refuses --network=sandbox) when /proc/sys/net/core/rmem_default exists, which on kernels
+// like 6.18 it does in every namespace. Measured: with this, the sandbox reaches its host end.
+int HideProcSysNet() {
+  if (unshare(CLONE_NEWNS) != 0) return errno;
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return errno;
+  if (mount("tmpfs", "/proc/sys/net", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            "size=4k,mode=0555") != 0)
+    return errno;
+  return 0;
+}
+
+}  // namespace
+
 absl::StatusOr<pid_t> RunscProcessRunner::Spawn(std::vector<std::string> args,
-                                                const RunscStdio& stdio) {
+                                                const RunscStdio& stdio, RunscNetwork network) {
   // The argv and the fds must agree: an exec without its log fd would log into whatever fd 3
   // is, and the exit status would be lost.
   if (RunscWritesDebugLog(args) != (stdio.log_fd >= 0))
@@ -57,7 +77,9 @@ absl::StatusOr<pid_t> RunscProcessRunner::Spawn(std::vector<std::string> args,
   SpawnRequest request;
   request.exec_fd = runsc_fd_;
   request.path = "runsc";
-  request.argv = RunscArgv(flags_, args);
+  request.argv = RunscArgv(flags_, args, network);
+  if (network == RunscNetwork::kSandbox && flags_.hide_proc_sys_net)
+    request.in_child = HideProcSysNet;
   request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
   request.fds = {{0, stdio.stdin_fd}, {1, stdio.stdout_fd}, {2, stdio.stderr_fd}};
   if (stdio.log_fd >= 0) request.fds.push_back({kRunscLogFd, stdio.log_fd});
@@ -70,7 +92,8 @@ absl::StatusOr<kj::Promise<int>> RunscProcessRunner::Start(std::vector<std::stri
   return WatchChild(events_, pid);
 }
 
-kj::Promise<RunscResult> RunscProcessRunner::Run(std::vector<std::string> args) {
+kj::Promise<RunscResult> RunscProcessRunner::Run(std::vector<std::string> args,
+                                                 RunscNetwork network) {
   // stdout and stderr go to memfds, not pipes: `runsc create` passes its stdio on to the
   // sandbox's init, which would hold a pipe open forever and a reader waiting for EOF would hang.
   kj::AutoCloseFd err_fd(memfd_create("runsc-stderr", MFD_CLOEXEC));
@@ -79,7 +102,7 @@ kj::Promise<RunscResult> RunscProcessRunner::Run(std::vector<std::string> args) 
     return StatusToException(ErrnoStatus("memfd_create", "runsc output"));
   kj::AutoCloseFd null_fd(open("/dev/null", O_RDWR | O_CLOEXEC));
   if (null_fd.get() < 0) return StatusToException(ErrnoStatus("open", "/dev/null"));
-  auto pid = Spawn(std::move(args), {null_fd.get(), out_fd.get(), err_fd.get()});
+  auto pid = Spawn(std::move(args), {null_fd.get(), out_fd.get(), err_fd.get()}, network);
   if (!pid.ok()) {
     return StatusToException(absl::InternalError(
         absl::StrCat("cannot start runsc: ", pid.status().message())));

@@ -50,8 +50,11 @@ class RunscRunner {
 
   // Runs `runsc <fixed flags> <args...>` to its end (create, start, kill, delete, list), with
   // stdin on /dev/null and stdout and stderr captured. Never fails as a promise unless runsc
-  // could not be started; a failed runsc is a result that is not ok().
-  virtual kj::Promise<RunscResult> Run(std::vector<std::string> args) = 0;
+  // could not be started; a failed runsc is a result that is not ok(). `network` is kSandbox
+  // only for the `create` and `start` of a sandbox with network mode
+  // "sandbox".
+  virtual kj::Promise<RunscResult> Run(std::vector<std::string> args,
+                                       RunscNetwork network = RunscNetwork::kNone) = 0;
 
   // Starts `runsc <fixed flags> <args...>` on `stdio` and returns at once; the promise
   // resolves to runsc's wait status when it ends.
@@ -64,17 +67,21 @@ class RunscProcessRunner final : public RunscRunner {
   // `runsc_fd` is an open (O_RDONLY) fd of the verified runsc binary; the runner uses it for
   // every call and does not close it.
   RunscProcessRunner(kj::UnixEventPort& events, int runsc_fd, RunscFlags flags);
+  // Set once at start from SandboxNetworks' probe.
+  void SetHideProcSysNet(bool hide) { flags_.hide_proc_sys_net = hide; }
 
   // How long one short runsc call (create, start, kill, delete, list) may take before it is
   // killed (and reported as killed by signal 9): a hung runsc must not wedge its sandbox.
   static constexpr kj::Duration kTimeout = 60 * kj::SECONDS;
 
-  kj::Promise<RunscResult> Run(std::vector<std::string> args) override;
+  kj::Promise<RunscResult> Run(std::vector<std::string> args,
+                               RunscNetwork network = RunscNetwork::kNone) override;
   absl::StatusOr<kj::Promise<int>> Start(std::vector<std::string> args,
                                          const RunscStdio& stdio) override;
 
  private:
-  absl::StatusOr<pid_t> Spawn(std::vector<std::string> args, const RunscStdio& stdio);
+  absl::StatusOr<pid_t> Spawn(std::vector<std::string> args, const RunscStdio& stdio,
+                              RunscNetwork network = RunscNetwork::kNone);
 
   kj::UnixEventPort& events_;
   int runsc_fd_;

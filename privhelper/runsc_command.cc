@@ -9,12 +9,13 @@ bool RunscWritesDebugLog(const std::vector<std::string>& args) {
   return !args.empty() && args[0] == "exec";
 }
 
-std::vector<std::string> RunscArgv(const RunscFlags& flags, const std::vector<std::string>& args) {
+std::vector<std::string> RunscArgv(const RunscFlags& flags, const std::vector<std::string>& args,
+                                   RunscNetwork network) {
   std::vector<std::string> argv = {
       "runsc",
       absl::StrCat("--root=", flags.root_dir),
       absl::StrCat("--platform=", flags.platform),
-      "--network=none",
+      network == RunscNetwork::kSandbox ? "--network=sandbox" : "--network=none",
   };
   if (RunscWritesDebugLog(args))
     argv.push_back(absl::StrCat("--debug-log=/proc/self/fd/", kRunscLogFd));

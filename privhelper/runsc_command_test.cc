@@ -53,6 +53,21 @@ TEST(RunscArgv, NeverDirectfsNorHostNetworking) {
   }
 }
 
+TEST(RunscArgv, SandboxNetworkOnlyWhenAskedAndNeverHost) {
+  std::vector<std::string> create = {"create", "--bundle", "/b", "sb-1"};
+  std::vector<std::string> argv = RunscArgv(kFlags, create, RunscNetwork::kSandbox);
+  EXPECT_EQ(argv[3], "--network=sandbox");
+  int network_flags = 0;
+  for (const auto& a : argv) {
+    EXPECT_NE(a, "--network=host");
+    EXPECT_FALSE(absl::StartsWith(a, "--directfs"));
+    network_flags += absl::StartsWith(a, "--network");
+  }
+  EXPECT_EQ(network_flags, 1);
+  EXPECT_EQ(RunscArgv(kFlags, create, RunscNetwork::kNone)[3], "--network=none");
+  EXPECT_EQ(RunscArgv(kFlags, create)[3], "--network=none");
+}
+
 TEST(RunscArgv, OnlyExecWritesADebugLogToFd3) {
   for (const auto& args : kCalls) {
     std::vector<std::string> argv = RunscArgv(kFlags, args);

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <capnp/compat/json.h>
@@ -89,7 +90,7 @@ absl::StatusOr<long> ReadInternalPid(const std::string& pid_file) {
 std::string RenderRecord(const std::string& id, const std::string& deployment,
                          const std::string& profile, uid_t uid, gid_t gid,
                          const std::string& default_cwd, const std::string& home,
-                         int64_t created_ms) {
+                         int64_t created_ms, const std::string& network_block) {
   capnp::MallocMessageBuilder message;
   auto record = message.initRoot<records::SandboxRecord>();
   record.setId(id);
@@ -100,6 +101,7 @@ std::string RenderRecord(const std::string& id, const std::string& deployment,
   record.setDefaultCwd(default_cwd);
   record.setHome(home);
   record.setCreatedAtUnixMs(created_ms);
+  record.setNetworkBlock(network_block);
   capnp::JsonCodec codec;
   auto text = codec.encode(record.asReader());
   return std::string(text.cStr(), text.size());
@@ -326,6 +328,10 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "deployment ", deployment_id, " has ", count, " sandboxes (its maxSandboxes)"));
   ASSIGN_OR_RETURN(CreatePlan plan, PlanCreate(request));
+  config::NetworkPolicy::Reader policy = request.profile->getNetwork();
+  bool sandbox_network = policy.getMode() == config::NetworkMode::SANDBOX;
+  if (sandbox_network && networks_ == nullptr)
+    return absl::FailedPreconditionError("network mode \"sandbox\" is not set up on this host");
 
   // The bundle dir comes first: if it exists (a crash left it), it is not this sandbox's to
   // remove, and nothing has been recorded yet.
@@ -343,6 +349,11 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   // Until runsc is asked to create the container, a failure undoes all that was written and
   // mounted (sb.files, sb.staging, the overlay) and forgets the record.
   absl::Cleanup forget = [this, &sb] { Forget(sb); };
+  if (sandbox_network) {
+    // After every check, before anything runs: Forget removes it again on any failure.
+    ASSIGN_OR_RETURN(sb.link, networks_->Create(sb.id, policy));
+    for (uint16_t port : policy.getInboundPorts()) sb.inbound_ports.push_back(port);
+  }
   RETURN_IF_ERROR(WriteBundle(sb, request, plan));
   std::move(forget).Cancel();
   return StartContainer(sb.id, sb.generation);
@@ -353,15 +364,21 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   std::string mounts_dir = sb.bundle_dir + "/mounts";
   if (mkdir(mounts_dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", mounts_dir);
   std::string record_path = sb.bundle_dir + "/sandbox.json";
+  std::string network_block =
+      sb.link ? absl::StrCat(network::FormatIpv4(network::SandboxNetworks::BlockOf(*sb.link)),
+                             "/", network::AddressPool::kBlockPrefix)
+              : "";
   RETURN_IF_ERROR(WriteNewFile(record_path, RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid,
                                                          sb.gid, sb.default_cwd, sb.home,
-                                                         sb.created_ms)));
+                                                         sb.created_ms, network_block)));
   sb.files.push_back(record_path);
 
   ASSIGN_OR_RETURN(std::string merged, MountRootfsOverlay(plan.rootfs, sb.bundle_dir));
   // Into the sandbox's own upper layer, before anything runs in it.
   RETURN_IF_ERROR(WriteSandboxIdentity(merged, {sb.uid, sb.gid, sb.home}));
+  if (sb.link) RETURN_IF_ERROR(WriteSandboxResolvConf(merged, network::FormatIpv4(sb.link->host_addr)));
   BundleSpec spec;
+  if (sb.link) spec.netns_path = sb.link->netns_path;
   spec.rootfs = merged;
   spec.shim = shim_;
   spec.uid = sb.uid;
@@ -402,14 +419,18 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
 }
 
 kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t generation) {
-  std::string bundle_dir = Find(id, generation)->bundle_dir;
-  return runsc_.Run({"create", "--bundle", bundle_dir, id})
+  Sandbox* sb = Find(id, generation);
+  std::string bundle_dir = sb->bundle_dir;
+  RunscNetwork network = sb->link ? RunscNetwork::kSandbox : RunscNetwork::kNone;
+  return runsc_.Run({"create", "--bundle", bundle_dir, id}, network)
       .then([](RunscResult created) {
         return Settle(RunscStatus(created, absl::StatusCode::kInternal, "cannot create sandbox: "));
       })
-      .then([this, id, generation] {
+      .then([this, id, generation, network] {
         if (Sandbox* sb = Find(id, generation)) sb->container_created = true;
-        return runsc_.Run({"start", id});
+        // Debian's runsc 20221219 sets up the sandbox's network at start (measured: a start
+        // with --network=none leaves it with loopback only).
+        return runsc_.Run({"start", id}, network);
       })
       .then([](RunscResult started) {
         return Settle(RunscStatus(started, absl::StatusCode::kInternal, "cannot start sandbox: "));
@@ -710,10 +731,9 @@ absl::StatusOr<kj::Promise<kj::AutoCloseFd>> SandboxHost::ConnectPort(
     return absl::PermissionDeniedError(absl::StrCat(
         "port ", request.port, " is not in the profile's network.inboundPorts"));
   // Mode sandbox without a namespace: its network was never set up (or is gone).
-  if (sb->netns_path.empty() || sb->sandbox_addr == 0)
-    return absl::FailedPreconditionError("sandbox has no network");
+  if (!sb->link) return absl::FailedPreconditionError("sandbox has no network");
   if (ports_ == nullptr) return absl::UnavailableError("connections are not available here");
-  return ports_->Connect(sb->netns_path, sb->sandbox_addr, request.port);
+  return ports_->Connect(sb->link->netns_path, sb->link->sandbox_addr, request.port);
 }
 
 absl::Status SandboxHost::CloseInput(const ValidatedProcessRef& request) {
@@ -761,6 +781,7 @@ void SandboxHost::Inventory(const ValidatedInventory&,
     o.setStopped(sb->stopped || sb->oom_killed);
     o.setStopReason(sb->stopped ? sb->stop_reason
                                 : sb->oom_killed ? kOomKilledSandboxReason : "");
+    DescribeNetwork(sb->id, o.initNetwork());
     for (const auto& [pid, p] : sb->processes) {
       auto po = kept[k++];
       po.setSandboxId(sb->id);
@@ -938,6 +959,11 @@ void SandboxHost::Forget(Sandbox& sandbox) {
   }
   RemoveBundle(sandbox);
   RemoveCgroups(sandbox.id);
+  // After runsc is done with it (Destroy deleted the container first).
+  if (sandbox.link) {
+    if (networks_ != nullptr) networks_->Remove(*sandbox.link);
+    else KJ_LOG(ERROR, "cannot remove a sandbox's network: networking is not set up", sandbox.id);
+  }
   sandboxes_.erase(sandbox.id);
 }
 
@@ -1079,6 +1105,12 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     // From the profile as configured now: if an operator changed its tools since, a directory
     // on PATH may be missing (harmless) or a mounted one absent from PATH.
     sb.tool_path = ToolPath(sb.profile);
+    auto block = network::ParseCidr(record->getNetworkBlock().cStr());
+    if (block && networks_ != nullptr) {
+      sb.link = networks_->LinkOf(id, block->addr);
+    } else if (record->getNetworkBlock().size() > 0) {
+      KJ_LOG(ERROR, "a sandbox with a network, but networking is not set up", id);
+    }
   }
   bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
                  sb.gid != 0;
@@ -1101,13 +1133,53 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
       WatchHostProcesses(sb);
       KJ_LOG(WARNING, "adopted a running sandbox from a previous privhelper", id);
     }
+    if (sb.link) AdoptNetwork(sb);
   } else {
     KJ_LOG(WARNING, "destroying a sandbox left by a previous privhelper", id, status);
     reaper_.add(Destroy(sb.id, sb.generation));
   }
 }
 
+void SandboxHost::AdoptNetwork(Sandbox& sb) {
+  // Its link survived; its firewall chains went with the table at start, its pin with the
+  // previous privhelper's mount namespace: both come back from the record and its sentry.
+  std::string state_file = absl::StrCat(config_.helper().getRunDir().cStr(), "/runsc/", sb.id,
+                                        "_sandbox:", sb.id, ".state");
+  const config::LaunchProfile::Reader* profile = config_.FindProfile(sb.profile);
+  config::NetworkPolicy::Reader policy =
+      profile != nullptr ? profile->getNetwork() : config::NetworkPolicy::Reader();
+  for (uint16_t port : policy.getInboundPorts()) sb.inbound_ports.push_back(port);
+  absl::Status adopted = networks_->Adopt(*sb.link, ReadHostPids(state_file).sentry, policy);
+  if (!adopted.ok())
+    KJ_LOG(ERROR, "cannot restore an adopted sandbox's network", sb.id, adopted.ToString());
+}
+
+void SandboxHost::DescribeNetwork(const std::string& sandbox_id,
+                                  api::NetworkInfo::Builder out) const {
+  auto it = sandboxes_.find(sandbox_id);
+  if (it == sandboxes_.end()) return;
+  const Sandbox& sb = *it->second;
+  out.setMode(sb.link ? "sandbox" : "none");
+  if (!sb.link) return;
+  out.setAddress(network::FormatIpv4(sb.link->sandbox_addr));
+  auto ports = out.initInboundPorts(static_cast<unsigned>(sb.inbound_ports.size()));
+  for (unsigned i = 0; i < sb.inbound_ports.size(); ++i) ports.set(i, sb.inbound_ports[i]);
+}
+
+const network::SandboxLink* SandboxHost::LinkOf(const std::string& sandbox_id) const {
+  auto it = sandboxes_.find(sandbox_id);
+  if (it == sandboxes_.end() || !it->second->running || !it->second->link) return nullptr;
+  return &*it->second->link;
+}
+
 void SandboxHost::CollectUnowned() {
+  if (networks_ != nullptr) {
+    // Namespace pins, links and firewall chains of no sandbox here (a crash mid-create or
+    // mid-delete).
+    std::set<std::string> owned;
+    for (const auto& [id, sb] : sandboxes_) owned.insert(id);
+    networks_->CollectUnowned(owned);
+  }
   // Bundles and cgroups that no sandbox owns: leftovers of a crash mid-create or mid-delete.
   for (const auto& n : DirEntries(BundlesDir())) {
     if (Find(n) != nullptr) continue;

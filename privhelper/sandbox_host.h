@@ -23,6 +23,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,10 +36,12 @@
 #include "common/process_exit.h"
 #include "privhelper/config.h"
 #include "privhelper/netns_connect.h"
+#include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
 #include "schema/config.capnp.h"
+#include "schema/api.capnp.h"
 #include "schema/helper.capnp.h"
 
 namespace paseo {
@@ -54,6 +57,14 @@ class SandboxHost {
               std::string shim, std::string cgroup_root = "/sys/fs/cgroup",
               PortConnector* ports = nullptr);
   ~SandboxHost();
+
+  // Where sandboxes with network mode "sandbox" get their network (main.cc sets it when a
+  // profile uses that mode). Without one, such a create is refused (failed-precondition).
+  void SetNetworks(network::SandboxNetworks* networks) { networks_ = networks; }
+  // A sandbox's network as the broker shows it (Api.NetworkInfo); nothing for an unknown id.
+  void DescribeNetwork(const std::string& sandbox_id, api::NetworkInfo::Builder out) const;
+  // The link of a running sandbox with network mode "sandbox", or null.
+  const network::SandboxLink* LinkOf(const std::string& sandbox_id) const;
 
   struct Stdio {
     kj::AutoCloseFd stdin_w, stdout_r, stderr_r;
@@ -155,11 +166,9 @@ class SandboxHost {
     std::vector<std::string> tool_path;
     // The home mounted in it (LaunchProfile.homePath when created), $HOME of its processes.
     std::string home;
-    // Its network (network mode sandbox; filled by the network setup from its SandboxLink,
-    // privhelper/network/sandbox_network.h): the bind-mounted namespace file connections into
-    // it start from, and its address there (host byte order). Empty / 0 without a network.
-    std::string netns_path;
-    uint32_t sandbox_addr = 0;
+    // Network mode "sandbox": its link (namespace, veth, addresses); none for "none".
+    std::optional<network::SandboxLink> link;
+    std::vector<uint16_t> inbound_ports;  // its profile's network.inboundPorts
     bool container_created = false;
     bool running = false;
     bool deleting = false;
@@ -257,8 +266,11 @@ class SandboxHost {
   void AdoptOrDestroy(const std::string& id, const std::string& status,
                       config::RestartPolicy policy);
   void CollectUnowned();
+  // An adopted sandbox's network back in place (its recorded block, pin, firewall chains).
+  void AdoptNetwork(Sandbox& sb);
 
   const Config& config_;
+  network::SandboxNetworks* networks_ = nullptr;
   RunscRunner& runsc_;
   ProcessWatcher& watcher_;
   kj::Timer& timer_;

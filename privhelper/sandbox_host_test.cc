@@ -53,8 +53,10 @@ class FakeRunsc final : public RunscRunner {
     kj::Own<kj::PromiseFulfiller<int>> exit;
   };
 
-  kj::Promise<RunscResult> Run(std::vector<std::string> args) override {
+  kj::Promise<RunscResult> Run(std::vector<std::string> args,
+                               RunscNetwork network = RunscNetwork::kNone) override {
     calls.push_back(args);
+    networks.push_back(network);
     auto it = results.find(args.at(0));
     return it == results.end() ? RunscResult{} : it->second;
   }
@@ -67,6 +69,7 @@ class FakeRunsc final : public RunscRunner {
     started.push_back({args, stdio, kj::mv(exit.fulfiller)});
     return kj::mv(exit.promise);
   }
+  std::vector<RunscNetwork> networks;  // of each Run, in order
 
   // The calls whose subcommand is `sub`.
   std::vector<std::vector<std::string>> CallsOf(const std::string& sub) const {

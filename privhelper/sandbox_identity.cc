@@ -93,25 +93,52 @@ std::string GroupWithAgent(absl::string_view group, gid_t gid) {
       [&](const std::vector<absl::string_view>& f) { return f[0] == kAgentName || f[2] == id; });
 }
 
-absl::Status WriteSandboxIdentity(const std::string& root, AgentIdentity who) {
-  int root_fd = open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (root_fd < 0) return ErrnoStatus("open", root);
-  absl::Cleanup close_root = [root_fd] { close(root_fd); };
-  int etc = Openat2(root_fd, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
-  if (etc < 0) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return ErrnoStatus("open", root + "/etc");
+// The sandbox's root and its etc/ (resolved beneath the root, following no symlink); `etc` is
+// -1 when the rootfs has none. Both closed with the struct.
+struct RootAndEtc {
+  int root = -1;
+  int etc = -1;
+  ~RootAndEtc() {
+    if (etc >= 0) close(etc);
+    if (root >= 0) close(root);
   }
-  absl::Cleanup close_etc = [etc] { close(etc); };
-  int bash = Openat2(root_fd, "bin/bash", O_PATH | O_CLOEXEC, kInRoot);
+};
+
+absl::Status OpenRootAndEtc(const std::string& root, RootAndEtc& out) {
+  out.root = open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (out.root < 0) return ErrnoStatus("open", root);
+  out.etc = Openat2(out.root, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
+  if (out.etc < 0 && errno != ENOENT) return ErrnoStatus("open", root + "/etc");
+  return absl::OkStatus();
+}
+
+absl::Status WriteSandboxIdentity(const std::string& root, AgentIdentity who) {
+  RootAndEtc dirs;
+  RETURN_IF_ERROR(OpenRootAndEtc(root, dirs));
+  if (dirs.etc < 0) return absl::OkStatus();
+  int bash = Openat2(dirs.root, "bin/bash", O_PATH | O_CLOEXEC, kInRoot);
   if (bash >= 0) {
     who.shell = "/bin/bash";
     close(bash);
   }
-  ASSIGN_OR_RETURN(std::string passwd, ReadEtcFile(etc, "passwd"));
-  ASSIGN_OR_RETURN(std::string group, ReadEtcFile(etc, "group"));
-  RETURN_IF_ERROR(ReplaceEtcFile(etc, "passwd", PasswdWithAgent(passwd, who)));
-  return ReplaceEtcFile(etc, "group", GroupWithAgent(group, who.gid));
+  ASSIGN_OR_RETURN(std::string passwd, ReadEtcFile(dirs.etc, "passwd"));
+  ASSIGN_OR_RETURN(std::string group, ReadEtcFile(dirs.etc, "group"));
+  RETURN_IF_ERROR(ReplaceEtcFile(dirs.etc, "passwd", PasswdWithAgent(passwd, who)));
+  return ReplaceEtcFile(dirs.etc, "group", GroupWithAgent(group, who.gid));
+}
+
+std::string ResolvConfFor(const std::string& nameserver) {
+  // ndots:1 and no search list: a bare name is never tried against a host's domain.
+  return absl::StrCat("# Written by paseo-sandbox: the supervisor's resolver on this sandbox's link.\n",
+                      "nameserver ", nameserver, "\n", "options ndots:1\n");
+}
+
+absl::Status WriteSandboxResolvConf(const std::string& root, const std::string& nameserver) {
+  RootAndEtc dirs;
+  RETURN_IF_ERROR(OpenRootAndEtc(root, dirs));
+  if (dirs.etc < 0) return absl::OkStatus();
+  // Renamed over whatever is there (a symlink too: the link itself is replaced, in the overlay).
+  return ReplaceEtcFile(dirs.etc, "resolv.conf", ResolvConfFor(nameserver));
 }
 
 }  // namespace paseo

@@ -39,4 +39,11 @@ std::string GroupWithAgent(absl::string_view group, gid_t gid);
 // Files larger than 1 MiB, or not regular, are refused.
 absl::Status WriteSandboxIdentity(const std::string& root, AgentIdentity who);
 
+// Network mode "sandbox": the resolv.conf naming only `nameserver` (the sandbox's host end,
+// where the supervisor's resolver answers).
+std::string ResolvConfFor(const std::string& nameserver);
+// Writes it as etc/resolv.conf beneath `root` (the sandbox's merged overlay), resolving only
+// inside it and following no symlink. A rootfs without /etc is left alone.
+absl::Status WriteSandboxResolvConf(const std::string& root, const std::string& nameserver);
+
 }  // namespace paseo

@@ -136,6 +136,24 @@ TEST_F(WriteSandboxIdentityTest, SymlinksCannotRedirectTheWrite) {
   ASSERT_EQ(system(("rm -rf " + outside).c_str()), 0);
 }
 
+TEST_F(WriteSandboxIdentityTest, ResolvConfReplacesEvenASymlinkWithoutFollowingIt) {
+  char outside_templ[] = "/tmp/resolv-outside.XXXXXX";
+  ASSERT_NE(mkdtemp(outside_templ), nullptr);
+  std::string outside = outside_templ;
+  std::ofstream(outside + "/resolv.conf") << "nameserver 1.1.1.1\n";
+  ASSERT_TRUE(WriteSandboxResolvConf(root_, "10.88.0.1").ok());  // no /etc: left alone
+  ASSERT_EQ(mkdir((root_ + "/etc").c_str(), 0755), 0);
+  ASSERT_EQ(symlink((outside + "/resolv.conf").c_str(), (root_ + "/etc/resolv.conf").c_str()), 0);
+  ASSERT_TRUE(WriteSandboxResolvConf(root_, "10.88.0.1").ok());
+  EXPECT_EQ(Read("etc/resolv.conf"), ResolvConfFor("10.88.0.1"));
+  EXPECT_NE(Read("etc/resolv.conf").find("\nnameserver 10.88.0.1\n"), std::string::npos);
+  std::ifstream in(outside + "/resolv.conf");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "nameserver 1.1.1.1\n");
+  ASSERT_EQ(system(("rm -rf " + outside).c_str()), 0);
+}
+
 TEST_F(WriteSandboxIdentityTest, AFifoOrAHugeFileIsRefused) {
   ASSERT_EQ(mkdir((root_ + "/etc").c_str(), 0755), 0);
   ASSERT_EQ(mkfifo((root_ + "/etc/passwd").c_str(), 0644), 0);

@@ -18,6 +18,9 @@ struct SandboxRecord {
   home @7 :Text;
   # The home mounted in it (config.capnp LaunchProfile.homePath); empty in records from before
   # homes existed.
+  networkBlock @8 :Text;
+  # Network mode "sandbox": the /30 of HelperNetwork.pool its link uses ("10.88.0.4/30"), so a
+  # restarted privhelper reserves it again and rebuilds its firewall chains; empty for "none".
 }
 
 struct BrokerSandbox {

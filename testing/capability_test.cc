@@ -60,11 +60,36 @@ TEST(CapabilityTest, TheFullListSufficesAndIsAllThePrivhelperHolds) {
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
 }
 
+// The network capabilities' operation, with the full list: a sandbox with network mode
+// "sandbox" runs (its link is up).
+TEST(CapabilityTest, TheFullListSufficesForASandboxNetwork) {
+  ServiceOptions options;
+  options.before_start = [](const std::string& base) {
+    WriteText(base + "/etc/profiles/default.json",
+              "{\"name\": \"default\", \"network\": {\"mode\": \"sandbox\"}}");
+  };
+  Service svc(options);
+  auto r = svc.Cli(Alpha(svc), {"run", "--", "cat", "/proc/net/dev"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "eth0")) << r.out;
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
 TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
   for (const auto& c : ServingCapabilities()) {
     SCOPED_TRACE(c.name);
     ServiceOptions options;
     options.privhelper_args = {"--without-capability", c.name};
+    bool network = c.cap == CAP_NET_ADMIN || c.cap == CAP_NET_RAW;
+    if (network) {
+      // Their operation is a sandbox with network mode "sandbox": the default profile gets it.
+      options.before_start = [](const std::string& base) {
+        WriteText(base + "/etc/profiles/default.json",
+                  "{\"name\": \"default\", \"network\": {\"mode\": \"sandbox\"}, "
+                  "\"credentials\": [{\"name\": \"tokens\", \"destination\": "
+                  "\"/credentials/tokens\"}]}");
+      };
+    }
     Service svc(options);
     if (c.cap == CAP_SETPCAP) {
       // Its operation is restarting a broker that died: kill the broker, expect no successor.

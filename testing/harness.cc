@@ -2,6 +2,7 @@
 #include "testing/harness.h"
 
 #include <fcntl.h>
+#include <net/if.h>
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
@@ -23,6 +24,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "privhelper/network/firewall.h"
 
 namespace paseo::testing {
 
@@ -341,6 +343,20 @@ std::vector<std::string> Service::Leaks() const {
     if (point.rfind(base_ + "/", 0) == 0) leaks.push_back("mount " + point);
   }
   for (pid_t pid : PidsMatching(runsc_root())) leaks.push_back("process " + std::to_string(pid));
+  // Sandbox networks: namespace pins, host ends of veth pairs in this (the privhelper's host)
+  // namespace, and firewall chains; the table itself once the service has stopped.
+  for (const auto& n : ListDir(base_ + "/run/netns")) leaks.push_back("netns " + n);
+  if (struct if_nameindex* links = if_nameindex()) {
+    for (struct if_nameindex* l = links; l->if_index != 0; ++l) {
+      if (std::strncmp(l->if_name, "psb-", 4) == 0) leaks.push_back(std::string("link ") + l->if_name);
+    }
+    if_freenameindex(links);
+  }
+  std::string listing;
+  if (network::RunNft("list table inet paseo_sandbox\n", &listing).ok()) {
+    for (const auto& tag : network::SandboxTagsIn(listing)) leaks.push_back("nft chain sb_" + tag);
+    if (privhelper_pid_ <= 0) leaks.push_back("nft table inet paseo_sandbox");
+  }
   return leaks;
 }
 

@@ -60,3 +60,6 @@ ABSL_LINKOPTS = [
 # resolves); the wrappers' own -l flags after it then add nothing. For short-lived programs
 # whose start-up matters: loading and binding ~35 shared libraries costs ~4 ms of CPU a run.
 STATIC_LINKOPTS = ["-static", "-Wl,--start-group"] + CAPNP_LINKOPTS + KJ_LINKOPTS + ABSL_LINKOPTS + ["-Wl,--end-group"]
+
+# libnl-route-3's headers include each other as <netlink/...> from /usr/include/libnl3.
+LIBNL_COPTS = ["-isystem", "/usr/include/libnl3"]

@@ -1,5 +1,6 @@
-// Where the DNS forwarder reports the addresses it handed a sandbox for an allowed name, so
-// the firewall lets the sandbox reach exactly those (netcore's Firewall implements it).
+// What the supervisor's resolver (dns_resolver.h) tells the firewall: an address an allowed name
+// resolved to, which that sandbox alone may then reach for the answer's TTL. Declared here so the
+// firewall (netcore) and the resolver (dns) can be built apart; dns_resolver.h includes this.
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,163 @@
+// See firewall_rules.h.
+#include "privhelper/network/firewall_rules.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace paseo::network {
+namespace {
+
+constexpr char kLinks[] = "\"psb-*\"";
+
+// Destinations no policy opens. The pool is added per table (other sandboxes).
+constexpr const char* kAlwaysDenied[] = {
+    "0.0.0.0/8",       // "this network"
+    "127.0.0.0/8",     // loopback
+    "169.254.0.0/16",  // link-local, cloud metadata (169.254.169.254)
+    "224.0.0.0/4",     // multicast
+    "240.0.0.0/4",     // reserved and the limited broadcast 255.255.255.255
+};
+
+std::string Prefix() { return absl::StrCat("inet ", kTable); }
+
+std::string PortSet(const std::vector<uint16_t>& ports) {
+  std::vector<uint16_t> sorted = ports;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  return absl::StrCat("{ ", absl::StrJoin(sorted, ", "), " }");
+}
+
+}  // namespace
+
+std::string SandboxChain(const std::string& sandbox_id) {
+  return absl::StrCat("sb_", SandboxTag(sandbox_id));
+}
+
+std::string RenderTable(const Cidr& pool, const std::string& uplink) {
+  std::string t = Prefix();
+  std::string out = absl::StrCat("add table ", t, "\n", "delete table ", t, "\n",
+                                 "add table ", t, "\n");
+  absl::StrAppend(&out, "add map ", t, " links { type ifname : verdict; }\n");
+  absl::StrAppend(&out, "add map ", t, " inlinks { type ifname : verdict; }\n");
+  absl::StrAppend(&out, "add chain ", t,
+                  " forward { type filter hook forward priority filter - 10; policy accept; }\n");
+  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " meta nfproto ipv6 drop\n");
+  absl::StrAppend(&out, "add rule ", t, " forward oifname ", kLinks,
+                  " ct state established,related accept\n");
+  absl::StrAppend(&out, "add rule ", t, " forward oifname ", kLinks, " drop\n");
+  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " iifname vmap @links\n");
+  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " drop\n");
+  absl::StrAppend(&out, "add chain ", t,
+                  " input { type filter hook input priority filter - 10; policy accept; }\n");
+  absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " meta nfproto ipv6 drop\n");
+  absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " iifname vmap @inlinks\n");
+  absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " drop\n");
+  absl::StrAppend(&out, "add chain ", t,
+                  " output { type filter hook output priority filter - 10; policy accept; }\n");
+  absl::StrAppend(&out, "add rule ", t, " output oifname ", kLinks,
+                  " ct state established,related accept\n");
+  absl::StrAppend(&out, "add rule ", t, " output oifname ", kLinks, " drop\n");
+  absl::StrAppend(&out, "add chain ", t,
+                  " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n");
+  std::string out_if = uplink.empty() ? absl::StrCat("oifname != ", kLinks)
+                                      : absl::StrCat("oifname \"", uplink, "\"");
+  absl::StrAppend(&out, "add rule ", t, " postrouting ip saddr ", pool.ToString(), " ", out_if,
+                  " masquerade\n");
+  return out;
+}
+
+std::string RenderTableRemoval() { return absl::StrCat("delete table ", Prefix(), "\n"); }
+
+std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
+  std::string t = Prefix();
+  std::string chain = SandboxChain(sb.sandbox_id);
+  std::string in = chain + "_in";
+  std::string set = chain + "_allow";
+  std::string out;
+  absl::StrAppend(&out, "add chain ", t, " ", chain, "\n");
+  absl::StrAppend(&out, "add chain ", t, " ", in, "\n");
+  absl::StrAppend(&out, "add set ", t, " ", set,
+                  " { type ipv4_addr . inet_service; flags interval, timeout; }\n");
+  std::vector<std::string> denied(std::begin(kAlwaysDenied), std::end(kAlwaysDenied));
+  denied.push_back(pool.ToString());
+  for (const auto& d : denied) absl::StrAppend(&out, "add rule ", t, " ", chain, " ip daddr ", d, " drop\n");
+  absl::StrAppend(&out, "add rule ", t, " ", chain, " ct state established,related accept\n");
+  for (const auto& a : sb.allow) {
+    absl::StrAppend(&out, "add rule ", t, " ", chain, " ip daddr ", a.cidr.ToString(),
+                    " meta l4proto { tcp, udp }");
+    if (!a.ports.empty()) absl::StrAppend(&out, " th dport ", PortSet(a.ports));
+    absl::StrAppend(&out, " accept\n");
+  }
+  absl::StrAppend(&out, "add rule ", t, " ", chain,
+                  " meta l4proto { tcp, udp } ip daddr . th dport @", set, " accept\n");
+  absl::StrAppend(&out, "add rule ", t, " ", chain, " drop\n");
+  // Input: only its resolver, on its own host end.
+  absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
+                  " meta l4proto { tcp, udp } th dport 53 accept\n");
+  absl::StrAppend(&out, "add rule ", t, " ", in, " drop\n");
+  absl::StrAppend(&out, "add element ", t, " links { \"", sb.host_ifname, "\" : jump ", chain,
+                  " }\n");
+  absl::StrAppend(&out, "add element ", t, " inlinks { \"", sb.host_ifname, "\" : jump ", in,
+                  " }\n");
+  return out;
+}
+
+std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag) {
+  std::string t = Prefix();
+  std::string chain = absl::StrCat("sb_", tag);
+  std::string ifname = absl::StrCat(kHostIfnamePrefix, tag);
+  // The map entries first: a chain cannot go while a jump to it exists.
+  return {
+      absl::StrCat("delete element ", t, " links { \"", ifname, "\" }\n"),
+      absl::StrCat("delete element ", t, " inlinks { \"", ifname, "\" }\n"),
+      absl::StrCat("flush chain ", t, " ", chain, "\n", "delete chain ", t, " ", chain, "\n"),
+      absl::StrCat("flush chain ", t, " ", chain, "_in\n", "delete chain ", t, " ", chain,
+                   "_in\n"),
+      absl::StrCat("delete set ", t, " ", chain, "_allow\n"),
+  };
+}
+
+std::string RenderSandboxRemoval(const std::string& tag) {
+  return absl::StrJoin(RenderSandboxRemovalSteps(tag), "");
+}
+
+std::string RenderAllowResolved(const std::string& sandbox_id, uint32_t addr,
+                                const std::vector<uint16_t>& ports, std::chrono::seconds ttl) {
+  std::string set = absl::StrCat("inet ", kTable, " ", SandboxChain(sandbox_id), "_allow");
+  std::vector<std::string> keys;
+  std::string a = FormatIpv4(addr);
+  if (ports.empty()) {
+    keys.push_back(absl::StrCat(a, " . 0-65535"));
+  } else {
+    std::vector<uint16_t> sorted = ports;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    for (uint16_t p : sorted) keys.push_back(absl::StrCat(a, " . ", p));
+  }
+  long seconds = std::max<long>(1, static_cast<long>(ttl.count()));
+  std::vector<std::string> timed;
+  for (const auto& k : keys) timed.push_back(absl::StrCat(k, " timeout ", seconds, "s"));
+  // add (so the delete finds it), delete, add: the element comes back with a fresh timeout.
+  std::string plain = absl::StrJoin(keys, ", ");
+  std::string with_timeout = absl::StrJoin(timed, ", ");
+  return absl::StrCat("add element ", set, " { ", with_timeout, " }\n", "delete element ", set,
+                      " { ", plain, " }\n", "add element ", set, " { ", with_timeout, " }\n");
+}
+
+std::vector<std::string> SandboxTagsIn(const std::string& listing) {
+  std::vector<std::string> tags;
+  for (absl::string_view line : absl::StrSplit(listing, '\n')) {
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::ConsumePrefix(&line, "chain sb_")) continue;
+    absl::string_view tag = line.substr(0, line.find_first_of(" {_"));
+    if (tag.size() == 10 && line.substr(10, 3) != "_in") tags.emplace_back(tag);
+  }
+  return tags;
+}
+
+}  // namespace paseo::network

@@ -1,0 +1,65 @@
+// The nftables rule text of the sandbox firewall, rendered by pure functions (tested in
+// firewall_rules_test.cc) and applied by Firewall (firewall.h) through libnftables.
+//
+// One table, `inet paseo_sandbox`, replaced whole at start. Its base chains only look at
+// traffic of sandbox links (interfaces "psb-*"):
+//   forward:     IPv6 from a link dropped; into a link only established/related (nothing
+//                inbound); from a link, a jump to that sandbox's chain through the verdict map
+//                `links`, and anything without one dropped.
+//   input:       from a link only DNS (UDP/TCP 53) to that link's own host end, through the
+//                map `inlinks` and the sandbox's input chain; everything else to the host (any
+//                of its addresses) dropped.
+//   output:      to a link only established/related (the resolver's answers).
+//   postrouting: the pool masqueraded when it leaves through the uplink (or any non-link).
+// Per sandbox (tag = SandboxTag(id)): chain sb_<tag> (forward), chain sb_<tag>_in (input), set
+// sb_<tag>_allow (ipv4_addr . inet_service, interval + timeout: what its resolved names opened).
+// sb_<tag>: always-denied destinations dropped (link-local and metadata, loopback, multicast,
+// broadcast and reserved, "this network", the whole pool = other sandboxes); established
+// accepted; the profile's CIDR rules; @sb_<tag>_allow; everything else dropped.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "privhelper/network/sandbox_network.h"
+
+namespace paseo::network {
+
+inline constexpr char kTable[] = "paseo_sandbox";
+
+struct CidrAllow {
+  Cidr cidr;
+  std::vector<uint16_t> ports;  // empty = every port
+};
+
+struct FirewallSandbox {
+  std::string sandbox_id;
+  std::string host_ifname;
+  uint32_t host_addr = 0;
+  std::vector<CidrAllow> allow;
+};
+
+// Deletes any previous table and creates the base one (one transaction; the `add table` first
+// makes the delete succeed when there was none). `uplink` empty = any interface but links.
+std::string RenderTable(const Cidr& pool, const std::string& uplink);
+// The table's removal (clean shutdown with no sandbox left).
+std::string RenderTableRemoval();
+// A sandbox's chains, set and map entries, as one transaction.
+std::string RenderSandbox(const FirewallSandbox& sandbox, const Cidr& pool);
+// Their removal by the sandbox's tag (SandboxTag; garbage collection knows no more), as one
+// transaction (fails as a whole if any piece is missing).
+std::string RenderSandboxRemoval(const std::string& tag);
+// The same pieces one command each, for removing what may be partly there.
+std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag);
+// Refreshes `addr` on `ports` (empty = all) in the sandbox's allow set with `ttl` (an existing
+// element is replaced, so its timeout starts again).
+std::string RenderAllowResolved(const std::string& sandbox_id, uint32_t addr,
+                                const std::vector<uint16_t>& ports, std::chrono::seconds ttl);
+// The sandbox tags of the sb_<tag> chains in `listing` (nft's `list table` text).
+std::vector<std::string> SandboxTagsIn(const std::string& listing);
+
+std::string SandboxChain(const std::string& sandbox_id);  // sb_<tag>
+
+}  // namespace paseo::network

@@ -1,0 +1,102 @@
+#include "privhelper/network/firewall_rules.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace paseo::network {
+namespace {
+
+const Cidr kPool = *ParseCidr("10.88.0.0/16");
+
+FirewallSandbox Sandbox() {
+  FirewallSandbox sb;
+  sb.sandbox_id = "sb-1";
+  sb.host_ifname = HostIfname("sb-1");
+  sb.host_addr = *ParseIpv4("10.88.0.1");
+  sb.allow = {{*ParseCidr("203.0.113.10/32"), {443, 80, 80}}, {*ParseCidr("198.51.100.0/24"), {}}};
+  return sb;
+}
+
+// The position of `needle` in `text` (npos fails the test).
+size_t At(const std::string& text, const std::string& needle) {
+  size_t pos = text.find(needle);
+  EXPECT_NE(pos, std::string::npos) << "missing: " << needle << "\nin:\n" << text;
+  return pos;
+}
+
+TEST(FirewallRules, TableReplacesAnyPreviousOneAtomically) {
+  std::string t = RenderTable(kPool, "");
+  EXPECT_TRUE(absl::StartsWith(t, "add table inet paseo_sandbox\ndelete table inet paseo_sandbox\n"
+                                  "add table inet paseo_sandbox\n"));
+  // Nothing goes into a link but answers; IPv6 from a link never passes.
+  EXPECT_LT(At(t, "forward oifname \"psb-*\" ct state established,related accept"),
+            At(t, "forward oifname \"psb-*\" drop"));
+  At(t, "forward iifname \"psb-*\" meta nfproto ipv6 drop");
+  At(t, "input iifname \"psb-*\" meta nfproto ipv6 drop");
+  // A link without its own chain passes nothing, forwarded or to the host.
+  EXPECT_LT(At(t, "forward iifname \"psb-*\" iifname vmap @links"),
+            At(t, "forward iifname \"psb-*\" drop"));
+  EXPECT_LT(At(t, "input iifname \"psb-*\" iifname vmap @inlinks"),
+            At(t, "input iifname \"psb-*\" drop"));
+  EXPECT_LT(At(t, "output oifname \"psb-*\" ct state established,related accept"),
+            At(t, "output oifname \"psb-*\" drop"));
+  At(t, "postrouting ip saddr 10.88.0.0/16 oifname != \"psb-*\" masquerade");
+  At(RenderTable(kPool, "eth1"), "postrouting ip saddr 10.88.0.0/16 oifname \"eth1\" masquerade");
+}
+
+TEST(FirewallRules, SandboxChainDeniesFirstThenAllowsThenDrops) {
+  std::string r = RenderSandbox(Sandbox(), kPool);
+  std::string chain = "sb_" + SandboxTag("sb-1");
+  size_t first_allow = At(r, chain + " ip daddr 203.0.113.10/32 meta l4proto { tcp, udp } th dport { 80, 443 } accept");
+  for (const char* denied : {"169.254.0.0/16", "127.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4",
+                             "0.0.0.0/8", "10.88.0.0/16"}) {
+    EXPECT_LT(At(r, absl::StrCat(chain, " ip daddr ", denied, " drop")), first_allow) << denied;
+  }
+  At(r, chain + " ip daddr 198.51.100.0/24 meta l4proto { tcp, udp } accept");
+  size_t learned = At(r, chain + " meta l4proto { tcp, udp } ip daddr . th dport @" + chain +
+                              "_allow accept");
+  EXPECT_LT(first_allow, learned);
+  size_t drop = At(r, "add rule inet paseo_sandbox " + chain + " drop\n");
+  EXPECT_LT(learned, drop);
+  At(r, "add set inet paseo_sandbox " + chain +
+            "_allow { type ipv4_addr . inet_service; flags interval, timeout; }");
+  // To the host: DNS on its own host end only, then nothing.
+  size_t dns = At(r, chain + "_in ip daddr 10.88.0.1 meta l4proto { tcp, udp } th dport 53 accept");
+  EXPECT_LT(dns, At(r, chain + "_in drop"));
+  At(r, "links { \"" + HostIfname("sb-1") + "\" : jump " + chain + " }");
+  At(r, "inlinks { \"" + HostIfname("sb-1") + "\" : jump " + chain + "_in }");
+}
+
+TEST(FirewallRules, RemovalTakesMapEntriesBeforeChains) {
+  std::string tag = SandboxTag("sb-1");
+  std::string r = RenderSandboxRemoval(tag);
+  EXPECT_LT(At(r, "delete element inet paseo_sandbox links { \"psb-" + tag + "\" }"),
+            At(r, "delete chain inet paseo_sandbox sb_" + tag + "\n"));
+  EXPECT_LT(At(r, "delete element inet paseo_sandbox inlinks"),
+            At(r, "delete chain inet paseo_sandbox sb_" + tag + "_in"));
+  At(r, "delete set inet paseo_sandbox sb_" + tag + "_allow");
+  EXPECT_EQ(RenderSandboxRemovalSteps(tag).size(), 5u);
+}
+
+TEST(FirewallRules, AllowResolvedRefreshesTheTimeout) {
+  std::string set = "inet paseo_sandbox sb_" + SandboxTag("sb-1") + "_allow";
+  std::string r = RenderAllowResolved("sb-1", *ParseIpv4("203.0.113.7"), {443, 80},
+                                      std::chrono::seconds(300));
+  EXPECT_EQ(r, "add element " + set + " { 203.0.113.7 . 80 timeout 300s, 203.0.113.7 . 443 timeout 300s }\n"
+               "delete element " + set + " { 203.0.113.7 . 80, 203.0.113.7 . 443 }\n"
+               "add element " + set + " { 203.0.113.7 . 80 timeout 300s, 203.0.113.7 . 443 timeout 300s }\n");
+  At(RenderAllowResolved("sb-1", *ParseIpv4("203.0.113.7"), {}, std::chrono::seconds(60)),
+     "203.0.113.7 . 0-65535 timeout 60s");
+}
+
+TEST(FirewallRules, TagsFromAListing) {
+  std::string a = SandboxTag("a"), b = SandboxTag("b");
+  std::string listing = "table inet paseo_sandbox {\n\tmap links {\n\t}\n\tchain forward {\n\t}\n"
+                        "\tchain sb_" + a + " {\n\t\tdrop\n\t}\n\tchain sb_" + a + "_in {\n\t}\n"
+                        "\tchain sb_" + b + "_in {\n\t}\n}\n";
+  EXPECT_EQ(SandboxTagsIn(listing), std::vector<std::string>{a});
+}
+
+}  // namespace
+}  // namespace paseo::network

@@ -1,0 +1,158 @@
+// Real namespaces, veth pairs and nftables, as root of a user namespace of the test's own (no
+// host change): what Create makes, what its firewall lets through to the host, and that Remove
+// and CollectUnowned leave nothing.
+#include "privhelper/network/sandbox_networks.h"
+
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <capnp/message.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "privhelper/network/links.h"
+#include "privhelper/network/netns.h"
+#include "privhelper/network/userns_sandbox.h"
+
+namespace paseo::network {
+namespace {
+
+// A TCP listener on addr:port in the calling thread's namespace.
+int Listen(uint32_t addr, uint16_t port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(addr);
+  sin.sin_port = htons(port);
+  if (bind(s, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0 || listen(s, 4) != 0) {
+    close(s);
+    return -1;
+  }
+  return s;
+}
+
+// Whether a TCP connection to addr:port completes within half a second.
+bool Connects(uint32_t addr, uint16_t port) {
+  int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_addr.s_addr = htonl(addr);
+  sin.sin_port = htons(port);
+  int rc = connect(s, reinterpret_cast<sockaddr*>(&sin), sizeof(sin));
+  bool ok = rc == 0;
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd p{s, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ok = poll(&p, 1, 500) == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+  }
+  close(s);
+  return ok;
+}
+
+TEST(SandboxNetworks, CreateFirewallRemoveAndCollect) {
+  std::string dir = testing::TempDir("nets");
+  ASSERT_FALSE(dir.empty());
+  capnp::MallocMessageBuilder message;
+  auto policy = message.initRoot<config::NetworkPolicy>();
+  policy.setMode(config::NetworkMode::SANDBOX);
+  auto rules = policy.initAllowCidrs(1);
+  rules[0].setCidr("203.0.113.10/32");
+  rules[0].initPorts(1).set(0, 80);
+  int rc = testing::InUserNamespace([&] {
+    int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    CHECK_OR_FAIL(host >= 0);
+    // Loopback up in our (the "host") namespace, as on a real host.
+    int ctl = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    ifreq ifr{};
+    std::strcpy(ifr.ifr_name, "lo");
+    CHECK_OR_FAIL(ioctl(ctl, SIOCGIFFLAGS, &ifr) == 0);
+    ifr.ifr_flags |= IFF_UP;
+    CHECK_OR_FAIL(ioctl(ctl, SIOCSIFFLAGS, &ifr) == 0);
+    close(ctl);
+    SandboxNetworks nets(host, dir, *ParseCidr("10.88.0.0/24"), "");
+    absl::Status started = nets.Start();
+    if (!started.ok()) std::fprintf(stderr, "%s\n", started.ToString().c_str());
+    CHECK_OR_FAIL(started.ok());
+    auto link = nets.Create("sb-1", policy.asReader());
+    if (!link.ok()) std::fprintf(stderr, "%s\n", link.status().ToString().c_str());
+    CHECK_OR_FAIL(link.ok());
+    CHECK_OR_FAIL(FormatIpv4(link->host_addr) == "10.88.0.1");
+    CHECK_OR_FAIL(FormatIpv4(link->sandbox_addr) == "10.88.0.2");
+    CHECK_OR_FAIL(IsNetns(link->netns_path));
+    auto links = ListLinks(nets.host_ns_fd(), "psb-");
+    CHECK_OR_FAIL(links.ok() && *links == std::vector<std::string>{HostIfname("sb-1")});
+    auto tags = nets.firewall().SandboxTags();
+    CHECK_OR_FAIL(tags.ok() && *tags == std::vector<std::string>{SandboxTag("sb-1")});
+    // A second sandbox with the same id is refused and leaves the first intact.
+    CHECK_OR_FAIL(!nets.Create("sb-1", policy.asReader()).ok());
+    CHECK_OR_FAIL(IsNetns(link->netns_path));
+
+    // From the sandbox's namespace (the kernel stack standing in for gVisor's): its resolver
+    // port on the host end is reachable, any other host port is not.
+    int dns = Listen(link->host_addr, 53);
+    int other = Listen(link->host_addr, 8080);
+    int loopback = Listen(INADDR_LOOPBACK, 8081);
+    CHECK_OR_FAIL(dns >= 0 && other >= 0 && loopback >= 0);
+    bool dns_ok = false, other_ok = true, loop_ok = true;
+    CHECK_OR_FAIL(InNetnsFile(link->netns_path, [&] {
+                    dns_ok = Connects(link->host_addr, 53);
+                    other_ok = Connects(link->host_addr, 8080);
+                    loop_ok = Connects(INADDR_LOOPBACK, 8081);
+                    return absl::OkStatus();
+                  }).ok());
+    CHECK_OR_FAIL(dns_ok);
+    CHECK_OR_FAIL(!other_ok);
+    CHECK_OR_FAIL(!loop_ok);  // its own loopback: nothing listens there
+    // Nothing from the host reaches into the sandbox.
+    int inside = -1;
+    CHECK_OR_FAIL(InNetnsFile(link->netns_path, [&] {
+                    inside = Listen(link->sandbox_addr, 9000);
+                    return absl::OkStatus();
+                  }).ok());
+    CHECK_OR_FAIL(inside >= 0);
+    CHECK_OR_FAIL(!Connects(link->sandbox_addr, 9000));
+    for (int fd : {dns, other, loopback, inside}) close(fd);
+
+    nets.Remove(*link);
+    CHECK_OR_FAIL(!IsNetns(link->netns_path));
+    links = ListLinks(nets.host_ns_fd(), "psb-");
+    CHECK_OR_FAIL(links.ok() && links->empty());
+    tags = nets.firewall().SandboxTags();
+    CHECK_OR_FAIL(tags.ok() && tags->empty());
+
+    // Garbage collection: of two, only the owned one stays.
+    auto a = nets.Create("sb-a", policy.asReader());
+    auto b = nets.Create("sb-b", policy.asReader());
+    CHECK_OR_FAIL(a.ok() && b.ok());
+    nets.CollectUnowned({"sb-a"});
+    CHECK_OR_FAIL(IsNetns(a->netns_path) && access(b->netns_path.c_str(), F_OK) != 0);
+    links = ListLinks(nets.host_ns_fd(), "psb-");
+    CHECK_OR_FAIL(links.ok() && *links == std::vector<std::string>{HostIfname("sb-a")});
+    tags = nets.firewall().SandboxTags();
+    CHECK_OR_FAIL(tags.ok() && *tags == std::vector<std::string>{SandboxTag("sb-a")});
+    nets.CollectUnowned({});
+    links = ListLinks(nets.host_ns_fd(), "psb-");
+    CHECK_OR_FAIL(links.ok() && links->empty());
+    nets.Stop();
+    return true;
+  });
+  rmdir((dir + "/netns").c_str());
+  rmdir(dir.c_str());
+  if (rc == 77) GTEST_SKIP() << "no unprivileged user namespaces here";
+  EXPECT_EQ(rc, 0);
+}
+
+}  // namespace
+}  // namespace paseo::network
