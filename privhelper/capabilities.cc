@@ -26,6 +26,8 @@ const std::vector<KeptCapability>& ServingCapabilities() {
        "network mode \"sandbox\": veth links, addresses, routes and the nftables firewall"},
       {CAP_NET_RAW, "cap_net_raw",
        "network mode \"sandbox\": runsc start opening the packet socket on the sandbox's eth0"},
+      {CAP_NET_BIND_SERVICE, "cap_net_bind_service",
+       "network mode \"sandbox\": the supervisor's resolver on port 53 of each link's host end"},
   };
   return kList;
 }

@@ -42,6 +42,9 @@
 #include "privhelper/config.h"
 #include "privhelper/helper_server.h"
 #include "privhelper/netns_connect.h"
+#include "privhelper/network/dns_resolver.h"
+#include "privhelper/network/dns_upstreams.h"
+#include "privhelper/network/netns.h"
 #include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
@@ -459,6 +462,7 @@ int Serve(const Options& options, const std::string& program) {
   SandboxHost host(**config, runsc, watcher, events.getTimer(), shim, "/sys/fs/cgroup", &ports);
   // Network mode "sandbox": only if a profile uses it is anything changed on the host.
   std::unique_ptr<network::SandboxNetworks> networks;
+  std::unique_ptr<network::DnsResolver> dns;  // destroyed before the firewall it feeds
   if ((*config)->UsesSandboxNetwork()) {
     auto pool = network::ParseCidr(helper.getNetwork().getPool().cStr());  // validated
     networks = std::make_unique<network::SandboxNetworks>(host_net, run_dir, *pool,
@@ -467,6 +471,30 @@ int Serve(const Options& options, const std::string& program) {
     if (started.ok()) {
       runsc.SetHideProcSysNet(networks->hide_proc_sys_net());
       host.SetNetworks(networks.get());
+      std::vector<std::string> configured;
+      for (auto u : helper.getNetwork().getDnsUpstreams()) configured.emplace_back(u.cStr());
+      auto upstreams = network::LoadDnsUpstreams(configured);
+      if (upstreams.ok()) {
+        // Every resolver socket (listeners on the links' host ends, queries to the upstreams)
+        // is made in the host's namespace; this thread stays in the control namespace.
+        network::DnsResolverOptions dns_options;
+        dns_options.make_socket = [ns = networks->host_ns_fd()](int type) {
+          int fd = -1, err = 0;
+          absl::Status made = network::InNetns(ns, [&] {
+            fd = socket(AF_INET, type, 0);
+            err = errno;
+            return absl::OkStatus();
+          });
+          errno = made.ok() ? err : EPERM;
+          return made.ok() ? fd : -1;
+        };
+        dns = std::make_unique<network::DnsResolver>(events, *io.lowLevelProvider, *upstreams,
+                                                     networks->firewall(), dns_options);
+        host.SetDns(dns.get());
+      } else {
+        Log(absl::StrCat("no DNS upstream; names in profiles' allowNames will not resolve: ",
+                         upstreams.status().message()));
+      }
     } else {
       // Fail closed for those profiles only: their creates are refused (failed-precondition),
       // sandboxes without a network still work.

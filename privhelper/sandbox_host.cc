@@ -353,6 +353,9 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     // After every check, before anything runs: Forget removes it again on any failure.
     ASSIGN_OR_RETURN(sb.link, networks_->Create(sb.id, policy));
     for (uint16_t port : policy.getInboundPorts()) sb.inbound_ports.push_back(port);
+    if (dns_ != nullptr)
+      RETURN_IF_ERROR(dns_->AddSandbox(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                                       network::AllowedNamesFrom(policy)));
   }
   RETURN_IF_ERROR(WriteBundle(sb, request, plan));
   std::move(forget).Cancel();
@@ -961,6 +964,7 @@ void SandboxHost::Forget(Sandbox& sandbox) {
   RemoveCgroups(sandbox.id);
   // After runsc is done with it (Destroy deleted the container first).
   if (sandbox.link) {
+    if (dns_ != nullptr) dns_->RemoveSandbox(sandbox.id);
     if (networks_ != nullptr) networks_->Remove(*sandbox.link);
     else KJ_LOG(ERROR, "cannot remove a sandbox's network: networking is not set up", sandbox.id);
   }
@@ -1152,6 +1156,12 @@ void SandboxHost::AdoptNetwork(Sandbox& sb) {
   absl::Status adopted = networks_->Adopt(*sb.link, ReadHostPids(state_file).sentry, policy);
   if (!adopted.ok())
     KJ_LOG(ERROR, "cannot restore an adopted sandbox's network", sb.id, adopted.ToString());
+  if (adopted.ok() && dns_ != nullptr) {
+    absl::Status served = dns_->AddSandbox(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                                           network::AllowedNamesFrom(policy));
+    if (!served.ok())
+      KJ_LOG(ERROR, "cannot serve an adopted sandbox's DNS", sb.id, served.ToString());
+  }
 }
 
 void SandboxHost::DescribeNetwork(const std::string& sandbox_id,

@@ -36,6 +36,7 @@
 #include "common/process_exit.h"
 #include "privhelper/config.h"
 #include "privhelper/netns_connect.h"
+#include "privhelper/network/dns_resolver.h"
 #include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/request_validation.h"
@@ -61,6 +62,9 @@ class SandboxHost {
   // Where sandboxes with network mode "sandbox" get their network (main.cc sets it when a
   // profile uses that mode). Without one, such a create is refused (failed-precondition).
   void SetNetworks(network::SandboxNetworks* networks) { networks_ = networks; }
+  // The resolver every sandbox with network mode "sandbox" gets at its link's host end (main.cc
+  // sets it with the networks). Without one, their names do not resolve.
+  void SetDns(network::DnsResolver* dns) { dns_ = dns; }
   // A sandbox's network as the broker shows it (Api.NetworkInfo); nothing for an unknown id.
   void DescribeNetwork(const std::string& sandbox_id, api::NetworkInfo::Builder out) const;
   // The link of a running sandbox with network mode "sandbox", or null.
@@ -271,6 +275,7 @@ class SandboxHost {
 
   const Config& config_;
   network::SandboxNetworks* networks_ = nullptr;
+  network::DnsResolver* dns_ = nullptr;
   RunscRunner& runsc_;
   ProcessWatcher& watcher_;
   kj::Timer& timer_;

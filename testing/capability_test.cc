@@ -80,9 +80,12 @@ TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
     SCOPED_TRACE(c.name);
     ServiceOptions options;
     options.privhelper_args = {"--without-capability", c.name};
-    bool network = c.cap == CAP_NET_ADMIN || c.cap == CAP_NET_RAW;
+    bool network =
+        c.cap == CAP_NET_ADMIN || c.cap == CAP_NET_RAW || c.cap == CAP_NET_BIND_SERVICE;
     if (network) {
-      // Their operation is a sandbox with network mode "sandbox": the default profile gets it.
+      // Their operation is a sandbox with network mode "sandbox": the default profile gets it,
+      // with a resolver (its upstream is never asked: the profile allows no name).
+      options.helper_json_extra = R"(, "network": {"dnsUpstreams": ["192.0.2.53"]})";
       options.before_start = [](const std::string& base) {
         WriteText(base + "/etc/profiles/default.json",
                   "{\"name\": \"default\", \"network\": {\"mode\": \"sandbox\"}, "

@@ -55,10 +55,15 @@ bool NeverAllowed(uint32_t addr) {
   return first == 0 || first == 127 || (addr >> 16) == 0xA9FE || first >= 224;
 }
 
+int MakeSocket(const DnsResolverOptions& options, int type) {
+  return options.make_socket ? options.make_socket(type) : socket(AF_INET, type, 0);
+}
+
 // A bound, non-blocking socket on host_addr:port; IP_FREEBIND lets the bind succeed before
 // the link's address is configured.
-absl::StatusOr<kj::AutoCloseFd> BoundSocket(int type, uint32_t host_addr, uint16_t port) {
-  int fd = socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+absl::StatusOr<kj::AutoCloseFd> BoundSocket(const DnsResolverOptions& options, int type,
+                                            uint32_t host_addr, uint16_t port) {
+  int fd = MakeSocket(options, type | SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd < 0) return ErrnoStatus("socket", "");
   kj::AutoCloseFd owned(fd);
   int one = 1;
@@ -343,7 +348,7 @@ class DnsResolver::SandboxDns {
 
   kj::Promise<std::optional<dns::Response>> UdpExchange(DnsUpstream up, dns::Question question,
                                                         kj::TimePoint deadline) {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = MakeSocket(resolver_.options_, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return std::optional<dns::Response>();
     auto q = kj::heap<UdpQuery>(UdpQuery{kj::AutoCloseFd(fd), kj::Own<kj::UnixEventPort::FdObserver>(), RandomId(), question, up});
     sockaddr_in to = Ipv4(up.addr, up.port);
@@ -386,7 +391,7 @@ class DnsResolver::SandboxDns {
 
   kj::Promise<std::optional<dns::Response>> TcpExchange(DnsUpstream up, dns::Question question,
                                                         kj::TimePoint deadline) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = MakeSocket(resolver_.options_, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return std::optional<dns::Response>();
     sockaddr_in to = Ipv4(up.addr, up.port);
     uint16_t id = RandomId();
@@ -441,8 +446,8 @@ DnsResolver::~DnsResolver() = default;
 absl::Status DnsResolver::AddSandbox(const std::string& id, uint32_t host_addr,
                                      uint32_t sandbox_addr, std::vector<AllowedName> names) {
   if (sandboxes_.count(id)) return absl::AlreadyExistsError("DNS for " + id + " is served already");
-  ASSIGN_OR_RETURN(kj::AutoCloseFd udp, BoundSocket(SOCK_DGRAM, host_addr, options_.listen_port));
-  ASSIGN_OR_RETURN(kj::AutoCloseFd tcp, BoundSocket(SOCK_STREAM, host_addr, options_.listen_port));
+  ASSIGN_OR_RETURN(kj::AutoCloseFd udp, BoundSocket(options_, SOCK_DGRAM, host_addr, options_.listen_port));
+  ASSIGN_OR_RETURN(kj::AutoCloseFd tcp, BoundSocket(options_, SOCK_STREAM, host_addr, options_.listen_port));
   sandboxes_.emplace(id, kj::heap<SandboxDns>(*this, id, sandbox_addr, std::move(names),
                                               kj::mv(udp), kj::mv(tcp)));
   return absl::OkStatus();

@@ -21,6 +21,8 @@
 //   dns.RemoveSandbox("sb-1");  // closes its sockets, cancels its queries
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -56,6 +58,11 @@ struct DnsResolverOptions {
   size_t max_in_flight = 64;                        // queries per sandbox (UDP and TCP)
   size_t max_tcp_connections = 8;                   // per sandbox
   kj::Duration tcp_idle_timeout = 10 * kj::SECONDS;
+  // Makes every socket (the sandbox's listeners and each upstream query's): an AF_INET socket
+  // of `type` (which includes SOCK_NONBLOCK | SOCK_CLOEXEC), or -1 with errno. Empty: socket(2)
+  // in the calling thread's network namespace. The privhelper serves from its control
+  // namespace and makes them in the host's, where the links' host ends and the upstreams are.
+  std::function<int(int type)> make_socket;
 };
 
 class DnsResolver {
