@@ -44,6 +44,7 @@
 #include "privhelper/netns_connect.h"
 #include "privhelper/network/dns_resolver.h"
 #include "privhelper/network/dns_upstreams.h"
+#include "privhelper/network/firewall_rules.h"
 #include "privhelper/network/netns.h"
 #include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
@@ -458,7 +459,7 @@ int Serve(const Options& options, const std::string& program) {
                            {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
   PidfdWatcher watcher(events);
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
-  NetnsPortConnector ports(events, events.getTimer());
+  NetnsPortConnector ports(events, events.getTimer(), kConnectPatience, network::kInboundMark);
   SandboxHost host(**config, runsc, watcher, events.getTimer(), shim, "/sys/fs/cgroup", &ports);
   // Network mode "sandbox": only if a profile uses it is anything changed on the host.
   std::unique_ptr<network::SandboxNetworks> networks;

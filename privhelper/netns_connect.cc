@@ -33,7 +33,7 @@ absl::Status NamespaceError(const char* op, const std::string& path, int err) {
 // Runs on its own thread: setns(2) changes only the calling thread's namespace, and this thread
 // ends right after, so no other code ever runs in the sandbox's namespace.
 absl::StatusOr<kj::AutoCloseFd> ConnectFromInside(const std::string& netns_path, uint32_t addr,
-                                                  uint16_t port) {
+                                                  uint16_t port, uint32_t mark) {
   int ns = open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
   if (ns < 0) return NamespaceError("open", netns_path, errno);
   kj::AutoCloseFd ns_fd(ns);
@@ -41,6 +41,8 @@ absl::StatusOr<kj::AutoCloseFd> ConnectFromInside(const std::string& netns_path,
   int s = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
   if (s < 0) return NamespaceError("socket in", netns_path, errno);
   kj::AutoCloseFd sock(s);
+  if (mark != 0 && setsockopt(s, SOL_SOCKET, SO_MARK, &mark, sizeof(mark)) != 0)
+    return NamespaceError("setsockopt(SO_MARK) in", netns_path, errno);
   sockaddr_in to = {};
   to.sin_family = AF_INET;
   to.sin_port = htons(port);
@@ -69,16 +71,16 @@ absl::Status ConnectResult(int fd, uint16_t port) {
 }  // namespace
 
 absl::StatusOr<kj::AutoCloseFd> StartConnectInNetns(const std::string& netns_path, uint32_t addr,
-                                                     uint16_t port) {
+                                                     uint16_t port, uint32_t mark) {
   absl::StatusOr<kj::AutoCloseFd> result = absl::InternalError("the connect thread did not run");
-  std::thread inside([&] { result = ConnectFromInside(netns_path, addr, port); });
+  std::thread inside([&] { result = ConnectFromInside(netns_path, addr, port, mark); });
   inside.join();
   return result;
 }
 
 kj::Promise<kj::AutoCloseFd> NetnsPortConnector::Connect(const std::string& netns_path,
                                                          uint32_t addr, uint16_t port) {
-  absl::StatusOr<kj::AutoCloseFd> started = StartConnectInNetns(netns_path, addr, port);
+  absl::StatusOr<kj::AutoCloseFd> started = StartConnectInNetns(netns_path, addr, port, mark_);
   if (!started.ok()) return StatusToException(started.status());
   // The socket outlives the observer (attached outside it): an fd must leave epoll before it
   // is closed, or a reused number would lose its registration.

@@ -38,14 +38,16 @@ inline constexpr kj::Duration kConnectPatience = 3 * kj::SECONDS;
 // Opens a TCP socket inside `netns_path` (from a thread that joins it) and starts connecting
 // it, non-blocking. The returned socket is connected or connecting; a refusal known at once is
 // unavailable. Needs CAP_SYS_ADMIN (setns).
+// A non-zero `mark` is set on the socket (SO_MARK, CAP_NET_ADMIN): the firewall lets only
+// marked connections from the host into sandbox links (firewall_rules.h kInboundMark).
 absl::StatusOr<kj::AutoCloseFd> StartConnectInNetns(const std::string& netns_path, uint32_t addr,
-                                                     uint16_t port);
+                                                     uint16_t port, uint32_t mark = 0);
 
 class NetnsPortConnector final : public PortConnector {
  public:
   NetnsPortConnector(kj::UnixEventPort& events, kj::Timer& timer,
-                     kj::Duration patience = kConnectPatience)
-      : events_(events), timer_(timer), patience_(patience) {}
+                     kj::Duration patience = kConnectPatience, uint32_t mark = 0)
+      : events_(events), timer_(timer), patience_(patience), mark_(mark) {}
 
   kj::Promise<kj::AutoCloseFd> Connect(const std::string& netns_path, uint32_t addr,
                                        uint16_t port) override;
@@ -54,6 +56,7 @@ class NetnsPortConnector final : public PortConnector {
   kj::UnixEventPort& events_;
   kj::Timer& timer_;
   kj::Duration patience_;
+  uint32_t mark_;
 };
 
 }  // namespace paseo

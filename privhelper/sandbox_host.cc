@@ -734,9 +734,13 @@ absl::StatusOr<kj::Promise<kj::AutoCloseFd>> SandboxHost::ConnectPort(
     return absl::PermissionDeniedError(absl::StrCat(
         "port ", request.port, " is not in the profile's network.inboundPorts"));
   // Mode sandbox without a namespace: its network was never set up (or is gone).
-  if (!sb->link) return absl::FailedPreconditionError("sandbox has no network");
+  if (!sb->link || networks_ == nullptr) return absl::FailedPreconditionError("sandbox has no network");
   if (ports_ == nullptr) return absl::UnavailableError("connections are not available here");
-  return ports_->Connect(sb->link->netns_path, sb->link->sandbox_addr, request.port);
+  // From the host's end of its link: gVisor takes the sandbox-side address off the veth, so
+  // the sandbox's namespace has no route to it; the connection is marked so the firewall lets
+  // it (and only it) into the link.
+  return ports_->Connect(absl::StrCat("/proc/self/fd/", networks_->host_ns_fd()),
+                         sb->link->sandbox_addr, request.port);
 }
 
 absl::Status SandboxHost::CloseInput(const ValidatedProcessRef& request) {

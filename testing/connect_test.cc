@@ -7,6 +7,7 @@
 // through the API and through the CLI; a port the profile does not list is refused; a client of
 // another deployment cannot reach the sandbox at all; and nothing listens in the service's own
 // network namespace (the harness's), so no host port was opened for it.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <string>
@@ -115,7 +116,9 @@ class ConnectTest : public ::testing::Test {
 
 Service* ConnectTest::svc_ = nullptr;
 
+// Until end of file (the socket arrives non-blocking, as the privhelper made it).
 std::string ReadAll(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string out;
   char buf[256];
   ssize_t n;

@@ -55,12 +55,17 @@ std::string RenderTable(const Cidr& pool, const std::string& uplink) {
   absl::StrAppend(&out, "add chain ", t,
                   " input { type filter hook input priority filter - 10; policy accept; }\n");
   absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " meta nfproto ipv6 drop\n");
+  // Replies to the privhelper's marked connections into the sandbox (Sandbox.connect).
+  absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks,
+                  " ct state established,related accept\n");
   absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " iifname vmap @inlinks\n");
   absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " drop\n");
   absl::StrAppend(&out, "add chain ", t,
                   " output { type filter hook output priority filter - 10; policy accept; }\n");
   absl::StrAppend(&out, "add rule ", t, " output oifname ", kLinks,
                   " ct state established,related accept\n");
+  absl::StrAppend(&out, "add rule ", t, " output oifname ", kLinks, " meta mark ",
+                  kInboundMark, " tcp flags syn ct state new accept\n");
   absl::StrAppend(&out, "add rule ", t, " output oifname ", kLinks, " drop\n");
   absl::StrAppend(&out, "add chain ", t,
                   " postrouting { type nat hook postrouting priority srcnat; policy accept; }\n");

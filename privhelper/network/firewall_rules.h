@@ -28,6 +28,9 @@
 namespace paseo::network {
 
 inline constexpr char kTable[] = "paseo_sandbox";
+// The socket mark (SO_MARK, which needs CAP_NET_ADMIN) of the privhelper's Sandbox.connect
+// connections: the only traffic the host may start into a sandbox link.
+inline constexpr uint32_t kInboundMark = 0x70736231;
 
 struct CidrAllow {
   Cidr cidr;
