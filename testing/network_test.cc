@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <cstdio>
 #include <thread>
 
@@ -22,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
+#include "absl/types/span.h"
+#include "privhelper/network/dns_message.h"
 #include "privhelper/network/firewall.h"
 #include "privhelper/network/links.h"
 #include "privhelper/network/netns.h"
@@ -38,13 +42,16 @@ Identity Net(const Service& svc) { return {kNetUid, kNetUid, {kNetUid, svc.socke
 
 ServiceOptions NetworkOptions() {
   ServiceOptions options;
-  options.helper_json_extra = absl::StrCat(R"(, "network": {"pool": ")", kPool, R"("})");
+  options.helper_json_extra = absl::StrCat(R"(, "network": {"pool": ")", kPool,
+                                           R"(", "dnsUpstreams": ["203.0.113.53"]})");
   options.before_start = [](const std::string& base) {
     mkdir((base + "/ws-net").c_str(), 0755);
     chown((base + "/ws-net").c_str(), kNetUid, kNetUid);
     WriteText(base + "/etc/profiles/net.json",
               R"({"name": "net", "network": {"mode": "sandbox",
                   "allowCidrs": [{"cidr": "203.0.113.10/32", "ports": [80]}],
+                  "allowNames": [{"name": "allowed.example", "ports": [80]},
+                                 {"name": "*.wild.example", "ports": [80]}],
                   "inboundPorts": [9000]}})");
     WriteText(base + "/etc/deployments/net.json",
               absl::StrCat(R"({"id": "net", "allowedUids": [4646], "profiles": ["net", "default"],
@@ -91,6 +98,54 @@ void Serve(int listener, std::string tag) {
   }).detach();
 }
 
+// The internet's DNS server (UDP 53 on 203.0.113.53): a few names, NXDOMAIN for the rest; it
+// records every name it was asked.
+const std::map<std::string, uint32_t> kZone = {
+    {"allowed.example", 0xcb007114},  // 203.0.113.20
+    {"other.example", 0xcb007115},    // 203.0.113.21
+    {"x.wild.example", 0xcb007116},   // 203.0.113.22
+    {"wild.example", 0xcb007117},     // 203.0.113.23
+};
+std::mutex g_asked_mu;
+std::vector<std::string> g_asked;
+
+std::vector<std::string> Asked() {
+  std::lock_guard<std::mutex> lock(g_asked_mu);
+  return g_asked;
+}
+
+void ServeDns(int udp) {
+  std::thread([udp] {
+    for (;;) {
+      uint8_t buf[1500];
+      sockaddr_in from{};
+      socklen_t len = sizeof(from);
+      ssize_t n = recvfrom(udp, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len);
+      if (n <= 0) continue;
+      auto query = network::dns::ParseQuery(absl::MakeConstSpan(buf, static_cast<size_t>(n)));
+      if (!query.ok()) continue;
+      std::string name = network::dns::Dotted(query->question.name);
+      {
+        std::lock_guard<std::mutex> lock(g_asked_mu);
+        g_asked.push_back(name);
+      }
+      auto it = kZone.find(name);
+      std::vector<network::dns::Record> answers;
+      if (it != kZone.end() && query->question.type == 1) {
+        network::dns::Record a;
+        a.name = query->question.name;
+        a.type = 1;
+        a.klass = 1;
+        a.ttl = 300;
+        a.addr = it->second;
+        answers.push_back(a);
+      }
+      auto reply = network::dns::BuildResponse(*query, it == kZone.end() ? 3 : 0, answers, 1232);
+      sendto(udp, reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
+    }
+  }).detach();
+}
+
 // A listener on 0.0.0.0:port in the calling thread's namespace.
 int ListenAny(uint16_t port) {
   int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -119,6 +174,9 @@ void BuildInternet(const Service& svc) {
   close(host);
   ASSERT_EQ(RunIn(pin, {"ip", "addr", "add", "203.0.113.10/32", "dev", "lo"}), 0);
   ASSERT_EQ(RunIn(pin, {"ip", "addr", "add", "169.254.169.254/32", "dev", "lo"}), 0);
+  for (const char* a : {"203.0.113.20/32", "203.0.113.21/32", "203.0.113.22/32",
+                        "203.0.113.23/32", "203.0.113.53/32"})
+    ASSERT_EQ(RunIn(pin, {"ip", "addr", "add", a, "dev", "lo"}), 0) << a;
   ASSERT_EQ(RunIn("", {"ip", "route", "add", "203.0.113.0/24", "via", "192.0.2.2"}), 0);
   ASSERT_EQ(RunIn("", {"ip", "route", "add", "169.254.169.254/32", "via", "192.0.2.2"}), 0);
   ASSERT_TRUE(network::InNetnsFile(pin, [] {
@@ -126,6 +184,14 @@ void BuildInternet(const Service& svc) {
                 if (p80 < 0 || p8080 < 0) return absl::InternalError("listen");
                 Serve(p80, "internet-80");
                 Serve(p8080, "internet-8080");
+                int dns = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+                sockaddr_in at{};
+                at.sin_family = AF_INET;
+                at.sin_port = htons(53);
+                at.sin_addr.s_addr = htonl(0xcb007135);  // 203.0.113.53
+                if (bind(dns, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0)
+                  return absl::InternalError("bind dns");
+                ServeDns(dns);
                 return absl::OkStatus();
               }).ok());
   // The host itself: every address of this namespace (its loopback, the uplink 192.0.2.1, each
@@ -227,6 +293,43 @@ TEST(NetworkTest, EgressOnlyWhereThePolicyAllows) {
       << "a connection from the host into a sandbox succeeded";
   close(s);
 
+  for (const auto& id : {a, b}) EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+// Names: the supervisor's resolver answers only allowed names (exact, or strictly below a
+// "*." suffix), asks the upstream nothing else, and each answer opens that address on the
+// rule's ports for the sandbox that asked, only.
+TEST(NetworkTest, AllowedNamesResolveAndOpenOnlyTheirAddresses) {
+  Service& svc = *g_service;
+  BuildInternet(svc);
+  std::string a = CreateNetSandbox(svc);
+  std::string b = CreateNetSandbox(svc);
+  auto lookup = [&](const std::string& sandbox, const std::string& name) {
+    return svc.Cli(Net(svc), {"exec", sandbox, "--", "sh", "-c", "nslookup " + name + " 2>&1"}).out;
+  };
+  // Not resolved yet: its address is closed.
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80), "FAILED");
+  std::string allowed = lookup(a, "allowed.example");
+  EXPECT_TRUE(absl::StrContains(allowed, "203.0.113.20")) << allowed << svc.Log();
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80), "internet-80") << Nft();
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 8080), "FAILED");
+  // Opened for the sandbox that asked, not for another.
+  EXPECT_EQ(Fetch(svc, b, "203.0.113.20", 80), "FAILED");
+  // A name not on the list: no answer, never asked upstream, its address closed by IP too.
+  std::string other = lookup(a, "other.example");
+  EXPECT_FALSE(absl::StrContains(other, "203.0.113.21")) << other;
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.21", 80), "FAILED");
+  // "*.wild.example": a name below it, not the apex.
+  EXPECT_TRUE(absl::StrContains(lookup(a, "x.wild.example"), "203.0.113.22"));
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.22", 80), "internet-80");
+  EXPECT_FALSE(absl::StrContains(lookup(a, "wild.example"), "203.0.113.23"));
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.23", 80), "FAILED");
+  for (const auto& name : Asked()) {
+    EXPECT_NE(name, "other.example");
+    EXPECT_NE(name, "wild.example");
+  }
+  EXPECT_FALSE(Asked().empty());
   for (const auto& id : {a, b}) EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
 }
