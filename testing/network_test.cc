@@ -390,6 +390,10 @@ TEST(NetworkTest, ZzKeepPolicyKeepsAnAdoptedSandboxsNetwork) {
   EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 80), "internet-80") << Nft();
   EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 8080), "FAILED");
   EXPECT_EQ(Fetch(svc, id, "169.254.169.254", 80), "FAILED");
+  // Its resolver is served again, and what it resolves opens for it.
+  auto looked = svc.Cli(Net(svc), {"exec", id, "--", "sh", "-c", "nslookup x.wild.example 2>&1"});
+  EXPECT_TRUE(absl::StrContains(looked.out, "203.0.113.22")) << looked.out << svc.Log();
+  EXPECT_EQ(Fetch(svc, id, "203.0.113.22", 80), "internet-80") << Nft();
   EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
   EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
   svc.Stop();
