@@ -1,6 +1,14 @@
 // See sandbox_networks.h.
 #include "privhelper/network/sandbox_networks.h"
 
+#include <cstdlib>
+
+#include <arpa/inet.h>
+
+#include <sstream>
+
+#include <fstream>
+
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,9 +62,42 @@ SandboxNetworks::SandboxNetworks(int host_ns_fd, std::string run_dir, Cidr pool,
 
 SandboxNetworks::~SandboxNetworks() { close(host_ns_fd_); }
 
+std::string RouteOverlappingPool(const std::string& proc_net_route, const Cidr& pool) {
+  std::istringstream lines(proc_net_route);
+  std::string line;
+  std::getline(lines, line);  // the header
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string iface, dest, gateway, flags, refcnt, use, metric, mask;
+    if (!(fields >> iface >> dest >> gateway >> flags >> refcnt >> use >> metric >> mask)) continue;
+    if (absl::StartsWith(iface, kHostIfnamePrefix)) continue;
+    // The kernel prints the network-order words as native hex.
+    uint32_t d = ntohl(static_cast<uint32_t>(std::strtoul(dest.c_str(), nullptr, 16)));
+    uint32_t m = ntohl(static_cast<uint32_t>(std::strtoul(mask.c_str(), nullptr, 16)));
+    if (m == 0) continue;  // a default route
+    int prefix = __builtin_popcount(m);
+    Cidr route{d & m, prefix};
+    if (route.Overlaps(pool)) return absl::StrCat(route.ToString(), " via ", iface);
+  }
+  return "";
+}
+
 absl::Status SandboxNetworks::Start() {
   std::string dir = NetnsDir();
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+  std::string routes;
+  RETURN_IF_ERROR(InNetns(host_ns_fd_, [&routes] {
+    std::ifstream in("/proc/thread-self/net/route");
+    std::stringstream text;
+    text << in.rdbuf();
+    routes = text.str();
+    return in ? absl::OkStatus() : absl::InternalError("cannot read /proc/thread-self/net/route");
+  }));
+  std::string overlap = RouteOverlappingPool(routes, pool_.cidr());
+  if (!overlap.empty())
+    return absl::FailedPreconditionError(
+        absl::StrCat("network.pool ", pool_.cidr().ToString(), " overlaps the host's route ",
+                     overlap, "; choose another pool"));
   RETURN_IF_ERROR(
       InNetns(host_ns_fd_, [] { return WriteNetSysctl("net/ipv4/ip_forward", "1"); }));
   ASSIGN_OR_RETURN(hide_proc_sys_net_, ProbeRunscNeedsProcSysNetHidden());

@@ -34,6 +34,11 @@ std::vector<CidrAllow> CidrAllowsOf(config::NetworkPolicy::Reader policy);
 // over /proc/sys/net (runsc.h). Probed once, in a scratch namespace.
 absl::StatusOr<bool> ProbeRunscNeedsProcSysNetHidden();
 
+// The first route of `proc_net_route` (the text of /proc/net/route) whose destination overlaps
+// `pool`, as "203.0.113.0/24 via eth0"; empty if none. Default routes and the sandbox links'
+// own routes (psb-*) do not count: the pool must not shadow a network the host reaches.
+std::string RouteOverlappingPool(const std::string& proc_net_route, const Cidr& pool);
+
 class SandboxNetworks {
  public:
   // Takes ownership of `host_ns_fd`.

@@ -156,3 +156,26 @@ TEST(SandboxNetworks, CreateFirewallRemoveAndCollect) {
 
 }  // namespace
 }  // namespace paseo::network
+
+namespace paseo::network {
+namespace {
+
+constexpr char kRoutes[] =
+    "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+    "eth0\t00000000\t0102A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"  // default via 192.168.2.1
+    "eth0\t0002A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"  // 192.168.2.0/24
+    "psb-0123456789\t0400580A\t00000000\t0001\t0\t0\t0\tFCFFFFFF\t0\t0\t0\n";  // 10.88.0.4/30
+
+TEST(RouteOverlappingPool, AHostNetworkInsideOrAroundThePoolIsReported) {
+  // The default route and the sandboxes' own links do not count.
+  EXPECT_EQ(RouteOverlappingPool(kRoutes, *ParseCidr("10.88.0.0/16")), "");
+  EXPECT_EQ(RouteOverlappingPool(kRoutes, *ParseCidr("192.168.0.0/16")),
+            "192.168.2.0/24 via eth0");
+  EXPECT_EQ(RouteOverlappingPool(kRoutes, *ParseCidr("192.168.2.128/25")),
+            "192.168.2.0/24 via eth0");
+  EXPECT_EQ(RouteOverlappingPool(kRoutes, *ParseCidr("192.168.3.0/24")), "");
+  EXPECT_EQ(RouteOverlappingPool("", *ParseCidr("10.0.0.0/16")), "");
+}
+
+}  // namespace
+}  // namespace paseo::network
