@@ -217,14 +217,8 @@ TEST_F(NetworkTlsTest, NameNotAllowedNeitherResolvesNorConnectsByAddress) {
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
-  const char* rootfs = getenv("PASEO_AGENT_ROOTFS");
-  if (rootfs == nullptr || *rootfs == '\0') {
-    fprintf(stderr,
-            "network_tls_test: PASEO_AGENT_ROOTFS must name a built agent rootfs version "
-            "(<out>/<version>) for its curl; testing/run-tests builds one with "
-            "rootfs/build-rootfs --profile agent\n");
-    return 1;
-  }
+  std::string rootfs = paseo::testing::AgentRootfsFromEnv("network_tls_test");
+  if (rootfs.empty()) return 1;
   if (!paseo::testing::MakeCertificates(paseo::testing::TmpDir())) return 1;
   paseo::testing::ServiceOptions options;
   options.extra_rootfs = rootfs;

@@ -1657,8 +1657,10 @@ void ServeBulk(int listener, uint64_t bytes) {
 // the way, and a runsc root whose sandboxes run --network=sandbox in it.
 class RawNet {
  public:
-  RawNet(const std::string& dir, const std::string& rootfs, const std::string& ws)
-      : pin_(dir + "/raw-netns"), raw_(dir + "/raw-net", rootfs, ws) {
+  // The namespace is pinned in `pin_dir`; runsc's root and bundles go in `raw_base`.
+  RawNet(const std::string& pin_dir, const std::string& raw_base, const std::string& rootfs,
+         const std::string& ws)
+      : pin_(pin_dir + "/raw-netns"), raw_(raw_base, rootfs, ws) {
     absl::StatusOr<bool> hide = network::ProbeRunscNeedsProcSysNetHidden();
     Check(hide.ok(), "probe /proc/sys/net");
     Check(network::CreateNetns(pin_).ok(), "raw netns");
@@ -1705,8 +1707,8 @@ void NetBulk(Env& env, const std::string& dir) {
            "fetch (HTTP GET, 1 MiB reads) from the internet in a network-sandbox sandbox (startProcess -> wait)",
            "the same by runsc exec in a raw runsc --network=sandbox sandbox, veth to the internet",
            {}, {}, "report only", nullptr, {}};
-  RawNet raw(dir, env.base + "/state/rootfs/" + env.service->rootfs_version() + "/rootfs",
-             env.ws);
+  std::string rootfs = env.base + "/state/rootfs/" + env.service->rootfs_version() + "/rootfs";
+  RawNet raw(dir, env.base + "/raw-net", rootfs, env.ws);
   std::string raw_id = raw.raw().CreateIdle();
   auto sandbox = env.CreateSandbox(kNetProfile);
   auto& ws = env.ws_();
