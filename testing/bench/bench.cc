@@ -1641,9 +1641,11 @@ void ServeBulk(int listener, uint64_t bytes) {
       char request[2048];
       (void)!read(c, request, sizeof(request));
       std::string header = BulkHeader(bytes);
-      bool ok = write(c, header.data(), header.size()) == static_cast<ssize_t>(header.size());
+      // MSG_NOSIGNAL: a client that goes away early must not SIGPIPE the bench.
+      bool ok = send(c, header.data(), header.size(), MSG_NOSIGNAL) ==
+                static_cast<ssize_t>(header.size());
       for (uint64_t left = bytes; ok && left > 0;) {
-        ssize_t n = write(c, zeros.data(), std::min<uint64_t>(left, zeros.size()));
+        ssize_t n = send(c, zeros.data(), std::min<uint64_t>(left, zeros.size()), MSG_NOSIGNAL);
         ok = n > 0;
         if (ok) left -= static_cast<uint64_t>(n);
       }
