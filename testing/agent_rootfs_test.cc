@@ -247,14 +247,8 @@ TEST_F(AgentRootfsTest, NothingFromTheHostsEtcOrHomeIsVisible) {
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
-  const char* rootfs = getenv("PASEO_AGENT_ROOTFS");
-  if (rootfs == nullptr || *rootfs == '\0') {
-    fprintf(stderr,
-            "agent_rootfs_test: PASEO_AGENT_ROOTFS must name a built agent rootfs version "
-            "(<out>/<version>); testing/run-tests builds one with rootfs/build-rootfs --profile "
-            "agent\n");
-    return 1;
-  }
+  std::string rootfs = paseo::testing::AgentRootfsFromEnv("agent_rootfs_test");
+  if (rootfs.empty()) return 1;
   paseo::testing::ServiceOptions options;
   options.extra_rootfs = rootfs;
   options.before_start = paseo::testing::LayOut;

@@ -388,4 +388,14 @@ int RunTestsWithOwnService(int argc, char** argv, ServiceOptions options, Servic
   return RunTestsOn(**service);
 }
 
+std::string AgentRootfsFromEnv(const std::string& suite) {
+  const char* rootfs = getenv("PASEO_AGENT_ROOTFS");
+  if (rootfs != nullptr && *rootfs != '\0') return rootfs;
+  std::fprintf(stderr,
+               "%s: PASEO_AGENT_ROOTFS must name a built agent rootfs version (<out>/<version>); "
+               "testing/run-tests builds one with rootfs/build-rootfs --profile agent\n",
+               suite.c_str());
+  return "";
+}
+
 }  // namespace paseo::testing

@@ -127,4 +127,9 @@ int RunTestsWithSharedService(int argc, char** argv);
 // points at it while the tests run.
 int RunTestsWithOwnService(int argc, char** argv, ServiceOptions options, Service** service);
 
+// For suites on the agent rootfs: PASEO_AGENT_ROOTFS, the <out>/<version> that testing/run-tests
+// builds with rootfs/build-rootfs --profile agent (for ServiceOptions.extra_rootfs); "" after
+// telling stderr that `suite` needs it.
+std::string AgentRootfsFromEnv(const std::string& suite);
+
 }  // namespace paseo::testing

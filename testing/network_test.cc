@@ -1,13 +1,11 @@
-// Network mode "sandbox" end to end, against a small "internet" the test builds: a namespace
-// joined to the test's own (the privhelper's host) by a veth, holding an HTTP responder on
-// 203.0.113.10 ports 80 and 8080 and the cloud metadata address 169.254.169.254:80; the test's
-// namespace routes both there. The sandbox profile allows 203.0.113.10/32 port 80 only.
+// Network mode "sandbox" end to end, against a small "internet" the test builds
+// (testing/test_internet.h): a namespace joined to the test's own (the privhelper's host) by a
+// veth, holding an HTTP responder on 203.0.113.10 ports 80 and 8080 and the cloud metadata
+// address 169.254.169.254:80, and a DNS server; the test's namespace routes them there. The sandbox profile allows 203.0.113.10/32 port 80 only.
 // Also: what is always unreachable (the host, its loopback, metadata, other sandboxes, inbound),
 // mode "none" (loopback only), and crashes of the privhelper during setup and delete.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,8 +13,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <cstdio>
 #include <thread>
 
@@ -24,13 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
-#include "absl/types/span.h"
-#include "privhelper/network/dns_message.h"
 #include "privhelper/network/firewall.h"
-#include "privhelper/network/links.h"
-#include "privhelper/network/netns.h"
 #include "privhelper/network/sandbox_network.h"
 #include "testing/harness.h"
+#include "testing/test_internet.h"
 
 namespace paseo::testing {
 namespace {
@@ -59,147 +52,6 @@ ServiceOptions NetworkOptions() {
                   "workspaceRoots": [{"hostPath": ")", base, R"(/ws-net"}]})"));
   };
   return options;
-}
-
-// Runs `argv` (an `ip` command of the test's, never the privhelper's) in the network namespace
-// pinned at `pin` (empty: ours), joined with setns; returns its exit code.
-int RunIn(const std::string& pin, const std::vector<std::string>& argv) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    if (!pin.empty()) {
-      int fd = open(pin.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) _exit(126);
-    }
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
-// Answers every connection with a tiny HTTP response naming `tag`, forever.
-void Serve(int listener, std::string tag) {
-  std::thread([listener, tag] {
-    for (;;) {
-      int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (c < 0) continue;
-      char buf[2048];
-      (void)!read(c, buf, sizeof(buf));
-      std::string body = tag + "\n";
-      std::string reply = absl::StrCat("HTTP/1.0 200 OK\r\nContent-Length: ", body.size(),
-                                       "\r\nConnection: close\r\n\r\n", body);
-      (void)!write(c, reply.data(), reply.size());
-      close(c);
-    }
-  }).detach();
-}
-
-// The internet's DNS server (UDP 53 on 203.0.113.53): a few names, NXDOMAIN for the rest; it
-// records every name it was asked.
-const std::map<std::string, uint32_t> kZone = {
-    {"allowed.example", 0xcb007114},  // 203.0.113.20
-    {"other.example", 0xcb007115},    // 203.0.113.21
-    {"x.wild.example", 0xcb007116},   // 203.0.113.22
-    {"wild.example", 0xcb007117},     // 203.0.113.23
-};
-std::mutex g_asked_mu;
-std::vector<std::string> g_asked;
-
-std::vector<std::string> Asked() {
-  std::lock_guard<std::mutex> lock(g_asked_mu);
-  return g_asked;
-}
-
-void ServeDns(int udp) {
-  std::thread([udp] {
-    for (;;) {
-      uint8_t buf[1500];
-      sockaddr_in from{};
-      socklen_t len = sizeof(from);
-      ssize_t n = recvfrom(udp, buf, sizeof(buf), 0, reinterpret_cast<sockaddr*>(&from), &len);
-      if (n <= 0) continue;
-      auto query = network::dns::ParseQuery(absl::MakeConstSpan(buf, static_cast<size_t>(n)));
-      if (!query.ok()) continue;
-      std::string name = network::dns::Dotted(query->question.name);
-      {
-        std::lock_guard<std::mutex> lock(g_asked_mu);
-        g_asked.push_back(name);
-      }
-      auto it = kZone.find(name);
-      std::vector<network::dns::Record> answers;
-      if (it != kZone.end() && query->question.type == 1) {
-        network::dns::Record a;
-        a.name = query->question.name;
-        a.type = 1;
-        a.klass = 1;
-        a.ttl = 300;
-        a.addr = it->second;
-        answers.push_back(a);
-      }
-      auto reply = network::dns::BuildResponse(*query, it == kZone.end() ? 3 : 0, answers, 1232);
-      sendto(udp, reply.data(), reply.size(), 0, reinterpret_cast<sockaddr*>(&from), len);
-    }
-  }).detach();
-}
-
-// A listener on 0.0.0.0:port in the calling thread's namespace.
-int ListenAny(uint16_t port) {
-  int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(port);
-  if (bind(s, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) != 0 || listen(s, 16) != 0) return -1;
-  return s;
-}
-
-// The "internet", once per process: its namespace, the veth to it (192.0.2.1 here, 192.0.2.2
-// there), its addresses and servers, our routes to it, and a server on every host address.
-void BuildInternet(const Service& svc) {
-  static bool built = false;
-  if (built) return;
-  built = true;
-  const char* tmp = getenv("TEST_TMPDIR");
-  std::string pin = std::string(tmp != nullptr ? tmp : "/tmp") + "/internet-netns";
-  ASSERT_TRUE(network::CreateNetns(pin).ok());
-  int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-  network::SandboxLink uplink{"internet", pin, "pnet-up", 0xc0000201, 0xc0000202};
-  absl::Status linked = network::CreateLink(host, uplink);
-  ASSERT_TRUE(linked.ok()) << linked;
-  close(host);
-  ASSERT_EQ(RunIn(pin, {"ip", "addr", "add", "203.0.113.10/32", "dev", "lo"}), 0);
-  ASSERT_EQ(RunIn(pin, {"ip", "addr", "add", "169.254.169.254/32", "dev", "lo"}), 0);
-  for (const char* a : {"203.0.113.20/32", "203.0.113.21/32", "203.0.113.22/32",
-                        "203.0.113.23/32", "203.0.113.53/32"})
-    ASSERT_EQ(RunIn(pin, {"ip", "addr", "add", a, "dev", "lo"}), 0) << a;
-  ASSERT_EQ(RunIn("", {"ip", "route", "add", "203.0.113.0/24", "via", "192.0.2.2"}), 0);
-  ASSERT_EQ(RunIn("", {"ip", "route", "add", "169.254.169.254/32", "via", "192.0.2.2"}), 0);
-  ASSERT_TRUE(network::InNetnsFile(pin, [] {
-                int p80 = ListenAny(80), p8080 = ListenAny(8080);
-                if (p80 < 0 || p8080 < 0) return absl::InternalError("listen");
-                Serve(p80, "internet-80");
-                Serve(p8080, "internet-8080");
-                int dns = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-                sockaddr_in at{};
-                at.sin_family = AF_INET;
-                at.sin_port = htons(53);
-                at.sin_addr.s_addr = htonl(0xcb007135);  // 203.0.113.53
-                if (bind(dns, reinterpret_cast<sockaddr*>(&at), sizeof(at)) != 0)
-                  return absl::InternalError("bind dns");
-                ServeDns(dns);
-                return absl::OkStatus();
-              }).ok());
-  // The host itself: every address of this namespace (its loopback, the uplink 192.0.2.1, each
-  // sandbox link's host end) on port 8082.
-  RunIn("", {"ip", "link", "set", "lo", "up"});
-  int host_port = ListenAny(8082);
-  ASSERT_GE(host_port, 0);
-  Serve(host_port, "host-8082");
 }
 
 // The body of an HTTP GET from inside `sandbox` to host:port (busybox nc, 3 s: Debian's static
@@ -241,7 +93,7 @@ Service* g_service = nullptr;
 
 TEST(NetworkTest, EgressOnlyWhereThePolicyAllows) {
   Service& svc = *g_service;
-  BuildInternet(svc);
+  ASSERT_TRUE(BuildInternet().ok()) << BuildInternet();
   std::string a = CreateNetSandbox(svc);
   std::string b = CreateNetSandbox(svc);
   ASSERT_FALSE(a.empty());
@@ -302,7 +154,7 @@ TEST(NetworkTest, EgressOnlyWhereThePolicyAllows) {
 // rule's ports for the sandbox that asked, only.
 TEST(NetworkTest, AllowedNamesResolveAndOpenOnlyTheirAddresses) {
   Service& svc = *g_service;
-  BuildInternet(svc);
+  ASSERT_TRUE(BuildInternet().ok()) << BuildInternet();
   std::string a = CreateNetSandbox(svc);
   std::string b = CreateNetSandbox(svc);
   auto lookup = [&](const std::string& sandbox, const std::string& name) {
@@ -379,7 +231,7 @@ TEST(NetworkTest, ZzKeepPolicyKeepsAnAdoptedSandboxsNetwork) {
   ServiceOptions options = NetworkOptions();
   options.helper_json_extra += R"(, "onRestart": "keep")";
   Service svc(options);
-  BuildInternet(svc);
+  ASSERT_TRUE(BuildInternet().ok()) << BuildInternet();
   std::string id = CreateNetSandbox(svc);
   ASSERT_FALSE(id.empty());
   std::string address = AddressOf(svc, id);

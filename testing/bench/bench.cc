@@ -9,7 +9,10 @@
 // privhelper's flags. Everything it creates is removed before it exits.
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,7 +38,11 @@
 #include "client/client.h"
 #include "common/spawn.h"
 #include "schema/api.capnp.h"
+#include "privhelper/network/links.h"
+#include "privhelper/network/netns.h"
+#include "privhelper/network/sandbox_networks.h"
 #include "testing/harness.h"
+#include "testing/test_internet.h"
 #include "testing/util.h"
 
 namespace paseo::bench {
@@ -316,16 +323,25 @@ class RawRunsc {
   std::string Root() const { return base_ + "/runsc"; }
   std::string Bundles() const { return base_ + "/bundles"; }
 
+  // Network "sandbox" in the namespace pinned at `netns_path` (the privhelper's flag for mode
+  // "sandbox"); `hide_proc_sys_net`: runsc runs under a read-only tmpfs over /proc/sys/net
+  // (privhelper/runsc.cc says why).
+  void UseNetwork(std::string netns_path, bool hide_proc_sys_net) {
+    netns_path_ = std::move(netns_path);
+    hide_proc_sys_net_ = hide_proc_sys_net;
+  }
+
   std::vector<std::string> Argv(const std::vector<std::string>& args) const {
     std::vector<std::string> argv = {"/usr/bin/runsc", "--root=" + Root(), "--platform=ptrace",
-                                     "--network=none"};
+                                     netns_path_.empty() ? "--network=none" : "--network=sandbox"};
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
 
   // Starts runsc with exactly fds 0-2 and nothing else open.
   pid_t Start(const std::vector<std::string>& args, int in, int out, int err) const {
-    return SpawnStdio(Argv(args), in, out, err, kToolEnv);
+    return SpawnStdio(Argv(args), in, out, err, kToolEnv,
+                      hide_proc_sys_net_ ? HideProcSysNet : std::function<int()>());
   }
 
   // Runs to completion with stdio on /dev/null and stderr kept; dies if it fails.
@@ -346,7 +362,8 @@ class RawRunsc {
 
   // Writes a bundle for a new container whose init runs `argv`; returns its id.
   std::string NewBundle(const std::vector<std::string>& argv) {
-    std::string id = "raw-" + std::to_string(getpid()) + "-" + std::to_string(++seq_);
+    std::string id = "raw-" + std::to_string(getpid()) + (netns_path_.empty() ? "-" : "-net-") +
+                     std::to_string(++seq_);
     std::string dir = Bundles() + "/" + id;
     Check(mkdir(dir.c_str(), 0700) == 0, "mkdir " + dir);
     WriteText(dir + "/config.json", OciConfig(argv, "/paseo-bench/" + id));
@@ -431,6 +448,16 @@ class RawRunsc {
  private:
   static constexpr char kPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+  // In runsc's child: its own mount namespace (a slave of ours) with /proc/sys/net hidden.
+  static int HideProcSysNet() {
+    if (unshare(CLONE_NEWNS) != 0) return errno;
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return errno;
+    return mount("tmpfs", "/proc/sys/net", "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                 "size=4k,mode=0555") == 0
+               ? 0
+               : errno;
+  }
+
   static std::string User() {
     return "\"user\": {\"uid\": " + std::to_string(kAgentUid) + ", \"gid\": " +
            std::to_string(kAgentGid) + ", \"additionalGids\": [" + std::to_string(kAgentGid) +
@@ -470,7 +497,9 @@ class RawRunsc {
            "], \"cwd\": \"/\", " + NoCaps() + ", " + Rlimits() + "}, \"root\": {\"path\": " +
            Quote(rootfs_) + ", \"readonly\": true}, \"hostname\": \"sandbox\", \"mounts\": " + m +
            ", \"linux\": {\"namespaces\": [{\"type\": \"pid\"}, {\"type\": \"ipc\"}, {\"type\": "
-           "\"uts\"}, {\"type\": \"mount\"}, {\"type\": \"network\"}], \"cgroupsPath\": " +
+           "\"uts\"}, {\"type\": \"mount\"}, {\"type\": \"network\"" +
+           (netns_path_.empty() ? "" : ", \"path\": " + Quote(netns_path_)) +
+           "}], \"cgroupsPath\": " +
            Quote(cgroup) +
            ", \"maskedPaths\": " +
            QuoteList({"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
@@ -482,6 +511,8 @@ class RawRunsc {
   }
 
   std::string base_, rootfs_, workspace_;
+  std::string netns_path_;
+  bool hide_proc_sys_net_ = false;
   int seq_ = 0;
   std::set<std::string> live_;
 };
@@ -556,8 +587,10 @@ class Sink final : public OutputSink::Server {
   SinkState& s_;
 };
 
-void FillSpec(api::SandboxSpec::Builder spec, const std::string& ws) {
+void FillSpec(api::SandboxSpec::Builder spec, const std::string& ws,
+              const std::string& profile = "") {
   spec.setDeploymentId("bench");
+  if (!profile.empty()) spec.setProfile(profile);
   auto w = spec.initWorkspaces(1)[0];
   w.setPath(ws);
   w.setDestination("/workspace");
@@ -580,9 +613,9 @@ struct Env {
 
   kj::WaitScope& ws_() { return io->waitScope; }
 
-  api::Sandbox::Client CreateSandbox() {
+  api::Sandbox::Client CreateSandbox(const std::string& profile = "") {
     auto req = conn->supervisor().createSandboxRequest();
-    FillSpec(req.initSpec(), ws);
+    FillSpec(req.initSpec(), ws, profile);
     return req.send().wait(io->waitScope).getSandbox();
   }
 
@@ -603,6 +636,11 @@ std::vector<std::string> DdArgv(uint64_t bytes) {
   return {"dd", "if=/dev/zero", "bs=1048576", "count=" + std::to_string(bytes / kMiB)};
 }
 
+// The bulk server's response header for a body of `bytes`.
+std::string BulkHeader(uint64_t bytes) {
+  return "HTTP/1.0 200 OK\r\nContent-Length: " + std::to_string(bytes) + "\r\n\r\n";
+}
+
 // Reads fd until the first byte (returns its time) and then to EOF.
 double FirstByteThenDrain(int fd) {
   double first = 0;
@@ -618,6 +656,49 @@ double FirstByteThenDrain(int fd) {
 
 // ------------------------------------------------------------------ scenarios
 
+// One cold start through the API: pipelined create (with launch profile `profile`; empty: the
+// deployment's first) -> startProcess(echo) -> subscribe, until the first stdout byte; then the
+// sandbox's delete.
+struct ColdSample {
+  double first_byte_ms = 0;
+  double create_ms = 0;
+  double delete_ms = 0;
+};
+
+ColdSample OursCold(Env& env, const std::string& profile) {
+  auto& ws = env.ws_();
+  ColdSample c;
+  SinkState s;
+  auto promises = Arm(s);
+  double t0 = Now();
+  auto create = env.conn->supervisor().createSandboxRequest();
+  FillSpec(create.initSpec(), env.ws, profile);
+  auto created = create.send();
+  auto sandbox = created.getSandbox();
+  auto start = sandbox.startProcessRequest();
+  FillArgv(start.initSpec(), {"echo", "hello"});
+  auto started = start.send();
+  auto sub = started.getProcess().subscribeRequest();
+  sub.setStream(api::Stream::STDOUT);
+  sub.setFromOffset(0);
+  sub.setSink(kj::heap<Sink>(s));
+  auto subscribed = sub.send();
+  double t_created = 0;
+  auto created_time = created.then([&t_created](auto&&) { t_created = Now(); });
+  created_time.wait(ws);
+  promises.first.wait(ws);
+  c.first_byte_ms = (s.first_at - t0) * 1000;
+  c.create_ms = (t_created - t0) * 1000;
+  auto sub_held = subscribed.wait(ws);
+  promises.end.wait(ws);
+  double d0 = Now();
+  auto del = sandbox.deleteRequest();
+  del.setForce(true);
+  del.send().wait(ws);
+  c.delete_ms = (Now() - d0) * 1000;
+  return c;
+}
+
 void Cold(Env& env) {
   int n = env.opts.quick ? 3 : 15;
   Progress("cold: " + std::to_string(n) + " samples per side");
@@ -626,40 +707,14 @@ void Cold(Env& env) {
            [](double ratio, double, double) { return ratio <= 1.10; }, {}};
   std::vector<double> create_ms, exec_first_ms, raw_split_ms, delete_ms, raw_delete_ms,
       raw_create_start_ms;
-  auto& ws = env.ws_();
   for (int i = 0; i < n; ++i) {
     // Ours: pipelined create -> startProcess -> subscribe, as a good client would.
     {
-      SinkState s;
-      auto promises = Arm(s);
-      double t0 = Now();
-      auto create = env.conn->supervisor().createSandboxRequest();
-      FillSpec(create.initSpec(), env.ws);
-      auto created = create.send();
-      auto sandbox = created.getSandbox();
-      auto start = sandbox.startProcessRequest();
-      FillArgv(start.initSpec(), {"echo", "hello"});
-      auto started = start.send();
-      auto sub = started.getProcess().subscribeRequest();
-      sub.setStream(api::Stream::STDOUT);
-      sub.setFromOffset(0);
-      sub.setSink(kj::heap<Sink>(s));
-      auto subscribed = sub.send();
-      double t_created = 0;
-      auto created_time = created.then([&t_created](auto&&) { t_created = Now(); });
-      created_time.wait(ws);
-      promises.first.wait(ws);
-      double t1 = s.first_at;
-      r.ours.push_back((t1 - t0) * 1000);
-      create_ms.push_back((t_created - t0) * 1000);
-      exec_first_ms.push_back((t1 - t_created) * 1000);
-      auto sub_held = subscribed.wait(ws);
-      promises.end.wait(ws);
-      double d0 = Now();
-      auto del = sandbox.deleteRequest();
-      del.setForce(true);
-      del.send().wait(ws);
-      delete_ms.push_back((Now() - d0) * 1000);
+      ColdSample c = OursCold(env, "");
+      r.ours.push_back(c.first_byte_ms);
+      create_ms.push_back(c.create_ms);
+      exec_first_ms.push_back(c.first_byte_ms - c.create_ms);
+      delete_ms.push_back(c.delete_ms);
     }
     // Raw: runsc run of the same command.
     {
@@ -1393,6 +1448,7 @@ void StuckSubscriber(Env& env) {
     paired.push_back(r.ours.back() / r.baseline.back());
   }
   env.DeleteSandbox(sandbox);
+  unlink((env.ws + "/fetch").c_str());
   r.extra.push_back({"bytes", std::to_string(bytes)});
   r.extra.push_back({"output_buffer_bytes", std::to_string(kOutputBufferBytes)});
   r.extra.push_back({"live_time_ratio", Num(Median(r.baseline) / Median(r.ours))});
@@ -1542,6 +1598,153 @@ void RuntimeExec(Env& env) {
   Report(r);
 }
 
+// ------------------------------------------------------------------ network (issue 13)
+
+// The bench's profile with network mode "sandbox": egress to the bulk server only.
+constexpr char kNetProfile[] = "bench-net";
+constexpr char kBulkHost[] = "203.0.113.10";
+constexpr uint16_t kBulkPort = 8081;
+
+// Create-to-first-byte of a sandbox with network mode "sandbox" against the same with "none",
+// alternating; both through the API.
+void NetCold(Env& env) {
+  int n = env.opts.quick ? 3 : 15;
+  Progress("net_cold: " + std::to_string(n) + " samples per side");
+  Result r{"net_cold", "ms", "createSandbox(network sandbox)+startProcess(echo) -> first stdout byte",
+           "the same with network none", {}, {}, "report only", nullptr, {}};
+  std::vector<double> net_create, none_create, net_delete, none_delete;
+  for (int i = 0; i < n; ++i) {
+    ColdSample net = OursCold(env, kNetProfile);
+    r.ours.push_back(net.first_byte_ms);
+    net_create.push_back(net.create_ms);
+    net_delete.push_back(net.delete_ms);
+    ColdSample none = OursCold(env, "bench");
+    r.baseline.push_back(none.first_byte_ms);
+    none_create.push_back(none.create_ms);
+    none_delete.push_back(none.delete_ms);
+  }
+  r.extra.push_back({"net_create_ms_median", Num(Median(net_create))});
+  r.extra.push_back({"none_create_ms_median", Num(Median(none_create))});
+  r.extra.push_back({"net_delete_ms_median", Num(Median(net_delete))});
+  r.extra.push_back({"none_delete_ms_median", Num(Median(none_delete))});
+  g_results.push_back(r);
+  Report(r);
+}
+
+// Sends `bytes` zeros as one HTTP/1.0 response to every connection on `listener`, forever.
+void ServeBulk(int listener, uint64_t bytes) {
+  std::thread([listener, bytes] {
+    std::vector<char> zeros(kMiB, 0);
+    for (;;) {
+      int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      char request[2048];
+      (void)!read(c, request, sizeof(request));
+      std::string header = BulkHeader(bytes);
+      // MSG_NOSIGNAL: a client that goes away early must not SIGPIPE the bench.
+      bool ok = send(c, header.data(), header.size(), MSG_NOSIGNAL) ==
+                static_cast<ssize_t>(header.size());
+      for (uint64_t left = bytes; ok && left > 0;) {
+        ssize_t n = send(c, zeros.data(), std::min<uint64_t>(left, zeros.size()), MSG_NOSIGNAL);
+        ok = n > 0;
+        if (ok) left -= static_cast<uint64_t>(n);
+      }
+      close(c);
+    }
+  }).detach();
+}
+
+// The raw side of net_bulk: a namespace of the bench's own joined straight to the internet's
+// by a veth (192.0.3.1 there, 192.0.3.2 in the sandbox), with no supervisor firewall or NAT on
+// the way, and a runsc root whose sandboxes run --network=sandbox in it.
+class RawNet {
+ public:
+  // The namespace is pinned in `pin_dir`; runsc's root and bundles go in `raw_base`.
+  RawNet(const std::string& pin_dir, const std::string& raw_base, const std::string& rootfs,
+         const std::string& ws)
+      : pin_(pin_dir + "/raw-netns"), raw_(raw_base, rootfs, ws) {
+    absl::StatusOr<bool> hide = network::ProbeRunscNeedsProcSysNetHidden();
+    Check(hide.ok(), "probe /proc/sys/net");
+    Check(network::CreateNetns(pin_).ok(), "raw netns");
+    int internet = open(testing::InternetPin().c_str(), O_RDONLY | O_CLOEXEC);
+    absl::Status linked =
+        network::CreateLink(internet, {"raw-net", pin_, "pbench-raw", 0xc0000301, 0xc0000302});
+    close(internet);
+    Check(linked.ok(), "raw veth: " + linked.ToString());
+    raw_.UseNetwork(pin_, *hide);
+  }
+  ~RawNet() {
+    raw_.DeleteAll();
+    (void)network::RemoveNetns(pin_);  // its veth goes with it
+  }
+  RawRunsc& raw() { return raw_; }
+
+ private:
+  std::string pin_;
+  RawRunsc raw_;
+};
+
+// Bulk HTTP download throughput from the bench's internet: testing/bench/fetch in a sandbox of
+// ours (network "sandbox", through the supervisor's firewall and NAT) against the same in a raw
+// runsc --network=sandbox sandbox (RawNet). fetch counts the bytes and exits 0 only if all
+// arrived, so a short transfer fails the bench.
+void NetBulk(Env& env, const std::string& dir) {
+  uint64_t bytes = env.opts.quick ? 64 * kMiB : 512 * kMiB;
+  int n = env.opts.quick ? 3 : 5;
+  Progress("net_bulk: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
+           " samples per side");
+  Check(network::InNetnsFile(testing::InternetPin(), [bytes] {
+          int listener = testing::ListenAny(kBulkPort);
+          if (listener < 0) return absl::InternalError("listen bulk");
+          ServeBulk(listener, bytes);
+          return absl::OkStatus();
+        }).ok(),
+        "bulk server");
+  std::string expected = std::to_string(BulkHeader(bytes).size() + bytes);
+  // The client (fetch.cc) runs from the workspace, which both sides mount at /workspace.
+  CopyExecutable(Runfile("testing/bench/fetch"), env.ws + "/fetch");
+  std::vector<std::string> argv = {"/workspace/fetch", kBulkHost, std::to_string(kBulkPort),
+                                   std::to_string(BulkHeader(bytes).size() + bytes)};
+  Result r{"net_bulk", "MiB/s",
+           "fetch (HTTP GET, 1 MiB reads) from the internet in a network-sandbox sandbox (startProcess -> wait)",
+           "the same by runsc exec in a raw runsc --network=sandbox sandbox, veth to the internet",
+           {}, {}, "report only", nullptr, {}};
+  std::string rootfs = env.base + "/state/rootfs/" + env.service->rootfs_version() + "/rootfs";
+  RawNet raw(dir, env.base + "/raw-net", rootfs, env.ws);
+  std::string raw_id = raw.raw().CreateIdle();
+  auto sandbox = env.CreateSandbox(kNetProfile);
+  auto& ws = env.ws_();
+  for (int i = 0; i < n; ++i) {
+    {
+      double t0 = Now();
+      auto start = sandbox.startProcessRequest();
+      FillArgv(start.initSpec(), argv);
+      auto waited = start.send().getProcess().waitRequest().send().wait(ws);
+      double t1 = Now();
+      if (waited.getStatus().which() != api::ExitStatus::EXIT_CODE ||
+          waited.getStatus().getExitCode() != 0)
+        Die("net_bulk: the download in our sandbox fell short or failed");
+      r.ours.push_back(static_cast<double>(bytes) / kMiB / (t1 - t0));
+    }
+    {
+      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+      double t0 = Now();
+      pid_t pid = raw.raw().Exec(raw_id, argv, null_fd, null_fd, null_fd);
+      close(null_fd);
+      int status = WaitPid(pid);
+      double t1 = Now();
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        Die("net_bulk: the download in the raw sandbox fell short or failed");
+      r.baseline.push_back(static_cast<double>(bytes) / kMiB / (t1 - t0));
+    }
+  }
+  env.DeleteSandbox(sandbox);
+  unlink((env.ws + "/fetch").c_str());
+  r.extra.push_back({"bytes", std::to_string(bytes)});
+  g_results.push_back(r);
+  Report(r);
+}
+
 // The bench's part of the service config (ServiceOptions::before_start): deployment `bench`
 // (clients uid 0, agents 4242:4242 over base/ws, up to 160 sandboxes) whose one profile keeps
 // kOutputBufferBytes of each stream.
@@ -1554,10 +1757,15 @@ void WriteBenchConfig(const std::string& base) {
             "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
                 Quote(base + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
                 ", \"gid\": " + std::to_string(kAgentGid) +
-                "}, \"profiles\": [\"bench\"], \"maxSandboxes\": 160}");
+                "}, \"profiles\": [\"bench\", \"bench-net\"], \"maxSandboxes\": 160}");
   WriteText(base + "/etc/profiles/bench.json",
             "{\"name\": \"bench\", \"outputBufferBytes\": " +
                 std::to_string(kOutputBufferBytes) + "}");
+  WriteText(base + "/etc/profiles/bench-net.json",
+            "{\"name\": \"bench-net\", \"outputBufferBytes\": " +
+                std::to_string(kOutputBufferBytes) +
+                ", \"network\": {\"mode\": \"sandbox\", \"allowCidrs\": [{\"cidr\": \"" +
+                kBulkHost + "/32\", \"ports\": [" + std::to_string(kBulkPort) + "]}]}}");
 }
 
 Options ParseArgs(int argc, char** argv) {
@@ -1576,7 +1784,8 @@ Options ParseArgs(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: bench [--quick] [--perf DIR] "
-                   "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber,runtime_exec]\n");
+                   "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber,runtime_exec,"
+                   "net_cold,net_bulk]\n");
       std::exit(2);
     }
   }
@@ -1603,6 +1812,10 @@ int Main(int argc, char** argv) {
     testing::ServiceOptions service_options;
     service_options.tmpfs_size = "4g";
     service_options.before_start = WriteBenchConfig;
+    // Network mode "sandbox" for net_cold and net_bulk: sandboxes get addresses from this pool;
+    // the resolver's upstream is the bench internet's DNS server (testing/test_internet.h).
+    service_options.helper_json_extra =
+        R"(, "network": {"pool": "10.98.0.0/24", "dnsUpstreams": ["203.0.113.53"]})";
     Service service(std::move(service_options));
     std::string base = service.base();
     std::string version = service.rootfs_version();
@@ -1670,6 +1883,23 @@ int Main(int argc, char** argv) {
       if (opts.Wants("runtime_exec")) {
         RuntimeExec(env);
         checkpoint("runtime exec");
+      }
+      if (opts.Wants("net_cold")) {
+        NetCold(env);
+        checkpoint("net_cold");
+      }
+      if (opts.Wants("net_bulk")) {
+        // The internet (and the raw side's namespace pin) go in a directory of their own
+        // outside the work area; the pins are mounts in this process's mount namespace.
+        char dir[] = "/tmp/paseo-bench-net-XXXXXX";
+        Check(mkdtemp(dir) != nullptr, "mkdtemp");
+        setenv("TEST_TMPDIR", dir, 1);  // where testing/test_internet.h pins its namespace
+        absl::Status internet = testing::BuildInternet();
+        Check(internet.ok(), "the bench internet: " + internet.ToString());
+        NetBulk(env, dir);
+        checkpoint("net_bulk");
+        (void)network::RemoveNetns(testing::InternetPin());
+        rmdir(dir);
       }
     } catch (kj::Exception& e) {
       std::fprintf(stderr, "bench: FAILED: %s\n", e.getDescription().cStr());
