@@ -87,7 +87,8 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
   absl::StrAppend(&out, "add chain ", t, " ", chain, "\n");
   absl::StrAppend(&out, "add chain ", t, " ", in, "\n");
   absl::StrAppend(&out, "add set ", t, " ", set,
-                  " { type ipv4_addr . inet_service; flags interval, timeout; }\n");
+                  " { type ipv4_addr . inet_service; flags interval, timeout; size ",
+                  kMaxResolvedElements, "; }\n");
   std::vector<std::string> denied(std::begin(kAlwaysDenied), std::end(kAlwaysDenied));
   denied.push_back(pool.ToString());
   for (const auto& d : denied) absl::StrAppend(&out, "add rule ", t, " ", chain, " ip daddr ", d, " drop\n");

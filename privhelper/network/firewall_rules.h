@@ -31,6 +31,11 @@ inline constexpr char kTable[] = "paseo_sandbox";
 // The socket mark (SO_MARK, which needs CAP_NET_ADMIN) of the privhelper's Sandbox.connect
 // connections: the only traffic the host may start into a sandbox link.
 inline constexpr uint32_t kInboundMark = 0x70736231;
+// At most this many (address . port) entries the resolver opened are held per sandbox at once
+// (the kernel refuses more; each expires with its answer's TTL): a sandbox resolving name after
+// name under a wildcard rule cannot grow the host's firewall without bound. Past it, a newly
+// resolved address stays closed until older ones expire (logged).
+inline constexpr size_t kMaxResolvedElements = 4096;
 
 struct CidrAllow {
   Cidr cidr;

@@ -60,7 +60,7 @@ TEST(FirewallRules, SandboxChainDeniesFirstThenAllowsThenDrops) {
   size_t drop = At(r, "add rule inet paseo_sandbox " + chain + " drop\n");
   EXPECT_LT(learned, drop);
   At(r, "add set inet paseo_sandbox " + chain +
-            "_allow { type ipv4_addr . inet_service; flags interval, timeout; }");
+            "_allow { type ipv4_addr . inet_service; flags interval, timeout; size 4096; }");
   // To the host: DNS on its own host end only, then nothing.
   size_t dns = At(r, chain + "_in ip daddr 10.88.0.1 meta l4proto { tcp, udp } th dport 53 accept");
   EXPECT_LT(dns, At(r, chain + "_in drop"));

@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "privhelper/network/firewall_rules.h"
 #include "privhelper/network/links.h"
 #include "privhelper/network/netns.h"
 #include "privhelper/network/userns_sandbox.h"
@@ -165,6 +167,56 @@ constexpr char kRoutes[] =
     "eth0\t00000000\t0102A8C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n"  // default via 192.168.2.1
     "eth0\t0002A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"  // 192.168.2.0/24
     "psb-0123456789\t0400580A\t00000000\t0001\t0\t0\t0\tFCFFFFFF\t0\t0\t0\n";  // 10.88.0.4/30
+
+// A sandbox resolving name after name (a wildcard rule) cannot grow the firewall without
+// bound: its set of resolved addresses holds kMaxResolvedElements; more are refused.
+TEST(SandboxNetworks, ResolvedAddressesPerSandboxAreBounded) {
+  std::string dir = testing::TempDir("nets-bound");
+  ASSERT_FALSE(dir.empty());
+  capnp::MallocMessageBuilder message;
+  auto policy = message.initRoot<config::NetworkPolicy>();
+  policy.setMode(config::NetworkMode::SANDBOX);
+  int rc = testing::InUserNamespace([&] {
+    int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    CHECK_OR_FAIL(host >= 0);
+    SandboxNetworks nets(host, dir, *ParseCidr("10.88.0.0/24"), "");
+    CHECK_OR_FAIL(nets.Start().ok());
+    auto link = nets.Create("sb-1", policy.asReader());
+    CHECK_OR_FAIL(link.ok());
+    std::string set = absl::StrCat("inet ", kTable, " ", SandboxChain("sb-1"), "_allow");
+    auto count = [&set]() -> size_t {
+      std::string listing;
+      if (!RunNft(absl::StrCat("list set ", set, "\n"), &listing).ok()) return 0;
+      size_t n = 0;
+      for (size_t at = listing.find(" . 443"); at != std::string::npos;
+           at = listing.find(" . 443", at + 1))
+        ++n;
+      return n;
+    };
+    nets.firewall().AllowResolved("sb-1", 0xcb000001, {443}, std::chrono::seconds(600));
+    CHECK_OR_FAIL(count() == 1);
+    // Filled to the bound in one transaction (one call per address would take minutes here)...
+    std::string fill = absl::StrCat("add element ", set, " { ");
+    for (uint32_t i = 1; i < kMaxResolvedElements; ++i)
+      absl::StrAppend(&fill, i > 1 ? ", " : "", FormatIpv4(0xcc000000 + i), " . 443 timeout 600s");
+    absl::StrAppend(&fill, " }\n");
+    CHECK_OR_FAIL(RunNft(fill).ok());
+    CHECK_OR_FAIL(count() == kMaxResolvedElements);
+    // ... the next resolved address is refused, and refreshing one it holds still works.
+    nets.firewall().AllowResolved("sb-1", 0xcb000002, {443}, std::chrono::seconds(600));
+    nets.firewall().AllowResolved("sb-1", 0xcb000001, {443}, std::chrono::seconds(900));
+    size_t elements = count();
+    if (elements != kMaxResolvedElements) std::fprintf(stderr, "elements: %zu\n", elements);
+    CHECK_OR_FAIL(elements == kMaxResolvedElements);
+    nets.Remove(*link);
+    nets.Stop();
+    return true;
+  });
+  rmdir((dir + "/netns").c_str());
+  rmdir(dir.c_str());
+  if (rc == 77) GTEST_SKIP() << "no unprivileged user namespaces here";
+  EXPECT_EQ(rc, 0);
+}
 
 TEST(RouteOverlappingPool, AHostNetworkInsideOrAroundThePoolIsReported) {
   // The default route and the sandboxes' own links do not count.
