@@ -280,24 +280,30 @@ class DnsResolver::SandboxDns {
     });
   }
 
-  // The upstream's answer cut down to the question's CNAME chain and A records, each address
-  // allowed in the firewall before the sandbox can learn it.
+  // The upstream's answer cut down to the question's CNAME chain and A records, its addresses
+  // allowed in the firewall (one call for the whole answer) before the sandbox can learn them.
+  // The TTL handed out is capped by how long the firewall keeps them open; an answer whose
+  // addresses could not be opened is SERVFAIL (the sandbox asks again later).
   Bytes Relay(const dns::Query& query, const dns::Response& response,
               const std::vector<uint16_t>& ports, size_t limit) {
     dns::Chain chain = dns::FollowChain(query.question.name, response.answers);
     uint32_t ttl = std::min(chain.ttl, kMaxTtl);  // no cache may outlive the firewall entry
     std::vector<dns::Record> records;
-    size_t opened = 0;
-    for (dns::Record record : chain.records) {
-      record.ttl = ttl;
+    std::vector<uint32_t> addrs;
+    for (const dns::Record& record : chain.records) {
       if (record.type == dns::kTypeA) {
-        if (NeverAllowed(record.addr) || opened == kMaxAddrsPerAnswer) continue;
-        ++opened;
-        resolver_.sink_.AllowResolved(id_, record.addr, ports,
-                                      std::chrono::seconds(std::max(ttl, kMinTtl)));
+        if (NeverAllowed(record.addr) || addrs.size() == kMaxAddrsPerAnswer) continue;
+        addrs.push_back(record.addr);
       }
-      records.push_back(std::move(record));
+      records.push_back(record);
     }
+    if (!addrs.empty()) {
+      auto open_for = resolver_.sink_.AllowResolved(
+          id_, addrs, ports, std::chrono::seconds(std::max(ttl, kMinTtl)));
+      if (open_for.count() <= 0) return dns::BuildResponse(query, dns::kServFail, {}, limit);
+      ttl = std::min<uint32_t>(ttl, static_cast<uint32_t>(open_for.count()));
+    }
+    for (dns::Record& record : records) record.ttl = ttl;
     return dns::BuildResponse(query, response.rcode, records, limit);
   }
 

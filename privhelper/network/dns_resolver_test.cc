@@ -71,7 +71,7 @@ dns::Question Q(const std::string& name, uint16_t type = dns::kTypeA) {
 
 struct SinkCall {
   std::string sandbox;
-  uint32_t addr;
+  std::vector<uint32_t> addrs;
   std::vector<uint16_t> ports;
   std::chrono::seconds ttl;
   bool answer_already_sent;
@@ -79,15 +79,19 @@ struct SinkCall {
 
 class FakeSink final : public ResolvedAddressSink {
  public:
-  void AllowResolved(const std::string& sandbox_id, uint32_t addr,
-                     const std::vector<uint16_t>& ports, std::chrono::seconds ttl) override {
+  std::chrono::seconds AllowResolved(const std::string& sandbox_id,
+                                     const std::vector<uint32_t>& addrs,
+                                     const std::vector<uint16_t>& ports,
+                                     std::chrono::seconds ttl) override {
     // Loopback delivers a datagram during sendto, so a readable client socket here would mean
     // the answer went out before the firewall heard of the address.
     pollfd p = {watched_fd, POLLIN, 0};
     bool sent = watched_fd >= 0 && poll(&p, 1, 0) == 1;
-    calls.push_back(SinkCall{sandbox_id, addr, ports, ttl, sent});
+    calls.push_back(SinkCall{sandbox_id, addrs, ports, ttl, sent});
+    return open_for ? *open_for : ttl;
   }
   std::vector<SinkCall> calls;
+  std::optional<std::chrono::seconds> open_for;  // what it answers; unset: the whole TTL
   int watched_fd = -1;
 };
 
@@ -381,15 +385,33 @@ TEST_F(DnsResolverTest, AllowedNameResolvesAfterTheSinkHeardOfIt) {
   EXPECT_EQ(r->rcode, dns::kNoError);
   dns::Chain chain = dns::FollowChain(Q("api.example.com").name, r->answers);
   EXPECT_EQ(chain.addrs, (std::vector<uint32_t>{kGood, kGood + 1}));
-  ASSERT_EQ(sink_.calls.size(), 2u);
-  for (const SinkCall& call : sink_.calls) {
-    EXPECT_EQ(call.sandbox, "sb-1");
-    EXPECT_EQ(call.ports, (std::vector<uint16_t>{443}));
-    EXPECT_EQ(call.ttl, 30s) << "a 5 s TTL opens the address for the 30 s minimum";
-    EXPECT_FALSE(call.answer_already_sent);
-  }
-  EXPECT_EQ(sink_.calls[0].addr, kGood);
-  EXPECT_EQ(sink_.calls[1].addr, kGood + 1);
+  ASSERT_EQ(sink_.calls.size(), 1u) << "one call for the whole answer";
+  const SinkCall& call = sink_.calls[0];
+  EXPECT_EQ(call.sandbox, "sb-1");
+  EXPECT_EQ(call.ports, (std::vector<uint16_t>{443}));
+  EXPECT_EQ(call.ttl, 30s) << "a 5 s TTL opens the address for the 30 s minimum";
+  EXPECT_FALSE(call.answer_already_sent);
+  EXPECT_EQ(call.addrs, (std::vector<uint32_t>{kGood, kGood + 1}));
+}
+
+TEST_F(DnsResolverTest, TtlHandedOutIsCappedByWhatTheFirewallKeepsOpen) {
+  Resolver();
+  sink_.open_for = 20s;  // opened earlier, still open for 20 s: not refreshed
+  auto r = Ask(Q("a.b.example.com"));  // TTL 60 upstream
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->rcode, dns::kNoError);
+  ASSERT_FALSE(r->answers.empty());
+  for (const dns::Record& record : r->answers) EXPECT_EQ(record.ttl, 20u);
+}
+
+TEST_F(DnsResolverTest, AnswerTheFirewallCouldNotOpenIsServfail) {
+  Resolver();
+  sink_.open_for = 0s;  // rate-limited, full, or nft failed
+  auto r = Ask(Q("a.b.example.com"));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->rcode, dns::kServFail);
+  EXPECT_TRUE(r->answers.empty()) << "no address the sandbox cannot reach is handed out";
+  ASSERT_EQ(sink_.calls.size(), 1u);
 }
 
 TEST_F(DnsResolverTest, LongTtlIsClampedToADayInTheFirewallAndTheAnswer) {
@@ -463,7 +485,8 @@ TEST_F(DnsResolverTest, UpstreamErrorsAndSilenceMoveOnToTheNextUpstream) {
   auto r = Ask(Q("api.example.com"));
   ASSERT_TRUE(r);
   EXPECT_EQ(r->rcode, dns::kNoError);
-  EXPECT_EQ(sink_.calls.size(), 2u);
+  ASSERT_EQ(sink_.calls.size(), 1u);
+  EXPECT_EQ(sink_.calls[0].addrs.size(), 2u);
   close(dead);
 
   upstream_.Set("a.b.example.com", {.addrs = {kGood}, .rcode = dns::kRefused});
@@ -488,7 +511,7 @@ TEST_F(DnsResolverTest, SpoofedRepliesAreIgnored) {
   dns::Chain chain = dns::FollowChain(Q("api.example.com").name, r->answers);
   EXPECT_EQ(chain.addrs, (std::vector<uint32_t>{kGood}));
   ASSERT_EQ(sink_.calls.size(), 1u);
-  EXPECT_EQ(sink_.calls[0].addr, kGood) << "neither the wrong source nor the wrong id opened kEvil";
+  EXPECT_EQ(sink_.calls[0].addrs, std::vector<uint32_t>{kGood}) << "neither the wrong source nor the wrong id opened kEvil";
 }
 
 TEST_F(DnsResolverTest, CnameChainIsFollowedAndUnrelatedRecordsDropped) {
@@ -501,7 +524,7 @@ TEST_F(DnsResolverTest, CnameChainIsFollowedAndUnrelatedRecordsDropped) {
   EXPECT_EQ(dns::Dotted(r->answers[0].target), "edge.cdn.test");
   EXPECT_EQ(r->answers[1].addr, kGood);
   ASSERT_EQ(sink_.calls.size(), 1u);
-  EXPECT_EQ(sink_.calls[0].addr, kGood);
+  EXPECT_EQ(sink_.calls[0].addrs, std::vector<uint32_t>{kGood});
   EXPECT_EQ(sink_.calls[0].ttl, 120s);
 }
 
@@ -513,7 +536,7 @@ TEST_F(DnsResolverTest, RebindingToLoopbackOrMetadataIsNotHandedOut) {
   EXPECT_EQ(dns::FollowChain(Q("rebind.example.net").name, r->answers).addrs,
             (std::vector<uint32_t>{kGood}));
   ASSERT_EQ(sink_.calls.size(), 1u);
-  EXPECT_EQ(sink_.calls[0].addr, kGood);
+  EXPECT_EQ(sink_.calls[0].addrs, std::vector<uint32_t>{kGood});
 }
 
 TEST_F(DnsResolverTest, TruncatedUpstreamReplyFallsBackToTcp) {

@@ -33,15 +33,23 @@ absl::Status Firewall::Run(const std::string& text, std::string* listing) {
   return InNetns(host_ns_fd_, [&] { return RunNft(text, listing); });
 }
 
-absl::Status Firewall::Reset() { return Run(RenderTable(pool_, uplink_)); }
+absl::Status Firewall::Reset() {
+  opened_.clear();  // every set goes with the table
+  return Run(RenderTable(pool_, uplink_));
+}
 
-absl::Status Firewall::RemoveTable() { return Run(RenderTableRemoval()); }
+absl::Status Firewall::RemoveTable() {
+  opened_.clear();
+  return Run(RenderTableRemoval());
+}
 
 absl::Status Firewall::AddSandbox(const FirewallSandbox& sandbox) {
+  opened_.erase(SandboxTag(sandbox.sandbox_id));  // its set starts empty
   return Run(RenderSandbox(sandbox, pool_));
 }
 
 absl::Status Firewall::RemoveSandbox(const std::string& tag) {
+  opened_.erase(tag);
   if (Run(RenderSandboxRemoval(tag)).ok()) return absl::OkStatus();
   // Something was missing (a half-removed sandbox): each piece on its own.
   absl::Status last = absl::OkStatus();
@@ -58,11 +66,71 @@ absl::StatusOr<std::vector<std::string>> Firewall::SandboxTags() {
   return SandboxTagsIn(listing);
 }
 
-void Firewall::AllowResolved(const std::string& sandbox_id, uint32_t addr,
-                             const std::vector<uint16_t>& ports, std::chrono::seconds ttl) {
+bool Firewall::Fits(Opened& opened, const std::vector<ResolvedKey>& keys, TimePoint now) {
+  auto fresh = [&] {
+    return std::count_if(keys.begin(), keys.end(),
+                         [&](const ResolvedKey& k) { return !opened.until.count(k); });
+  };
+  if (opened.until.size() + fresh() <= kMaxResolvedElements) return true;
+  // The kernel has dropped (or is about to drop) what expired: forget it too.
+  std::erase_if(opened.until, [now](const auto& entry) { return entry.second <= now; });
+  return opened.until.size() + fresh() <= kMaxResolvedElements;
+}
+
+bool Firewall::TakeToken(Opened& opened, TimePoint now) {
+  double elapsed = std::chrono::duration<double>(now - opened.refilled).count();
+  opened.tokens = std::min(kResolvedBurst, opened.tokens + elapsed * kResolvedPerSecond);
+  opened.refilled = now;
+  if (opened.tokens < 1) return false;
+  opened.tokens -= 1;
+  return true;
+}
+
+std::chrono::seconds Firewall::AllowResolved(const std::string& sandbox_id,
+                                             const std::vector<uint32_t>& addrs,
+                                             const std::vector<uint16_t>& ports,
+                                             std::chrono::seconds ttl) {
   ttl = std::clamp(ttl, kMinTtl, kMaxTtl);
-  absl::Status st = Run(RenderAllowResolved(sandbox_id, addr, ports, ttl));
-  if (!st.ok()) KJ_LOG(ERROR, "cannot open a resolved address", sandbox_id, st.ToString());
+  TimePoint now = clock_();
+  Opened& opened = opened_[SandboxTag(sandbox_id)];
+  // An element that stays open for more than half the TTL is left alone: refreshing it would
+  // cost a transaction and gain little. The answer's TTL is capped by the shortest one kept.
+  TimePoint kept = now + ttl;
+  std::vector<ResolvedKey> stale;
+  for (const ResolvedKey& key : ResolvedKeys(addrs, ports)) {
+    auto it = opened.until.find(key);
+    if (it != opened.until.end() && it->second > now + ttl / 2) {
+      kept = std::min(kept, it->second);
+    } else {
+      stale.push_back(key);
+    }
+  }
+  auto open_for = [&] { return std::chrono::floor<std::chrono::seconds>(kept - now); };
+  if (stale.empty()) return open_for();
+  if (!Fits(opened, stale, now)) {
+    KJ_LOG(WARNING, "a sandbox's resolved addresses reached the bound; answer not opened",
+           sandbox_id, kMaxResolvedElements);
+    return std::chrono::seconds(0);
+  }
+  if (!TakeToken(opened, now)) {
+    KJ_LOG(WARNING, "a sandbox resolves new addresses too fast; answer not opened", sandbox_id);
+    return std::chrono::seconds(0);
+  }
+  // One transaction, unless the answer's addresses times its rule's ports are more elements
+  // than one netlink message holds.
+  for (size_t at = 0; at < stale.size(); at += kResolvedPerTransaction) {
+    std::vector<ResolvedKey> chunk(stale.begin() + at,
+                                   stale.begin() + std::min(stale.size(), at + kResolvedPerTransaction));
+    ++resolved_transactions_;
+    std::string text = RenderAllowResolved(sandbox_id, chunk, ttl);
+    absl::Status st = resolved_runner_ ? resolved_runner_(text) : Run(text);
+    if (!st.ok()) {
+      KJ_LOG(ERROR, "cannot open a resolved address", sandbox_id, st.ToString());
+      return std::chrono::seconds(0);
+    }
+    for (const ResolvedKey& key : chunk) opened.until[key] = now + ttl;
+  }
+  return open_for();
 }
 
 }  // namespace paseo::network

@@ -132,27 +132,33 @@ std::string RenderSandboxRemoval(const std::string& tag) {
   return absl::StrJoin(RenderSandboxRemovalSteps(tag), "");
 }
 
-std::string RenderAllowResolved(const std::string& sandbox_id, uint32_t addr,
-                                const std::vector<uint16_t>& ports, std::chrono::seconds ttl) {
-  std::string set = absl::StrCat("inet ", kTable, " ", SandboxChain(sandbox_id), "_allow");
-  std::vector<std::string> keys;
-  std::string a = FormatIpv4(addr);
-  if (ports.empty()) {
-    keys.push_back(absl::StrCat(a, " . 0-65535"));
-  } else {
-    std::vector<uint16_t> sorted = ports;
-    std::sort(sorted.begin(), sorted.end());
-    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-    for (uint16_t p : sorted) keys.push_back(absl::StrCat(a, " . ", p));
+std::vector<ResolvedKey> ResolvedKeys(const std::vector<uint32_t>& addrs,
+                                      const std::vector<uint16_t>& ports) {
+  std::vector<ResolvedKey> keys;
+  for (uint32_t addr : addrs) {
+    if (ports.empty()) keys.push_back({addr, -1});
+    for (uint16_t p : ports) keys.push_back({addr, p});
   }
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  return keys;
+}
+
+std::string RenderAllowResolved(const std::string& sandbox_id, const std::vector<ResolvedKey>& keys,
+                                std::chrono::seconds ttl) {
+  std::string set = absl::StrCat("inet ", kTable, " ", SandboxChain(sandbox_id), "_allow");
   long seconds = std::max<long>(1, static_cast<long>(ttl.count()));
-  std::vector<std::string> timed;
-  for (const auto& k : keys) timed.push_back(absl::StrCat(k, " timeout ", seconds, "s"));
+  std::vector<std::string> plain, timed;
+  for (const ResolvedKey& k : keys) {
+    std::string port = k.port < 0 ? "0-65535" : absl::StrCat(k.port);
+    plain.push_back(absl::StrCat(FormatIpv4(k.addr), " . ", port));
+    timed.push_back(absl::StrCat(plain.back(), " timeout ", seconds, "s"));
+  }
   // add (so the delete finds it), delete, add: the element comes back with a fresh timeout.
-  std::string plain = absl::StrJoin(keys, ", ");
   std::string with_timeout = absl::StrJoin(timed, ", ");
   return absl::StrCat("add element ", set, " { ", with_timeout, " }\n", "delete element ", set,
-                      " { ", plain, " }\n", "add element ", set, " { ", with_timeout, " }\n");
+                      " { ", absl::StrJoin(plain, ", "), " }\n", "add element ", set, " { ",
+                      with_timeout, " }\n");
 }
 
 std::vector<std::string> SandboxTagsIn(const std::string& listing) {

@@ -61,10 +61,19 @@ std::string RenderSandbox(const FirewallSandbox& sandbox, const Cidr& pool);
 std::string RenderSandboxRemoval(const std::string& tag);
 // The same pieces one command each, for removing what may be partly there.
 std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag);
-// Refreshes `addr` on `ports` (empty = all) in the sandbox's allow set with `ttl` (an existing
-// element is replaced, so its timeout starts again).
-std::string RenderAllowResolved(const std::string& sandbox_id, uint32_t addr,
-                                const std::vector<uint16_t>& ports, std::chrono::seconds ttl);
+// One element of a sandbox's allow set: an address on one port, or on every port (port -1).
+struct ResolvedKey {
+  uint32_t addr = 0;
+  int32_t port = -1;
+  auto operator<=>(const ResolvedKey&) const = default;
+};
+// The elements an answer's `addrs` open on `ports` (empty = every port), sorted, no duplicates.
+std::vector<ResolvedKey> ResolvedKeys(const std::vector<uint32_t>& addrs,
+                                      const std::vector<uint16_t>& ports);
+// Refreshes `keys` (not empty) in the sandbox's allow set with `ttl`, as one transaction (an
+// existing element is replaced, so its timeout starts again).
+std::string RenderAllowResolved(const std::string& sandbox_id, const std::vector<ResolvedKey>& keys,
+                                std::chrono::seconds ttl);
 // The sandbox tags of the sb_<tag> chains in `listing` (nft's `list table` text).
 std::vector<std::string> SandboxTagsIn(const std::string& listing);
 
