@@ -31,6 +31,7 @@ class AddressPool {
   // Gives `block` back; a block that is not taken is ignored.
   void Free(uint32_t block);
 
+  bool Taken(uint32_t block) const { return taken_.count(block) != 0; }
   size_t capacity() const { return blocks_; }
   size_t used() const { return taken_.size(); }
   const Cidr& cidr() const { return pool_; }

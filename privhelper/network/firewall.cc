@@ -117,18 +117,21 @@ std::chrono::seconds Firewall::AllowResolved(const std::string& sandbox_id,
     return std::chrono::seconds(0);
   }
   // One transaction, unless the answer's addresses times its rule's ports are more elements
-  // than one netlink message holds.
+  // than kResolvedPerTransaction. Elements it does not remember are not in the set (its
+  // memory started with the set, and forgets only what expired), so they are only added.
   for (size_t at = 0; at < stale.size(); at += kResolvedPerTransaction) {
-    std::vector<ResolvedKey> chunk(stale.begin() + at,
-                                   stale.begin() + std::min(stale.size(), at + kResolvedPerTransaction));
+    std::vector<ResolvedKey> fresh, known;
+    for (size_t i = at; i < std::min(stale.size(), at + kResolvedPerTransaction); ++i)
+      (opened.until.count(stale[i]) ? known : fresh).push_back(stale[i]);
     ++resolved_transactions_;
-    std::string text = RenderAllowResolved(sandbox_id, chunk, ttl);
+    std::string text = RenderAllowResolved(sandbox_id, fresh, known, ttl);
     absl::Status st = resolved_runner_ ? resolved_runner_(text) : Run(text);
     if (!st.ok()) {
       KJ_LOG(ERROR, "cannot open a resolved address", sandbox_id, st.ToString());
       return std::chrono::seconds(0);
     }
-    for (const ResolvedKey& key : chunk) opened.until[key] = now + ttl;
+    for (const auto* keys : {&fresh, &known})
+      for (const ResolvedKey& key : *keys) opened.until[key] = now + ttl;
   }
   return open_for();
 }

@@ -59,9 +59,10 @@ class Firewall final : public ResolvedAddressSink {
   static constexpr double kResolvedBurst = 50;
   static constexpr double kResolvedPerSecond = 10;
 
-  // Elements per transaction (one netlink message: 4096 of them add, delete and add again are
-  // too long).
-  static constexpr size_t kResolvedPerTransaction = 1024;
+  // Elements per transaction: the kernel's work for refreshing elements of this set type grows
+  // faster than their number in one transaction (256: ~20 ms; 819: seconds), and 4096 make too
+  // long a netlink message. An answer is 32 addresses at most, times its rule's ports.
+  static constexpr size_t kResolvedPerTransaction = 256;
 
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
   using Runner = std::function<absl::Status(const std::string& text)>;

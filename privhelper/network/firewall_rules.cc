@@ -144,21 +144,29 @@ std::vector<ResolvedKey> ResolvedKeys(const std::vector<uint32_t>& addrs,
   return keys;
 }
 
-std::string RenderAllowResolved(const std::string& sandbox_id, const std::vector<ResolvedKey>& keys,
-                                std::chrono::seconds ttl) {
+std::string RenderAllowResolved(const std::string& sandbox_id,
+                                const std::vector<ResolvedKey>& fresh,
+                                const std::vector<ResolvedKey>& known, std::chrono::seconds ttl) {
   std::string set = absl::StrCat("inet ", kTable, " ", SandboxChain(sandbox_id), "_allow");
   long seconds = std::max<long>(1, static_cast<long>(ttl.count()));
-  std::vector<std::string> plain, timed;
-  for (const ResolvedKey& k : keys) {
-    std::string port = k.port < 0 ? "0-65535" : absl::StrCat(k.port);
-    plain.push_back(absl::StrCat(FormatIpv4(k.addr), " . ", port));
-    timed.push_back(absl::StrCat(plain.back(), " timeout ", seconds, "s"));
-  }
+  auto element = [](const ResolvedKey& k) {
+    return absl::StrCat(FormatIpv4(k.addr), " . ", k.port < 0 ? "0-65535" : absl::StrCat(k.port));
+  };
+  auto timed = [&](const std::vector<ResolvedKey>& keys) {
+    std::vector<std::string> out;
+    for (const ResolvedKey& k : keys) out.push_back(absl::StrCat(element(k), " timeout ", seconds, "s"));
+    return absl::StrJoin(out, ", ");
+  };
+  std::string out;
+  if (!fresh.empty()) absl::StrAppend(&out, "add element ", set, " { ", timed(fresh), " }\n");
+  if (known.empty()) return out;
   // add (so the delete finds it), delete, add: the element comes back with a fresh timeout.
-  std::string with_timeout = absl::StrJoin(timed, ", ");
-  return absl::StrCat("add element ", set, " { ", with_timeout, " }\n", "delete element ", set,
-                      " { ", absl::StrJoin(plain, ", "), " }\n", "add element ", set, " { ",
-                      with_timeout, " }\n");
+  std::vector<std::string> plain;
+  for (const ResolvedKey& k : known) plain.push_back(element(k));
+  absl::StrAppend(&out, "add element ", set, " { ", timed(known), " }\n", "delete element ", set,
+                  " { ", absl::StrJoin(plain, ", "), " }\n", "add element ", set, " { ",
+                  timed(known), " }\n");
+  return out;
 }
 
 std::vector<std::string> SandboxTagsIn(const std::string& listing) {

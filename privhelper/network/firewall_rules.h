@@ -70,10 +70,13 @@ struct ResolvedKey {
 // The elements an answer's `addrs` open on `ports` (empty = every port), sorted, no duplicates.
 std::vector<ResolvedKey> ResolvedKeys(const std::vector<uint32_t>& addrs,
                                       const std::vector<uint16_t>& ports);
-// Refreshes `keys` (not empty) in the sandbox's allow set with `ttl`, as one transaction (an
-// existing element is replaced, so its timeout starts again).
-std::string RenderAllowResolved(const std::string& sandbox_id, const std::vector<ResolvedKey>& keys,
-                                std::chrono::seconds ttl);
+// Opens `fresh` (elements the set does not hold) and refreshes `known` (elements it may hold:
+// each is replaced, so its timeout starts again) in the sandbox's allow set with `ttl`, as one
+// transaction. Fresh ones are only added: the kernel's work for deleting elements added in the
+// same transaction grows with the set (200 of them in a set of 4000: seconds).
+std::string RenderAllowResolved(const std::string& sandbox_id,
+                                const std::vector<ResolvedKey>& fresh,
+                                const std::vector<ResolvedKey>& known, std::chrono::seconds ttl);
 // The sandbox tags of the sb_<tag> chains in `listing` (nft's `list table` text).
 std::vector<std::string> SandboxTagsIn(const std::string& listing);
 

@@ -81,12 +81,12 @@ TEST(FirewallRules, RemovalTakesMapEntriesBeforeChains) {
 
 TEST(FirewallRules, AllowResolvedRefreshesTheTimeout) {
   std::string set = "inet paseo_sandbox sb_" + SandboxTag("sb-1") + "_allow";
-  std::string r = RenderAllowResolved("sb-1", ResolvedKeys({*ParseIpv4("203.0.113.7")}, {443, 80}),
-                                      std::chrono::seconds(300));
+  std::string r = RenderAllowResolved(
+      "sb-1", {}, ResolvedKeys({*ParseIpv4("203.0.113.7")}, {443, 80}), std::chrono::seconds(300));
   EXPECT_EQ(r, "add element " + set + " { 203.0.113.7 . 80 timeout 300s, 203.0.113.7 . 443 timeout 300s }\n"
                "delete element " + set + " { 203.0.113.7 . 80, 203.0.113.7 . 443 }\n"
                "add element " + set + " { 203.0.113.7 . 80 timeout 300s, 203.0.113.7 . 443 timeout 300s }\n");
-  At(RenderAllowResolved("sb-1", ResolvedKeys({*ParseIpv4("203.0.113.7")}, {}),
+  At(RenderAllowResolved("sb-1", {}, ResolvedKeys({*ParseIpv4("203.0.113.7")}, {}),
                          std::chrono::seconds(60)),
      "203.0.113.7 . 0-65535 timeout 60s");
 }
@@ -97,10 +97,16 @@ TEST(FirewallRules, OneAnswerIsOneTransactionOfEveryAddressAndPort) {
   EXPECT_EQ(keys, (std::vector<ResolvedKey>{{b, 80}, {b, 443}, {a, 80}, {a, 443}}))
       << "sorted, duplicates dropped";
   EXPECT_EQ(ResolvedKeys({a}, {}), (std::vector<ResolvedKey>{{a, -1}}));
-  std::string r = RenderAllowResolved("sb-1", keys, std::chrono::seconds(30));
-  At(r, "{ 198.51.100.1 . 80 timeout 30s, 198.51.100.1 . 443 timeout 30s, 203.0.113.7 . 80 "
-        "timeout 30s, 203.0.113.7 . 443 timeout 30s }");
-  At(r, "{ 198.51.100.1 . 80, 198.51.100.1 . 443, 203.0.113.7 . 80, 203.0.113.7 . 443 }");
+  std::string r = RenderAllowResolved("sb-1", keys, {}, std::chrono::seconds(30));
+  EXPECT_EQ(r, "add element inet paseo_sandbox sb_" + SandboxTag("sb-1") +
+                   "_allow { 198.51.100.1 . 80 timeout 30s, 198.51.100.1 . 443 timeout 30s, "
+                   "203.0.113.7 . 80 timeout 30s, 203.0.113.7 . 443 timeout 30s }\n")
+      << "fresh elements are only added";
+  r = RenderAllowResolved("sb-1", {{b, 80}}, {{a, 443}}, std::chrono::seconds(30));
+  EXPECT_EQ(At(r, "add element"), 0u);
+  At(r, "{ 198.51.100.1 . 80 timeout 30s }\nadd element");
+  At(r, "delete element inet paseo_sandbox sb_" + SandboxTag("sb-1") + "_allow { 203.0.113.7 . 443 }");
+  EXPECT_EQ(r.find("198.51.100.1", At(r, "delete")), std::string::npos);
 }
 
 TEST(FirewallRules, TagsFromAListing) {

@@ -48,9 +48,12 @@ TEST_F(FirewallMemoryTest, AnAnswerTooLargeForOneMessageIsSplit) {
   for (uint32_t i = 0; i < 32; ++i) addrs.push_back(kA + i);
   for (uint16_t p = 1; p <= 100; ++p) ports.push_back(p);
   EXPECT_EQ(Allow(addrs, 300s, ports), 300s);
-  EXPECT_EQ(fw_.resolved_transactions(), 4u) << "3200 elements, 1024 a transaction";
+  size_t chunks = (3200 + Firewall::kResolvedPerTransaction - 1) / Firewall::kResolvedPerTransaction;
+  EXPECT_EQ(fw_.resolved_transactions(), chunks) << "3200 elements in chunks";
+  ASSERT_EQ(texts_.size(), chunks);
+  EXPECT_TRUE(absl::StrContains(texts_.back(), "203.0.113.32 . 100 timeout"));
   EXPECT_EQ(Allow(addrs, 300s, ports), 300s);
-  EXPECT_EQ(fw_.resolved_transactions(), 4u);
+  EXPECT_EQ(fw_.resolved_transactions(), chunks);
 }
 
 TEST_F(FirewallMemoryTest, RepeatedAnswersCostNothingUntilHalfTheTtlIsLeft) {

@@ -23,6 +23,7 @@
 #include "common/dir_entries.h"
 #include "common/ids.h"
 #include "common/status.h"
+#include "privhelper/network/conntrack.h"
 #include "privhelper/network/links.h"
 #include "privhelper/network/netns.h"
 
@@ -145,13 +146,19 @@ absl::Status SandboxNetworks::Adopt(const SandboxLink& link, pid_t sentry_pid,
 }
 
 void SandboxNetworks::Remove(const SandboxLink& link) {
-  // The firewall first: from here the sandbox passes nothing, whatever is left.
+  // The firewall first: from here the sandbox passes nothing, whatever is left. Its conntrack
+  // entries after the link: a sandbox later given this block must not continue its flows.
+  Cidr block{BlockOf(link), AddressPool::kBlockPrefix};
   for (absl::Status st : {firewall_.RemoveSandbox(SandboxTag(link.sandbox_id)),
                           DeleteLink(host_ns_fd_, link.host_ifname),
-                          RemoveNetns(link.netns_path)}) {
+                          RemoveNetns(link.netns_path), FlushConntrackOf(InCidr(block))}) {
     if (!st.ok()) KJ_LOG(ERROR, "removing a sandbox's network", link.sandbox_id, st.ToString());
   }
   pool_.Free(BlockOf(link));
+}
+
+absl::Status SandboxNetworks::FlushConntrackOf(const AddressMatch& match) {
+  return InNetns(host_ns_fd_, [&match] { return FlushConntrack(match).status(); });
 }
 
 void SandboxNetworks::CollectUnowned(const std::set<std::string>& owned) {
@@ -178,6 +185,13 @@ void SandboxNetworks::CollectUnowned(const std::set<std::string>& owned) {
       (void)firewall_.RemoveSandbox(tag);
     }
   }
+  // Conntrack entries of every block no sandbox holds (owned ones have reserved theirs): what
+  // a crash between removing a sandbox and flushing them left.
+  Cidr pool = pool_.cidr();
+  absl::Status flushed = FlushConntrackOf([this, pool](uint32_t addr) {
+    return pool.Contains(addr) && !pool_.Taken(addr & Cidr{0, AddressPool::kBlockPrefix}.Mask());
+  });
+  if (!flushed.ok()) KJ_LOG(ERROR, "cannot flush stale sandbox conntrack entries", flushed.ToString());
 }
 
 }  // namespace paseo::network

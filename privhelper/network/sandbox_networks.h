@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "privhelper/network/address_pool.h"
+#include "privhelper/network/conntrack.h"
 #include "privhelper/network/firewall.h"
 #include "privhelper/network/sandbox_network.h"
 #include "schema/config.capnp.h"
@@ -61,9 +62,11 @@ class SandboxNetworks {
   // survived the previous privhelper.
   absl::Status Adopt(const SandboxLink& link, pid_t sentry_pid,
                      config::NetworkPolicy::Reader policy);
-  // Removes everything of the sandbox's network; what is gone already is skipped.
+  // Removes everything of the sandbox's network, its conntrack entries too; what is gone
+  // already is skipped, what cannot be removed is logged.
   void Remove(const SandboxLink& link);
-  // Removes namespace pins, psb-* links and firewall chains of no sandbox in `owned`.
+  // Removes namespace pins, psb-* links and firewall chains of no sandbox in `owned`, and the
+  // conntrack entries of the pool's blocks no sandbox holds (adopted ones are reserved first).
   void CollectUnowned(const std::set<std::string>& owned);
 
   // The link a sandbox with `block` (the /30's network address) has.
@@ -76,6 +79,9 @@ class SandboxNetworks {
   std::string NetnsDir() const { return run_dir_ + "/netns"; }
 
  private:
+  // Deletes the host namespace's conntrack entries with a matching address (conntrack.h).
+  absl::Status FlushConntrackOf(const AddressMatch& match);
+
   int host_ns_fd_;
   std::string run_dir_;
   AddressPool pool_;
