@@ -101,8 +101,9 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
   // Input: replies to the privhelper's marked connections into the sandbox (Sandbox.connect),
   // and its resolver on its own host end.
   absl::StrAppend(&out, "add rule ", t, " ", in, " ct state established,related accept\n");
-  absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
-                  " meta l4proto { tcp, udp } th dport 53 accept\n");
+  if (sb.dns)
+    absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
+                    " meta l4proto { tcp, udp } th dport 53 accept\n");
   absl::StrAppend(&out, "add rule ", t, " ", in, " drop\n");
   absl::StrAppend(&out, "add element ", t, " links { \"", sb.host_ifname, "\" : jump ", chain,
                   " }\n");

@@ -7,7 +7,8 @@
 //                the verdict map `links` (anything without one dropped), before anything else
 //                looks at it; into a link only established/related (nothing inbound).
 //   input:       from a link, through the map `inlinks` and the sandbox's input chain, only
-//                replies to Sandbox.connect and DNS (UDP/TCP 53) to that link's own host end;
+//                replies to Sandbox.connect and DNS (UDP/TCP 53) to that link's own host end
+//                (only when the privhelper's resolver serves it);
 //                everything else to the host (any of its addresses) dropped.
 //   output:      to a link only established/related (the resolver's answers).
 //   postrouting: the pool masqueraded when it leaves through the uplink (or any non-link).
@@ -49,6 +50,7 @@ struct FirewallSandbox {
   std::string host_ifname;
   uint32_t host_addr = 0;
   uint32_t sandbox_addr = 0;  // the only source address its link may send from
+  bool dns = false;           // port 53 on host_addr open (a resolver listens there)
   std::vector<CidrAllow> allow;
 };
 

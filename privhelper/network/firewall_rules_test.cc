@@ -15,6 +15,7 @@ FirewallSandbox Sandbox() {
   sb.host_ifname = HostIfname("sb-1");
   sb.host_addr = *ParseIpv4("10.88.0.1");
   sb.sandbox_addr = *ParseIpv4("10.88.0.2");
+  sb.dns = true;
   sb.allow = {{*ParseCidr("203.0.113.10/32"), {443, 80, 80}}, {*ParseCidr("198.51.100.0/24"), {}}};
   return sb;
 }
@@ -77,6 +78,10 @@ TEST(FirewallRules, SandboxChainDeniesFirstThenAllowsThenDrops) {
   size_t dns = At(r, chain + "_in ip daddr 10.88.0.1 meta l4proto { tcp, udp } th dport 53 accept");
   EXPECT_LT(dns, At(r, chain + "_in drop"));
   At(r, "links { \"" + HostIfname("sb-1") + "\" : jump " + chain + " }");
+  // Without a resolver port 53 is as closed as the rest (no other host service answers there).
+  FirewallSandbox no_dns = Sandbox();
+  no_dns.dns = false;
+  EXPECT_EQ(RenderSandbox(no_dns, kPool).find("dport 53"), std::string::npos);
   At(r, "inlinks { \"" + HostIfname("sb-1") + "\" : jump " + chain + "_in }");
 }
 
