@@ -79,7 +79,8 @@ Broker::Broker(kj::LowLevelAsyncIoProvider& low, kj::UnixEventPort& events, kj::
       helper_(kj::mv(helper)),
       registry_(policy),
       state_(std::move(state_dir)),
-      tasks_(error_handler) {}
+      tasks_(error_handler),
+      relays_(low) {}
 
 template <typename T>
 kj::Promise<T> Broker::ToCompletion(kj::Promise<T> work) {
@@ -178,6 +179,7 @@ absl::StatusOr<kj::Promise<void>> Broker::DeleteSandbox(const Peer& peer, const 
       [this, id](auto&&) -> kj::Promise<void> {
         registry_.FinishDelete(id);
         state_.Remove(id);
+        relays_.EndSandbox(id);
         return kj::READY_NOW;
       },
       [this, id, before](kj::Exception&& e) -> kj::Promise<void> {
@@ -196,8 +198,10 @@ absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Broker::Connect(const Peer& peer,
   req.setSandboxId(id);
   req.setPort(port);
   return req.send().then(
-      [](capnp::Response<helper::Helper::ConnectPortResults> res) {
-        return OwnFd(res.getSocket());
+      [this, id](capnp::Response<helper::Helper::ConnectPortResults> res) {
+        return OwnFd(res.getSocket()).then([this, id](kj::AutoCloseFd connection) {
+          return ValueOrThrow(relays_.Start(id, kj::mv(connection)));
+        });
       },
       [](kj::Exception&& e) -> kj::Promise<kj::AutoCloseFd> { return Forward(kj::mv(e)); });
 }

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "broker/authorization.h"
+#include "broker/port_relay.h"
 #include "broker/process_io.h"
 #include "broker/registry.h"
 #include "broker/state_dir.h"
@@ -49,9 +50,9 @@ class Broker {
   absl::StatusOr<kj::Promise<void>> ResumeSandbox(const Peer& peer, const std::string& id);
   absl::StatusOr<kj::Promise<void>> DeleteSandbox(const Peer& peer, const std::string& id,
                                                   bool force);
-  // Sandbox.connect: a TCP connection to `port` inside a running sandbox of the caller's,
-  // made by the privhelper (which decides whether the profile allows the port). The fd is the
-  // caller's to hand to its client.
+  // Sandbox.connect: a TCP connection to `port` inside a running sandbox of the caller's, made
+  // by the privhelper (which decides whether the profile allows the port) and relayed by the
+  // broker (port_relay.h). The fd, a Unix stream socket, is the caller's to hand to its client.
   absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Connect(const Peer& peer, const std::string& id,
                                                        uint16_t port);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
@@ -107,6 +108,7 @@ class Broker {
   // waits for the first one's outcome.
   std::map<std::string, kj::ForkedPromise<std::string>> keyed_creates_;
   kj::TaskSet tasks_;
+  PortRelays relays_;
   // The release timer: when it fires next (none: not armed). A timer armed for a later time
   // finds release_at_ changed when it fires and does nothing.
   std::optional<kj::TimePoint> release_at_;

@@ -970,13 +970,19 @@ TEST_F(BrokerTest, ALosslessProcessWaitsForItsReaderAndLosesNothing) {
 
 // ---------------------------------------------------------------- connect
 
-// What `fd` has to read (waiting at most 2 s): "" at end-of-file, "(nothing)" if nothing came.
-std::string ReadSome(int fd) {
+// What `fd` has to read (waiting at most 2 s, the broker's loop turning meanwhile: it relays
+// the connection): "" at end-of-file, "(nothing)" if nothing came.
+std::string ReadSome(int fd, kj::WaitScope& ws) {
   pollfd p = {fd, POLLIN, 0};
-  if (poll(&p, 1, 2000) != 1) return "(nothing)";
-  char buf[64];
-  ssize_t n = read(fd, buf, sizeof(buf));
-  return n > 0 ? std::string(buf, n) : "";
+  for (int i = 0; i < 200; ++i) {
+    ws.poll();
+    if (poll(&p, 1, 10) == 1) {
+      char buf[64];
+      ssize_t n = read(fd, buf, sizeof(buf));
+      return n > 0 ? std::string(buf, n) : "";
+    }
+  }
+  return "(nothing)";
 }
 
 // The fd a Socket capability carries, duplicated (the capability owns the original).
@@ -998,14 +1004,36 @@ TEST_F(BrokerTest, ConnectHandsTheClientAWorkingSocketAndLetsGoOfItsCopy) {
   ASSERT_GE(mine.get(), 0);
   int far = helper_->connected[0].get();
   WriteAll(mine.get(), "GET /");
-  EXPECT_EQ(ReadSome(far), "GET /");
+  EXPECT_EQ(ReadSome(far, ws()), "GET /");
   WriteAll(far, "200");
-  EXPECT_EQ(ReadSome(mine.get()), "200");
+  EXPECT_EQ(ReadSome(mine.get(), ws()), "200");
   // Dropping the capability closes the broker's copy: with ours closed too, the far end ends.
   socket = nullptr;
   ws().poll();
   mine = nullptr;
-  EXPECT_EQ(ReadSome(far), "");
+  EXPECT_EQ(ReadSome(far, ws()), "");
+}
+
+// The client gets a relayed Unix socket, never the TCP socket the privhelper made in the host's
+// namespace (which could be disconnected and reconnected to the host's loopback services); the
+// relay ends with the sandbox.
+TEST_F(BrokerTest, ConnectHandsOutAUnixSocketThatEndsWithTheSandbox) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  auto req = sb.sandbox.connectRequest();
+  req.setPort(8080);
+  auto socket = req.send().wait(ws()).getSocket();
+  kj::AutoCloseFd mine(SocketFd(socket, ws()));
+  ASSERT_GE(mine.get(), 0);
+  int domain = 0;
+  socklen_t len = sizeof(domain);
+  ASSERT_EQ(getsockopt(mine.get(), SOL_SOCKET, SO_DOMAIN, &domain, &len), 0);
+  EXPECT_EQ(domain, AF_UNIX);
+  int far = helper_->connected.at(0).get();
+  auto del = sb.sandbox.deleteRequest();
+  del.send().wait(ws());
+  EXPECT_EQ(ReadSome(mine.get(), ws()), "") << "the relay outlived its sandbox";
+  EXPECT_EQ(ReadSome(far, ws()), "");
 }
 
 TEST_F(BrokerTest, ConnectRefusalsKeepTheirReasons) {
@@ -1108,13 +1136,13 @@ TEST_F(BrokerWireTest, AClientThatAcceptsFdsGetsAWorkingSocket) {
   ASSERT_GE(mine.get(), 0) << "no fd arrived";
   int far = helper_->connected.at(0).get();
   WriteAll(mine.get(), "hello");
-  EXPECT_EQ(ReadSome(far), "hello");
+  EXPECT_EQ(ReadSome(far, ws()), "hello");
   // Once our drop has arrived the broker has let go of its copy: with ours closed, the far
   // end reads end-of-file.
   socket = nullptr;
   mine = nullptr;
   for (int i = 0; i < 50; ++i) io_.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(ws());
-  EXPECT_EQ(ReadSome(far), "") << "the broker still holds the socket";
+  EXPECT_EQ(ReadSome(far, ws()), "") << "the broker still holds the socket";
 }
 
 TEST_F(BrokerWireTest, AClientThatAcceptsNoFdsGetsNoneAndLeaksNothing) {
@@ -1123,7 +1151,7 @@ TEST_F(BrokerWireTest, AClientThatAcceptsNoFdsGetsNoneAndLeaksNothing) {
   EXPECT_EQ(SocketFd(socket, ws()), -1);
   socket = nullptr;
   for (int i = 0; i < 50; ++i) io_.provider->getTimer().afterDelay(2 * kj::MILLISECONDS).wait(ws());
-  EXPECT_EQ(ReadSome(helper_->connected.at(0).get()), "") << "a copy of the socket is still open";
+  EXPECT_EQ(ReadSome(helper_->connected.at(0).get(), ws()), "") << "a copy of the socket is still open";
 }
 
 }  // namespace

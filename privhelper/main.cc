@@ -492,8 +492,9 @@ int Serve(const Options& options, const std::string& program) {
         dns = std::make_unique<network::DnsResolver>(events, *io.lowLevelProvider, *upstreams,
                                                      networks->firewall(), dns_options);
         host.SetDns(dns.get());
+        networks->set_serves_dns(true);
       } else {
-        Log(absl::StrCat("no DNS upstream; names in profiles' allowNames will not resolve: ",
+        Log(absl::StrCat("no DNS upstream; creates with network mode \"sandbox\" are refused: ",
                          upstreams.status().message()));
       }
     } else {

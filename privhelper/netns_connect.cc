@@ -89,9 +89,15 @@ kj::Promise<kj::AutoCloseFd> NetnsPortConnector::Connect(const std::string& netn
   auto observer = kj::heap<kj::UnixEventPort::FdObserver>(
       events_, socket->get(), kj::UnixEventPort::FdObserver::OBSERVE_WRITE);
   auto connected = observer->whenBecomesWritable().then(
-      [socket, port]() -> kj::Promise<kj::AutoCloseFd> {
+      [socket, port, marked = mark_ != 0]() -> kj::Promise<kj::AutoCloseFd> {
         absl::Status result = ConnectResult(socket->get(), port);
         if (!result.ok()) return StatusToException(result);
+        // The mark opened this one connection into the link; it must not outlive it (whoever
+        // holds the socket could disconnect it and connect it again, marked, anywhere).
+        uint32_t none = 0;
+        if (marked && setsockopt(socket->get(), SOL_SOCKET, SO_MARK, &none, sizeof(none)) != 0)
+          return StatusToException(absl::InternalError(
+              absl::StrCat("setsockopt(SO_MARK, 0): ", std::strerror(errno))));
         return kj::mv(*socket);
       });
   auto late = timer_.afterDelay(patience_).then(

@@ -127,6 +127,20 @@ TEST_F(NetnsConnectTest, ConnectsInsideTheNamespaceAndTheCallerStaysOutside) {
   EXPECT_NE(connect(outside.get(), reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
 }
 
+// The mark lets the connection into the sandbox's link; the connected socket no longer carries
+// it, so reconnecting it (AF_UNSPEC, then elsewhere) is not let in.
+TEST_F(NetnsConnectTest, TheConnectedSocketNoLongerCarriesTheMark) {
+  constexpr uint32_t kMark = 0x70736231;
+  NetnsPortConnector connector(io_.unixEventPort, io_.provider->getTimer(), kj::SECONDS, kMark);
+  kj::AutoCloseFd fd = connector.Connect(netns_path_, kSandboxAddr, 8080).wait(io_.waitScope);
+  uint32_t mark = 1;
+  socklen_t len = sizeof(mark);
+  ASSERT_EQ(getsockopt(fd.get(), SOL_SOCKET, SO_MARK, &mark, &len), 0) << strerror(errno);
+  EXPECT_EQ(mark, 0u);
+  kj::AutoCloseFd accepted(accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  EXPECT_GE(accepted.get(), 0) << "the marked connect itself did not arrive";
+}
+
 TEST_F(NetnsConnectTest, NothingListeningIsUnavailable) {
   NetnsPortConnector connector(io_.unixEventPort, io_.provider->getTimer());
   absl::Status st = Failure(connector.Connect(netns_path_, kSandboxAddr, 8081));

@@ -332,6 +332,12 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   bool sandbox_network = policy.getMode() == config::NetworkMode::SANDBOX;
   if (sandbox_network && networks_ == nullptr)
     return absl::FailedPreconditionError("network mode \"sandbox\" is not set up on this host");
+  // Without the privhelper's resolver a sandbox would have no DNS, and its host end's port 53
+  // nobody we know of to answer: refused, as when networking is not set up.
+  if (sandbox_network && dns_ == nullptr)
+    return absl::FailedPreconditionError(
+        "network mode \"sandbox\" has no DNS resolver on this host: set network.dnsUpstreams in "
+        "the privhelper's config (no usable nameserver in /etc/resolv.conf)");
 
   // The bundle dir comes first: if it exists (a crash left it), it is not this sandbox's to
   // remove, and nothing has been recorded yet.
@@ -353,9 +359,8 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     // After every check, before anything runs: Forget removes it again on any failure.
     ASSIGN_OR_RETURN(sb.link, networks_->Create(sb.id, policy));
     for (uint16_t port : policy.getInboundPorts()) sb.inbound_ports.push_back(port);
-    if (dns_ != nullptr)
-      RETURN_IF_ERROR(dns_->AddSandbox(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
-                                       network::AllowedNamesFrom(policy)));
+    RETURN_IF_ERROR(dns_->AddSandbox(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                                     network::AllowedNamesFrom(policy)));
   }
   RETURN_IF_ERROR(WriteBundle(sb, request, plan));
   std::move(forget).Cancel();

@@ -7,6 +7,7 @@
 // mounting, so no test here mounts anything even when run as root; the mounts and a real
 // runsc create/start are covered by the root suites under testing/.
 #include "privhelper/sandbox_host.h"
+#include "privhelper/network/sandbox_networks.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -1178,6 +1179,24 @@ TEST_F(SandboxHostTest, CreateRefusalsChangeNothing) {
     EXPECT_EQ(host_->size(), 1u) << c.name;
     EXPECT_FALSE(fs::exists(Bundle("sb-2"))) << c.name;
   }
+  EXPECT_TRUE(runsc_.calls.empty());
+}
+
+// Network mode "sandbox" needs networking set up and the privhelper's resolver: without either
+// the create is refused before anything exists (no port 53 opened to an unknown host service).
+TEST_F(SandboxHostTest, ANetworkedCreateNeedsNetworkingAndAResolver) {
+  auto created = host_->Create(Create("sb-2", "/workspace", "alpha", "networked"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kFailedPrecondition) << created.status();
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("not set up"));
+  // Networking (never started: Create would fail loudly if it got that far) but no resolver.
+  network::SandboxNetworks networks(-1, dir_ + "/net", *network::ParseCidr("10.88.0.0/24"), "");
+  host_->SetNetworks(&networks);
+  created = host_->Create(Create("sb-2", "/workspace", "alpha", "networked"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kFailedPrecondition) << created.status();
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("dnsUpstreams"));
+  host_->SetNetworks(nullptr);
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_FALSE(fs::exists(Bundle("sb-2")));
   EXPECT_TRUE(runsc_.calls.empty());
 }
 

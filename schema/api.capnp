@@ -251,8 +251,11 @@ interface Sandbox {
   # last 1024 released processes. not-found if the key is unknown.
 
   connect @8 (port :UInt16) -> (socket :Socket);
-  # A TCP connection from the host side into this sandbox's `port`, handed to this client only
-  # (its fd travels with the answer; nothing listens on the host). Only ports the profile's
+  # A connection into this sandbox's `port`, handed to this client only: a Unix stream socket
+  # (its fd travels with the answer; nothing listens on the host) that the broker relays to a
+  # TCP connection it had made from the host side. Half-closes pass through; the relay ends
+  # when either side closes or errs, when the sandbox is deleted, or when the broker restarts.
+  # At most 64 at once per sandbox (then resource-exhausted). Only ports the profile's
   # network.inboundPorts lists (else permission-denied); a sandbox with network "none" has
   # nothing to connect to (failed-precondition); nothing listening: unavailable.
 }

@@ -7,7 +7,11 @@
 // through the API and through the CLI; a port the profile does not list is refused; a client of
 // another deployment cannot reach the sandbox at all; and nothing listens in the service's own
 // network namespace (the harness's), so no host port was opened for it.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
@@ -143,6 +147,43 @@ TEST_F(ConnectTest, TheApiHandsTheClientAConnectionToTheSandboxsPort) {
   } else {
     ADD_FAILURE() << "port 8081 is not in inboundPorts but was connected";
   }
+  Delete(sandbox);
+}
+
+// Adversarial: the handed-out socket is a relayed Unix socket. It cannot be disconnected and
+// connected again to a host service (a loopback listener of the test's own), nor to another
+// port of the sandbox.
+TEST_F(ConnectTest, TheHandedSocketCannotBeReconnectedElsewhere) {
+  kj::AutoCloseFd host_service(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  local.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(local);
+  ASSERT_EQ(bind(host_service.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  ASSERT_EQ(listen(host_service.get(), 4), 0);
+  ASSERT_EQ(getsockname(host_service.get(), reinterpret_cast<sockaddr*>(&local), &len), 0);
+
+  client::Connection conn(Io(), svc().socket());
+  std::string id;
+  auto sandbox = ServingSandbox(conn, &id);
+  kj::AutoCloseFd fd = ConnectWhenListening(sandbox, 8080);
+  ASSERT_GE(fd.get(), 0);
+  int domain = 0;
+  socklen_t dlen = sizeof(domain);
+  ASSERT_EQ(getsockopt(fd.get(), SOL_SOCKET, SO_DOMAIN, &domain, &dlen), 0);
+  EXPECT_EQ(domain, AF_UNIX);
+  sockaddr unspec{};
+  unspec.sa_family = AF_UNSPEC;
+  (void)connect(fd.get(), &unspec, sizeof(unspec));
+  EXPECT_NE(connect(fd.get(), reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  sockaddr_in other_port{};
+  other_port.sin_family = AF_INET;
+  other_port.sin_port = htons(22);
+  EXPECT_NE(connect(fd.get(), reinterpret_cast<sockaddr*>(&other_port), sizeof(other_port)), 0);
+  pollfd p{host_service.get(), POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 200), 0) << "the host service was reached";
+  // The connection it was is intact.
+  EXPECT_EQ(ReadAll(fd.get()), kGreeting);
   Delete(sandbox);
 }
 

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "privhelper/network/sandbox_network.h"
 
 namespace paseo::network {
 namespace {
@@ -50,11 +51,6 @@ uint16_t RandomId() {
 // Addresses no answer may open, whatever the upstream says (DNS rebinding towards the host or
 // a metadata service): "this network", loopback, link-local, multicast and reserved. The
 // firewall denies them too; the forwarder does not even hand them out.
-bool NeverAllowed(uint32_t addr) {
-  uint8_t first = addr >> 24;
-  return first == 0 || first == 127 || (addr >> 16) == 0xA9FE || first >= 224;
-}
-
 int MakeSocket(const DnsResolverOptions& options, int type) {
   return options.make_socket ? options.make_socket(type) : socket(AF_INET, type, 0);
 }
@@ -292,7 +288,7 @@ class DnsResolver::SandboxDns {
     std::vector<uint32_t> addrs;
     for (const dns::Record& record : chain.records) {
       if (record.type == dns::kTypeA) {
-        if (NeverAllowed(record.addr) || addrs.size() == kMaxAddrsPerAnswer) continue;
+        if (IsAlwaysDenied(record.addr) || addrs.size() == kMaxAddrsPerAnswer) continue;
         addrs.push_back(record.addr);
       }
       records.push_back(record);

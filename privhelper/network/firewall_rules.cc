@@ -14,15 +14,6 @@ namespace {
 
 constexpr char kLinks[] = "\"psb-*\"";
 
-// Destinations no policy opens. The pool is added per table (other sandboxes).
-constexpr const char* kAlwaysDenied[] = {
-    "0.0.0.0/8",       // "this network"
-    "127.0.0.0/8",     // loopback
-    "169.254.0.0/16",  // link-local, cloud metadata (169.254.169.254)
-    "224.0.0.0/4",     // multicast
-    "240.0.0.0/4",     // reserved and the limited broadcast 255.255.255.255
-};
-
 std::string Prefix() { return absl::StrCat("inet ", kTable); }
 
 std::string PortSet(const std::vector<uint16_t>& ports) {
@@ -47,17 +38,16 @@ std::string RenderTable(const Cidr& pool, const std::string& uplink) {
   absl::StrAppend(&out, "add chain ", t,
                   " forward { type filter hook forward priority filter - 10; policy accept; }\n");
   absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " meta nfproto ipv6 drop\n");
+  // What comes from a link is decided by that link's chain alone (its source check first), so
+  // a sandbox cannot pass as another one's flow; only then what goes into a link.
+  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " iifname vmap @links\n");
+  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " drop\n");
   absl::StrAppend(&out, "add rule ", t, " forward oifname ", kLinks,
                   " ct state established,related accept\n");
   absl::StrAppend(&out, "add rule ", t, " forward oifname ", kLinks, " drop\n");
-  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " iifname vmap @links\n");
-  absl::StrAppend(&out, "add rule ", t, " forward iifname ", kLinks, " drop\n");
   absl::StrAppend(&out, "add chain ", t,
                   " input { type filter hook input priority filter - 10; policy accept; }\n");
   absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " meta nfproto ipv6 drop\n");
-  // Replies to the privhelper's marked connections into the sandbox (Sandbox.connect).
-  absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks,
-                  " ct state established,related accept\n");
   absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " iifname vmap @inlinks\n");
   absl::StrAppend(&out, "add rule ", t, " input iifname ", kLinks, " drop\n");
   absl::StrAppend(&out, "add chain ", t,
@@ -89,9 +79,15 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
   absl::StrAppend(&out, "add set ", t, " ", set,
                   " { type ipv4_addr . inet_service; flags interval, timeout; size ",
                   kMaxResolvedElements, "; }\n");
-  std::vector<std::string> denied(std::begin(kAlwaysDenied), std::end(kAlwaysDenied));
-  denied.push_back(pool.ToString());
-  for (const auto& d : denied) absl::StrAppend(&out, "add rule ", t, " ", chain, " ip daddr ", d, " drop\n");
+  // Only the sandbox's own address may send from its link: no forged source reaches the
+  // host, another sandbox's flows or the NAT.
+  std::string own = FormatIpv4(sb.sandbox_addr);
+  absl::StrAppend(&out, "add rule ", t, " ", chain, " ip saddr != ", own, " drop\n");
+  absl::StrAppend(&out, "add rule ", t, " ", in, " ip saddr != ", own, " drop\n");
+  std::vector<Cidr> denied = AlwaysDenied();
+  denied.push_back(pool);
+  for (const Cidr& d : denied)
+    absl::StrAppend(&out, "add rule ", t, " ", chain, " ip daddr ", d.ToString(), " drop\n");
   absl::StrAppend(&out, "add rule ", t, " ", chain, " ct state established,related accept\n");
   for (const auto& a : sb.allow) {
     absl::StrAppend(&out, "add rule ", t, " ", chain, " ip daddr ", a.cidr.ToString(),
@@ -102,9 +98,12 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
   absl::StrAppend(&out, "add rule ", t, " ", chain,
                   " meta l4proto { tcp, udp } ip daddr . th dport @", set, " accept\n");
   absl::StrAppend(&out, "add rule ", t, " ", chain, " drop\n");
-  // Input: only its resolver, on its own host end.
-  absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
-                  " meta l4proto { tcp, udp } th dport 53 accept\n");
+  // Input: replies to the privhelper's marked connections into the sandbox (Sandbox.connect),
+  // and its resolver on its own host end.
+  absl::StrAppend(&out, "add rule ", t, " ", in, " ct state established,related accept\n");
+  if (sb.dns)
+    absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
+                    " meta l4proto { tcp, udp } th dport 53 accept\n");
   absl::StrAppend(&out, "add rule ", t, " ", in, " drop\n");
   absl::StrAppend(&out, "add element ", t, " links { \"", sb.host_ifname, "\" : jump ", chain,
                   " }\n");

@@ -3,19 +3,22 @@
 //
 // One table, `inet paseo_sandbox`, replaced whole at start. Its base chains only look at
 // traffic of sandbox links (interfaces "psb-*"):
-//   forward:     IPv6 from a link dropped; into a link only established/related (nothing
-//                inbound); from a link, a jump to that sandbox's chain through the verdict map
-//                `links`, and anything without one dropped.
-//   input:       from a link only DNS (UDP/TCP 53) to that link's own host end, through the
-//                map `inlinks` and the sandbox's input chain; everything else to the host (any
-//                of its addresses) dropped.
+//   forward:     IPv6 from a link dropped; from a link, a jump to that sandbox's chain through
+//                the verdict map `links` (anything without one dropped), before anything else
+//                looks at it; into a link only established/related (nothing inbound).
+//   input:       from a link, through the map `inlinks` and the sandbox's input chain, only
+//                replies to Sandbox.connect and DNS (UDP/TCP 53) to that link's own host end
+//                (only when the privhelper's resolver serves it);
+//                everything else to the host (any of its addresses) dropped.
 //   output:      to a link only established/related (the resolver's answers).
 //   postrouting: the pool masqueraded when it leaves through the uplink (or any non-link).
 // Per sandbox (tag = SandboxTag(id)): chain sb_<tag> (forward), chain sb_<tag>_in (input), set
 // sb_<tag>_allow (ipv4_addr . inet_service, interval + timeout: what its resolved names opened).
-// sb_<tag>: always-denied destinations dropped (link-local and metadata, loopback, multicast,
-// broadcast and reserved, "this network", the whole pool = other sandboxes); established
-// accepted; the profile's CIDR rules; @sb_<tag>_allow; everything else dropped.
+// sb_<tag>: any source but the sandbox's own address dropped; always-denied destinations
+// dropped (link-local and metadata, carrier-grade NAT, loopback, multicast, broadcast and
+// reserved, "this network", the whole pool = other sandboxes); established accepted; the
+// profile's CIDR rules; @sb_<tag>_allow; everything else dropped. sb_<tag>_in starts with the
+// same source check.
 #pragma once
 
 #include <chrono>
@@ -46,6 +49,8 @@ struct FirewallSandbox {
   std::string sandbox_id;
   std::string host_ifname;
   uint32_t host_addr = 0;
+  uint32_t sandbox_addr = 0;  // the only source address its link may send from
+  bool dns = false;           // port 53 on host_addr open (a resolver listens there)
   std::vector<CidrAllow> allow;
 };
 

@@ -14,6 +14,8 @@ FirewallSandbox Sandbox() {
   sb.sandbox_id = "sb-1";
   sb.host_ifname = HostIfname("sb-1");
   sb.host_addr = *ParseIpv4("10.88.0.1");
+  sb.sandbox_addr = *ParseIpv4("10.88.0.2");
+  sb.dns = true;
   sb.allow = {{*ParseCidr("203.0.113.10/32"), {443, 80, 80}}, {*ParseCidr("198.51.100.0/24"), {}}};
   return sb;
 }
@@ -32,6 +34,11 @@ TEST(FirewallRules, TableReplacesAnyPreviousOneAtomically) {
   // Nothing goes into a link but answers; IPv6 from a link never passes.
   EXPECT_LT(At(t, "forward oifname \"psb-*\" ct state established,related accept"),
             At(t, "forward oifname \"psb-*\" drop"));
+  // What comes from a link meets its own chain (and its source check) before any accept of
+  // established traffic: a sandbox cannot inject into another's flows by forging a source.
+  EXPECT_LT(At(t, "forward iifname \"psb-*\" drop"),
+            At(t, "forward oifname \"psb-*\" ct state established,related accept"));
+  EXPECT_EQ(t.find("input iifname \"psb-*\" ct state"), std::string::npos);
   At(t, "forward iifname \"psb-*\" meta nfproto ipv6 drop");
   At(t, "input iifname \"psb-*\" meta nfproto ipv6 drop");
   // A link without its own chain passes nothing, forwarded or to the host.
@@ -49,8 +56,14 @@ TEST(FirewallRules, SandboxChainDeniesFirstThenAllowsThenDrops) {
   std::string r = RenderSandbox(Sandbox(), kPool);
   std::string chain = "sb_" + SandboxTag("sb-1");
   size_t first_allow = At(r, chain + " ip daddr 203.0.113.10/32 meta l4proto { tcp, udp } th dport { 80, 443 } accept");
+  // The source check comes first in both chains.
+  size_t source = At(r, chain + " ip saddr != 10.88.0.2 drop\n");
+  EXPECT_LT(source, At(r, chain + " ip daddr 0.0.0.0/8 drop"));
+  EXPECT_LT(source, At(r, chain + " ct state established,related accept"));
+  size_t in_source = At(r, chain + "_in ip saddr != 10.88.0.2 drop\n");
+  EXPECT_LT(in_source, At(r, chain + "_in ct state established,related accept"));
   for (const char* denied : {"169.254.0.0/16", "127.0.0.0/8", "224.0.0.0/4", "240.0.0.0/4",
-                             "0.0.0.0/8", "10.88.0.0/16"}) {
+                             "0.0.0.0/8", "100.64.0.0/10", "168.63.129.16/32", "10.88.0.0/16"}) {
     EXPECT_LT(At(r, absl::StrCat(chain, " ip daddr ", denied, " drop")), first_allow) << denied;
   }
   At(r, chain + " ip daddr 198.51.100.0/24 meta l4proto { tcp, udp } accept");
@@ -65,6 +78,10 @@ TEST(FirewallRules, SandboxChainDeniesFirstThenAllowsThenDrops) {
   size_t dns = At(r, chain + "_in ip daddr 10.88.0.1 meta l4proto { tcp, udp } th dport 53 accept");
   EXPECT_LT(dns, At(r, chain + "_in drop"));
   At(r, "links { \"" + HostIfname("sb-1") + "\" : jump " + chain + " }");
+  // Without a resolver port 53 is as closed as the rest (no other host service answers there).
+  FirewallSandbox no_dns = Sandbox();
+  no_dns.dns = false;
+  EXPECT_EQ(RenderSandbox(no_dns, kPool).find("dport 53"), std::string::npos);
   At(r, "inlinks { \"" + HostIfname("sb-1") + "\" : jump " + chain + "_in }");
 }
 

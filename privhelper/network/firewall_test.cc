@@ -102,7 +102,10 @@ TEST_F(FirewallMemoryTest, RemovingOrAddingTheSandboxForgetsWhatItOpened) {
   EXPECT_EQ(fw_.resolved_transactions(), 2u) << "a new set is empty: open it again";
   Allow({kA});
   EXPECT_EQ(fw_.resolved_transactions(), 2u);
-  (void)fw_.AddSandbox({"sb-1", HostIfname("sb-1"), 0x0A580001, {}});
+  FirewallSandbox sandbox;
+  sandbox.sandbox_id = "sb-1";
+  sandbox.host_ifname = HostIfname("sb-1");
+  (void)fw_.AddSandbox(sandbox);
   Allow({kA});
   EXPECT_EQ(fw_.resolved_transactions(), 3u);
 }

@@ -74,6 +74,25 @@ std::optional<Cidr> ParseCidr(absl::string_view text) {
   return cidr;
 }
 
+const std::vector<Cidr>& AlwaysDenied() {
+  static const auto* denied = new std::vector<Cidr>{
+      {0x00000000, 8},   // 0.0.0.0/8
+      {0x64400000, 10},  // 100.64.0.0/10
+      {0x7F000000, 8},   // 127.0.0.0/8
+      {0xA83F8110, 32},  // 168.63.129.16/32
+      {0xA9FE0000, 16},  // 169.254.0.0/16
+      {0xE0000000, 4},   // 224.0.0.0/4
+      {0xF0000000, 4},   // 240.0.0.0/4
+  };
+  return *denied;
+}
+
+bool IsAlwaysDenied(uint32_t addr) {
+  for (const Cidr& c : AlwaysDenied())
+    if (c.Contains(addr)) return true;
+  return false;
+}
+
 std::optional<Endpoint> ParseEndpoint(absl::string_view text) {
   Endpoint e;
   size_t colon = text.find(':');

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 
@@ -34,6 +35,13 @@ struct Cidr {
 };
 // "a.b.c.d/n" or "a.b.c.d" (a /32). nullopt if malformed or if it has host bits set.
 std::optional<Cidr> ParseCidr(absl::string_view text);
+
+// Destinations no policy opens, for the firewall (firewall_rules.h) and the resolver alike:
+// "this network", carrier-grade NAT (some clouds' metadata, 100.100.100.200), loopback, Azure's
+// host endpoint 168.63.129.16, link-local (cloud metadata 169.254.169.254), multicast, reserved
+// and the limited broadcast. The pool (other sandboxes) is added by the firewall.
+const std::vector<Cidr>& AlwaysDenied();
+bool IsAlwaysDenied(uint32_t addr);
 
 struct Endpoint {
   uint32_t addr = 0;

@@ -56,6 +56,19 @@ TEST(NamePattern, LowerCaseLdhWithOptionalWildcard) {
   EXPECT_FALSE(IsValidNamePattern(std::string(64, 'a') + ".com"));
 }
 
+TEST(AlwaysDenied, MetadataLoopbackAndReservedButNotThePublicInternet) {
+  for (const char* denied : {"0.0.0.1", "100.64.0.1", "100.100.100.200", "100.127.255.255",
+                             "127.0.0.1", "127.255.255.254", "168.63.129.16", "169.254.169.254",
+                             "224.0.0.251", "239.255.255.250", "240.0.0.1", "255.255.255.255"}) {
+    EXPECT_TRUE(IsAlwaysDenied(*ParseIpv4(denied))) << denied;
+  }
+  for (const char* open : {"1.1.1.1", "100.63.255.255", "100.128.0.0", "168.63.129.17",
+                           "169.253.255.255", "203.0.113.7", "223.255.255.255"}) {
+    EXPECT_FALSE(IsAlwaysDenied(*ParseIpv4(open))) << open;
+  }
+  for (const Cidr& c : AlwaysDenied()) EXPECT_EQ(ParseCidr(c.ToString())->addr, c.addr);
+}
+
 TEST(Tag, StableShortAndDistinct) {
   EXPECT_EQ(SandboxTag("sb-1").size(), 10u);
   EXPECT_EQ(SandboxTag("sb-1"), SandboxTag("sb-1"));

@@ -130,7 +130,7 @@ absl::StatusOr<SandboxLink> SandboxNetworks::Create(const std::string& sandbox_i
   RETURN_IF_ERROR(CreateLink(host_ns_fd_, link));
   absl::Cleanup unlink = [this, &link] { (void)DeleteLink(host_ns_fd_, link.host_ifname); };
   RETURN_IF_ERROR(firewall_.AddSandbox(
-      {sandbox_id, link.host_ifname, link.host_addr, CidrAllowsOf(policy)}));
+      {sandbox_id, link.host_ifname, link.host_addr, link.sandbox_addr, serves_dns_, CidrAllowsOf(policy)}));
   std::move(unlink).Cancel();
   std::move(unpin).Cancel();
   std::move(free_block).Cancel();
@@ -142,7 +142,8 @@ absl::Status SandboxNetworks::Adopt(const SandboxLink& link, pid_t sentry_pid,
   RETURN_IF_ERROR(pool_.Reserve(BlockOf(link)));
   if (sentry_pid > 0) RETURN_IF_ERROR(PinNetnsOf(sentry_pid, link.netns_path));
   return firewall_.AddSandbox(
-      {link.sandbox_id, link.host_ifname, link.host_addr, CidrAllowsOf(policy)});
+      {link.sandbox_id, link.host_ifname, link.host_addr, link.sandbox_addr, serves_dns_,
+       CidrAllowsOf(policy)});
 }
 
 void SandboxNetworks::Remove(const SandboxLink& link) {

@@ -74,6 +74,9 @@ class SandboxNetworks {
   static uint32_t BlockOf(const SandboxLink& link) { return link.host_addr - 1; }
 
   bool hide_proc_sys_net() const { return hide_proc_sys_net_; }
+  // Whether a resolver serves the links' host ends (port 53 there is opened only then, for
+  // sandboxes created or adopted afterwards): set once the resolver is up.
+  void set_serves_dns(bool serves) { serves_dns_ = serves; }
   Firewall& firewall() { return firewall_; }
   int host_ns_fd() const { return host_ns_fd_; }
   std::string NetnsDir() const { return run_dir_ + "/netns"; }
@@ -87,6 +90,7 @@ class SandboxNetworks {
   AddressPool pool_;
   Firewall firewall_;
   bool hide_proc_sys_net_ = false;
+  bool serves_dns_ = false;
 };
 
 }  // namespace paseo::network
