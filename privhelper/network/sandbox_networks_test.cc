@@ -17,6 +17,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -261,6 +262,23 @@ constexpr char kRoutes[] =
     "eth0\t0002A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n"  // 192.168.2.0/24
     "psb-0123456789\t0400580A\t00000000\t0001\t0\t0\t0\tFCFFFFFF\t0\t0\t0\n";  // 10.88.0.4/30
 
+// Runs `check` as root of a fresh user namespace (userns_sandbox.h) with a scratch run
+// directory and a "sandbox" policy; skipped where there are no user namespaces.
+void CheckInUserNamespace(
+    const std::string& name,
+    const std::function<bool(const std::string& dir, config::NetworkPolicy::Reader policy)>& check) {
+  std::string dir = testing::TempDir(name);
+  ASSERT_FALSE(dir.empty());
+  capnp::MallocMessageBuilder message;
+  auto policy = message.initRoot<config::NetworkPolicy>();
+  policy.setMode(config::NetworkMode::SANDBOX);
+  int rc = testing::InUserNamespace([&] { return check(dir, policy.asReader()); });
+  rmdir((dir + "/netns").c_str());
+  rmdir(dir.c_str());
+  if (rc == 77) GTEST_SKIP() << "no unprivileged user namespaces here";
+  EXPECT_EQ(rc, 0);
+}
+
 // The elements in a sandbox's allow set (real nft) that contain `needle`.
 size_t CountInSet(const std::string& sandbox_id, const std::string& needle) {
   std::string listing;
@@ -275,12 +293,7 @@ size_t CountInSet(const std::string& sandbox_id, const std::string& needle) {
 // A sandbox resolving name after name (a wildcard rule) cannot grow the firewall without
 // bound: its set of resolved addresses holds kMaxResolvedElements; more are refused.
 TEST(SandboxNetworks, ResolvedAddressesPerSandboxAreBounded) {
-  std::string dir = testing::TempDir("nets-bound");
-  ASSERT_FALSE(dir.empty());
-  capnp::MallocMessageBuilder message;
-  auto policy = message.initRoot<config::NetworkPolicy>();
-  policy.setMode(config::NetworkMode::SANDBOX);
-  int rc = testing::InUserNamespace([&] {
+  CheckInUserNamespace("nets-bound", [](const std::string& dir, config::NetworkPolicy::Reader policy) {
     int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     CHECK_OR_FAIL(host >= 0);
     SandboxNetworks nets(host, dir, *ParseCidr("10.88.0.0/24"), "");
@@ -288,7 +301,7 @@ TEST(SandboxNetworks, ResolvedAddressesPerSandboxAreBounded) {
     CHECK_OR_FAIL(nets.Start().ok());
     auto now = std::chrono::steady_clock::now();
     nets.firewall().SetClockForTesting([&now] { return now; });
-    auto link = nets.Create("sb-1", policy.asReader());
+    auto link = nets.Create("sb-1", policy);
     CHECK_OR_FAIL(link.ok());
     auto count = [] { return CountInSet("sb-1", " . 443"); };
     using std::chrono::seconds;
@@ -323,21 +336,12 @@ TEST(SandboxNetworks, ResolvedAddressesPerSandboxAreBounded) {
     nets.Stop();
     return true;
   });
-  rmdir((dir + "/netns").c_str());
-  rmdir(dir.c_str());
-  if (rc == 77) GTEST_SKIP() << "no unprivileged user namespaces here";
-  EXPECT_EQ(rc, 0);
 }
 
 // One answer is one transaction; asking again costs none until the elements are half-way to
 // expiry, then they are refreshed in the kernel's set; a removed sandbox's memory goes with it.
 TEST(SandboxNetworks, RepeatedAnswersCostNoTransaction) {
-  std::string dir = testing::TempDir("nets-repeat");
-  ASSERT_FALSE(dir.empty());
-  capnp::MallocMessageBuilder message;
-  auto policy = message.initRoot<config::NetworkPolicy>();
-  policy.setMode(config::NetworkMode::SANDBOX);
-  int rc = testing::InUserNamespace([&] {
+  CheckInUserNamespace("nets-repeat", [](const std::string& dir, config::NetworkPolicy::Reader policy) {
     using std::chrono::seconds;
     int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     CHECK_OR_FAIL(host >= 0);
@@ -346,7 +350,7 @@ TEST(SandboxNetworks, RepeatedAnswersCostNoTransaction) {
     auto now = std::chrono::steady_clock::now();
     Firewall& fw = nets.firewall();
     fw.SetClockForTesting([&now] { return now; });
-    auto link = nets.Create("sb-1", policy.asReader());
+    auto link = nets.Create("sb-1", policy);
     CHECK_OR_FAIL(link.ok());
     std::vector<uint32_t> answer = {0xcb007101, 0xcb007102, 0xcb007103};
     CHECK_OR_FAIL(fw.AllowResolved("sb-1", answer, {443}, seconds(300)) == seconds(300));
@@ -360,7 +364,7 @@ TEST(SandboxNetworks, RepeatedAnswersCostNoTransaction) {
     CHECK_OR_FAIL(CountInSet("sb-1", " . 443 timeout 10m") == 3);
     CHECK_OR_FAIL(CountInSet("sb-1", " . 443 timeout 5m") == 0);
     nets.Remove(*link);
-    link = nets.Create("sb-1", policy.asReader());
+    link = nets.Create("sb-1", policy);
     CHECK_OR_FAIL(link.ok());
     CHECK_OR_FAIL(fw.AllowResolved("sb-1", answer, {443}, seconds(600)) == seconds(600));
     CHECK_OR_FAIL(fw.resolved_transactions() == 3);
@@ -369,10 +373,6 @@ TEST(SandboxNetworks, RepeatedAnswersCostNoTransaction) {
     nets.Stop();
     return true;
   });
-  rmdir((dir + "/netns").c_str());
-  rmdir(dir.c_str());
-  if (rc == 77) GTEST_SKIP() << "no unprivileged user namespaces here";
-  EXPECT_EQ(rc, 0);
 }
 
 // A UDP datagram from `from` (bound in the calling thread's namespace) to addr:port: a conntrack
@@ -405,12 +405,7 @@ void BringUpLoopbackHere() {
 // a later sandbox given the block cannot continue them; other flows stay. After a crash, the
 // next privhelper's garbage collection deletes those of every block no sandbox holds.
 TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
-  std::string dir = testing::TempDir("nets-ct");
-  ASSERT_FALSE(dir.empty());
-  capnp::MallocMessageBuilder message;
-  auto policy = message.initRoot<config::NetworkPolicy>();
-  policy.setMode(config::NetworkMode::SANDBOX);
-  int rc = testing::InUserNamespace([&] {
+  CheckInUserNamespace("nets-ct", [](const std::string& dir, config::NetworkPolicy::Reader policy) {
     int host = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
     CHECK_OR_FAIL(host >= 0);
     BringUpLoopbackHere();
@@ -418,8 +413,8 @@ TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
     auto nets = std::make_unique<SandboxNetworks>(host, dir, pool, "");
     nets->set_serves_dns(true);  // as main() does once its resolver is up
     CHECK_OR_FAIL(nets->Start().ok());
-    auto a = nets->Create("sb-a", policy.asReader());
-    auto b = nets->Create("sb-b", policy.asReader());
+    auto a = nets->Create("sb-a", policy);
+    auto b = nets->Create("sb-b", policy);
     CHECK_OR_FAIL(a.ok() && b.ok());
     // Flows the firewall lets through (to each sandbox's resolver), and one of the host's own.
     int dns = Listen(a->host_addr, 53);
@@ -469,10 +464,6 @@ TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
     next.Stop();
     return true;
   });
-  rmdir((dir + "/netns").c_str());
-  rmdir(dir.c_str());
-  if (rc == 77) GTEST_SKIP() << "no unprivileged user namespaces here";
-  EXPECT_EQ(rc, 0);
 }
 
 TEST(RouteOverlappingPool, AHostNetworkInsideOrAroundThePoolIsReported) {
