@@ -375,21 +375,6 @@ TEST(SandboxNetworks, RepeatedAnswersCostNoTransaction) {
   });
 }
 
-// A UDP datagram from `from` (bound in the calling thread's namespace) to addr:port: a conntrack
-// entry wherever it passes a hook that tracks it.
-bool SendUdp(uint32_t from, uint32_t addr, uint16_t port) {
-  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_addr.s_addr = htonl(from);
-  bool ok = bind(s, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0;
-  sin.sin_addr.s_addr = htonl(addr);
-  sin.sin_port = htons(port);
-  ok = ok && sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 1;
-  close(s);
-  return ok;
-}
-
 void BringUpLoopbackHere() {
   int ctl = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ifreq ifr{};
@@ -421,7 +406,7 @@ TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
     CHECK_OR_FAIL(dns >= 0);
     for (const SandboxLink* link : {&*a, &*b}) {
       CHECK_OR_FAIL(InNetnsFile(link->netns_path, [&] {
-                      return SendUdp(link->sandbox_addr, link->host_addr, 53)
+                      return SendFrom(link->sandbox_addr, link->host_addr, 53, "x")
                                  ? absl::OkStatus()
                                  : absl::InternalError("sendto");
                     }).ok());
@@ -435,7 +420,7 @@ TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
     }
     CHECK_OR_FAIL(tcp);
     close(dns);
-    CHECK_OR_FAIL(SendUdp(INADDR_LOOPBACK, INADDR_LOOPBACK, 9));
+    CHECK_OR_FAIL(SendFrom(INADDR_LOOPBACK, INADDR_LOOPBACK, 9, "x"));
     auto count = [](uint32_t addr) {
       auto n = CountConntrack(InCidr(Cidr{addr, 32}));
       if (!n.ok()) std::fprintf(stderr, "%s\n", n.status().ToString().c_str());
