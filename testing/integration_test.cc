@@ -53,7 +53,7 @@ class IntegrationTest : public ::testing::Test {
 
   void TearDown() override {
     // Every run deletes its sandbox: nothing may be left behind after any test.
-    EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+    EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   }
 };
 

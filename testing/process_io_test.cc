@@ -223,7 +223,7 @@ class ProcessIoTest : public ::testing::Test {
       Delete(sandbox);
       ADD_FAILURE() << "test left sandbox " << info.getId().cStr();
     }
-    EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+    EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   }
 
   std::unique_ptr<capnp::Response<api::Process::WaitResults>> waited_;
