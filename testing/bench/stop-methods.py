@@ -222,13 +222,12 @@ def main():
             if cid.endswith(".state"):
                 runsc(root, "delete", "--force", cid.split("_")[0], check=False)
         shutil.rmtree(work, ignore_errors=True)
+        # runsc removes each container's cgroup; the common parent is ours to remove.
         for hierarchy in os.listdir("/sys/fs/cgroup"):
-            parent = os.path.join("/sys/fs/cgroup", hierarchy, "paseo-stop-bench")
-            for d in sorted((os.path.join(parent, c) for c in os.listdir(parent)), reverse=True) \
-                    if os.path.isdir(parent) else []:
-                os.rmdir(d) if os.path.isdir(d) else None
-            if os.path.isdir(parent):
-                os.rmdir(parent)
+            try:
+                os.rmdir(os.path.join("/sys/fs/cgroup", hierarchy, "paseo-stop-bench"))
+            except OSError:
+                pass
     print(f"{'reaping':<22} {'method':<24} {'dead ms (median)':>17} {'done ms (median)':>17}")
     for (subreaper, m), v in results.items():
         dead = sorted(x[0] for x in v)[len(v) // 2]
