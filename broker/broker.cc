@@ -172,19 +172,54 @@ absl::StatusOr<kj::Promise<void>> Broker::ResumeSandbox(const Peer& peer, const 
 
 absl::StatusOr<kj::Promise<void>> Broker::DeleteSandbox(const Peer& peer, const std::string& id,
                                                         bool force) {
+  ASSIGN_OR_RETURN(SandboxRecord * sb, registry_.Visible(peer, id));
+  if (sb->state == SandboxState::kDeleting) {
+    // A second delete answers as the first: once nothing runs in it, at once if that is past.
+    auto pending = deletes_.find(id);
+    if (pending != deletes_.end()) return pending->second.addBranch();
+    return kj::Promise<void>(kj::READY_NOW);
+  }
   ASSIGN_OR_RETURN(SandboxState before, registry_.BeginDelete(peer, id, force));
   auto req = helper_.deleteSandboxRequest();
   req.setSandboxId(id);
-  return ToCompletion(req.send().then(
-      [this, id](auto&&) -> kj::Promise<void> {
+  // The privhelper answers once nothing runs in it; it stays `deleting` until the privhelper's
+  // background teardown has released everything (AwaitGone).
+  auto answered = ToCompletion(req.send().then(
+                                   [this, id](auto&&) -> kj::Promise<void> {
+                                     registry_.Halted(id);
+                                     relays_.EndSandbox(id);  // nothing answers in it
+                                     AwaitGone(id);
+                                     return kj::READY_NOW;
+                                   },
+                                   [this, id, before](kj::Exception&& e) -> kj::Promise<void> {
+                                     registry_.AbortDelete(id, before);
+                                     return Forward(kj::mv(e));
+                                   }))
+                      .fork();
+  tasks_.add(answered.addBranch().then([this, id] { deletes_.erase(id); },
+                                       [this, id](kj::Exception&&) { deletes_.erase(id); }));
+  auto mine = answered.addBranch();
+  deletes_.emplace(id, kj::mv(answered));
+  return mine;
+}
+
+void Broker::AwaitGone(const std::string& id) {
+  auto req = helper_.awaitGoneRequest();
+  req.setSandboxId(id);
+  tasks_.add(req.send().then(
+      [this, id](auto&&) {
         registry_.FinishDelete(id);
         state_.Remove(id);
-        relays_.EndSandbox(id);
-        return kj::READY_NOW;
       },
-      [this, id, before](kj::Exception&& e) -> kj::Promise<void> {
-        registry_.AbortDelete(id, before);
-        return Forward(kj::mv(e));
+      [this, id](kj::Exception&& e) {
+        // Nothing runs in it, but the privhelper still holds some of it: its owner sees that
+        // and deletes it again (the privhelper then starts its teardown again).
+        KJ_LOG(ERROR, "a deleted sandbox's teardown failed", id, e);
+        registry_.MarkStopped(
+            id, absl::StrCat("its delete did not finish (", e.getDescription().cStr(),
+                             "); delete it again"),
+            false);
+        registry_.AbortDelete(id, SandboxState::kStopped);
       }));
 }
 

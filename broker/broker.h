@@ -107,6 +107,12 @@ class Broker {
   // The creates under way of sandboxes with a key, by sandbox id: a second create with the key
   // waits for the first one's outcome.
   std::map<std::string, kj::ForkedPromise<std::string>> keyed_creates_;
+  // Deletes the privhelper has not answered yet, by sandbox id: a second delete waits for the
+  // same answer.
+  std::map<std::string, kj::ForkedPromise<void>> deletes_;
+  // After a delete was answered: waits for the privhelper's background teardown, then forgets
+  // the sandbox (its record and logs).
+  void AwaitGone(const std::string& id);
   kj::TaskSet tasks_;
   PortRelays relays_;
   // The release timer: when it fires next (none: not armed). A timer armed for a later time

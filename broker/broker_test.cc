@@ -208,7 +208,9 @@ TEST_F(BrokerTest, CreateListInspectDelete) {
                                                 });
   EXPECT_EQ(hidden.wait(ws()).rfind("not-found: ", 0), 0u);
   sb.sandbox.deleteRequest().send().wait(ws());
-  EXPECT_EQ(helper_->calls.back(), "delete " + sb.id);
+  EXPECT_EQ(helper_->calls.at(helper_->calls.size() - 2), "delete " + sb.id);
+  EXPECT_EQ(helper_->calls.back(), "awaitGone " + sb.id);
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
   EXPECT_EQ(sup.listSandboxesRequest().send().wait(ws()).getSandboxes().size(), 0u);
   struct stat st;
   EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
@@ -333,15 +335,62 @@ TEST_F(BrokerTest, ConcurrentDeletesOneWinsAndAFailedDeleteLeavesItUsable) {
   helper_->hold = true;
   auto first = sb.sandbox.deleteRequest().send();
   Until([&] { return broker_->registry().Find(sb.id)->state == SandboxState::kDeleting; });
-  error = kj::runCatchingExceptions([&] { sb.sandbox.deleteRequest().send().wait(ws()); });
-  EXPECT_EQ(Description(error), "failed-precondition: already being deleted");
+  // A second delete is the same delete: it answers when the first does, and asks nothing more.
+  auto second = sb.sandbox.deleteRequest().send();
   auto start = sb.sandbox.startProcessRequest();
   start.initSpec().initArgv(1).set(0, "true");
   error = kj::runCatchingExceptions([&] { start.send().wait(ws()); });
   EXPECT_EQ(Description(error).rfind("failed-precondition: ", 0), 0u) << Description(error);
   helper_->Release();
   first.wait(ws());
-  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+  second.wait(ws());
+  EXPECT_EQ(std::count(helper_->calls.begin(), helper_->calls.end(), "delete " + sb.id), 2)
+      << "the failed one and one more";
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
+}
+
+TEST_F(BrokerTest, ADeletedSandboxIsDeletingUntilThePrivhelperHasReleasedIt) {
+  auto sup = Connect(owner_);
+  auto create = [&] {
+    auto req = sup.createSandboxRequest();
+    req.initSpec().setDeploymentId("work");
+    req.getSpec().setKey("task-1");
+    auto res = req.send().wait(ws());
+    return Created{res.getSandbox(), res.getInfo().getId().cStr()};
+  };
+  Created sb = create();
+  helper_->hold_gone = true;
+  sb.sandbox.deleteRequest().send().wait(ws());  // nothing runs in it any more
+  auto listed = sup.listSandboxesRequest().send().wait(ws()).getSandboxes();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_STREQ(listed[0].getState().cStr(), "deleting");
+  EXPECT_STREQ(sb.sandbox.inspectRequest().send().wait(ws()).getInfo().getState().cStr(),
+               "deleting");
+  sb.sandbox.deleteRequest().send().wait(ws());  // answered at once: it is past that point
+  EXPECT_EQ(std::count(helper_->calls.begin(), helper_->calls.end(), "delete " + sb.id), 1);
+  // Its key is free: a create with it makes a new sandbox.
+  Created again = create();
+  EXPECT_NE(again.id, sb.id);
+
+  helper_->ReleaseGone();
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
+  EXPECT_NE(broker_->registry().Find(again.id), nullptr);
+}
+
+TEST_F(BrokerTest, ATeardownThatFailsLeavesTheSandboxStoppedForAnotherDelete) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  helper_->gone_error = "internal: runsc delete failed";
+  sb.sandbox.deleteRequest().send().wait(ws());
+  Until([&] { return broker_->registry().Find(sb.id)->state == SandboxState::kStopped; });
+  auto info = sb.sandbox.inspectRequest().send().wait(ws()).getInfo();
+  EXPECT_NE(std::string(info.getStateReason().cStr()).find("delete it again"), std::string::npos)
+      << info.getStateReason().cStr();
+  helper_->gone_error.clear();
+  sb.sandbox.deleteRequest().send().wait(ws());
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
 }
 
 TEST_F(BrokerTest, ProcessOutputInputAndExit) {
@@ -418,7 +467,7 @@ TEST_F(BrokerTest, ASandboxThatStopsByItselfIsShownStoppedRefusesProcessesAndDel
   auto del = sb.sandbox.deleteRequest();
   del.setForce(false);
   del.send().wait(ws());
-  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
 }
 
 TEST_F(BrokerTest, SignalsAndResizesAreCheckedBeforeThePrivhelper) {
@@ -687,7 +736,7 @@ TEST_F(BrokerTest, PauseRefusalsAndAPausedSandboxDeletes) {
   EXPECT_EQ(Description(hidden).rfind("not-found: ", 0), 0u);
   auto del = sb.sandbox.deleteRequest();
   del.send().wait(ws());
-  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
   // A stopped sandbox can be neither paused nor resumed.
   Created dead = Create(sup);
   helper_->StopSandbox(dead.id, "its gVisor kernel (runsc-sandbox) exited");
@@ -1072,6 +1121,7 @@ TEST_F(BrokerTest, ConnectRefusalsKeepTheirReasons) {
   auto hidden = kj::runCatchingExceptions([&] { get.send().wait(ws()); });
   EXPECT_EQ(Description(hidden).rfind("not-found: ", 0), 0u);
   sb.sandbox.deleteRequest().send().wait(ws());
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
   EXPECT_EQ(connect(8080).rfind("not-found: ", 0), 0u) << connect(8080);
   EXPECT_TRUE(helper_->connected.empty());
 }

@@ -141,6 +141,27 @@ kj::Promise<void> FakeHelper::deleteSandbox(DeleteSandboxContext context) {
   });
 }
 
+kj::Promise<void> FakeHelper::awaitGone(AwaitGoneContext context) {
+  calls.push_back(std::string("awaitGone ") + context.getParams().getSandboxId().cStr());
+  kj::Promise<void> wait = kj::READY_NOW;
+  if (hold_gone) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    held_gone_.push_back(kj::mv(paf.fulfiller));
+    wait = kj::mv(paf.promise);
+  }
+  return wait.then([this]() -> kj::Promise<void> {
+    if (!gone_error.empty()) return Error(gone_error);
+    return kj::READY_NOW;
+  });
+}
+
+void FakeHelper::ReleaseGone() {
+  hold_gone = false;
+  auto held = kj::mv(held_gone_);
+  held_gone_.clear();
+  for (auto& f : held) f->fulfill();
+}
+
 void FakeHelper::StopSandbox(const std::string& sandbox_id, const std::string& reason,
                              bool oom_killed) {
   stops_[sandbox_id] = {reason, oom_killed};

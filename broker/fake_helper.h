@@ -49,6 +49,11 @@ class FakeHelper final : public helper::Helper::Server {
   // While true, creates / deletes / pauses and resumes wait until Release() is called.
   bool hold = false;
   void Release();
+  // awaitGone (a delete's background teardown): answers at once unless `hold_gone`, then when
+  // ReleaseGone() is called; fails with `gone_error` ("<reason>: text") when set.
+  bool hold_gone = false;
+  std::string gone_error;
+  void ReleaseGone();
 
   struct FakeProcess {
     std::string sandbox_id;
@@ -91,6 +96,7 @@ class FakeHelper final : public helper::Helper::Server {
   kj::Promise<void> waitProcess(WaitProcessContext context) override;
   kj::Promise<void> signalProcess(SignalProcessContext context) override;
   kj::Promise<void> deleteSandbox(DeleteSandboxContext context) override;
+  kj::Promise<void> awaitGone(AwaitGoneContext context) override;
   kj::Promise<void> inventory(InventoryContext context) override;
   kj::Promise<void> reattach(ReattachContext context) override;
   kj::Promise<void> closeInput(CloseInputContext context) override;
@@ -114,6 +120,7 @@ class FakeHelper final : public helper::Helper::Server {
   std::map<std::string, std::pair<std::string, bool>> stops_;  // sandbox -> reason, oom
   std::multimap<std::string, kj::Own<kj::PromiseFulfiller<void>>> stop_waiters_;
   std::vector<kj::Own<kj::PromiseFulfiller<void>>> held_;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> held_gone_;
 };
 
 }  // namespace paseo

@@ -177,6 +177,10 @@ void Registry::FinishDelete(const std::string& id) {
   sandboxes_.erase(it);
 }
 
+void Registry::Halted(const std::string& id) {
+  if (SandboxRecord* sb = Find(id)) Unindex(*sb);
+}
+
 void Registry::AbortDelete(const std::string& id, SandboxState before) {
   SandboxRecord* sb = Find(id);
   if (sb == nullptr || sb->state != SandboxState::kDeleting) return;

@@ -126,7 +126,8 @@ class Registry {
   // `peer`. The caller then has the privhelper create it and calls FinishCreate or AbortCreate.
   // With a key another sandbox of the deployment has, nothing is registered: that sandbox is
   // returned (created = false) if `peer`'s uid created it; already-exists if another uid did;
-  // failed-precondition while it is being deleted (the key is free once it is gone).
+  // failed-precondition while it is being deleted, until the privhelper has stopped it (then
+  // the key is free, though the old sandbox stays `deleting` until its teardown has ended).
   absl::StatusOr<BegunCreate> BeginCreate(const Peer& peer, const CreateRequest& request,
                                           int64_t now_ms);
   // kCreating -> kRunning. Null if it is gone.
@@ -144,12 +145,16 @@ class Registry {
   std::vector<const SandboxRecord*> List(const Peer& peer) const;
 
   // Marks a visible sandbox kDeleting and returns the state it had. Refused while it is being
-  // created or deleted, and without `force` while a process still runs.
+  // created or deleted (Broker::DeleteSandbox answers a second delete itself), and without
+  // `force` while a process still runs.
   absl::StatusOr<SandboxState> BeginDelete(const Peer& peer, const std::string& id, bool force);
   // The privhelper deleted it: every process still running ends as unknown, and it is gone.
   void FinishDelete(const std::string& id);
   // The privhelper could not delete it: it is usable again in its earlier state.
   void AbortDelete(const std::string& id, SandboxState before);
+  // The privhelper answered the delete: nothing runs in it any more. It stays kDeleting until
+  // FinishDelete, but its key is free: a create with the key makes a new sandbox.
+  void Halted(const std::string& id);
 
   // Whether the privhelper must be asked to pause (resume) a visible sandbox: false if it is
   // paused (not paused) already; failed-precondition in a state that cannot be paused (resumed).

@@ -117,6 +117,11 @@ kj::Promise<void> HelperServer::pauseSandbox(PauseSandboxContext context) {
   return host_.RunToCompletion(ValueOrThrow(host_.Pause(request)));
 }
 
+kj::Promise<void> HelperServer::awaitGone(AwaitGoneContext context) {
+  auto request = ValueOrThrow(ValidateAwaitGone(context.getParams()));
+  return ValueOrThrow(host_.AwaitGone(request));
+}
+
 kj::Promise<void> HelperServer::connectPort(ConnectPortContext context) {
   auto request = ValueOrThrow(ValidateConnectPort(context.getParams()));
   return ValueOrThrow(host_.ConnectPort(request)).then([context](kj::AutoCloseFd fd) mutable {

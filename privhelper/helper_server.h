@@ -10,12 +10,13 @@
 //   startProcess   ValidateStart        StartProcess
 //   waitProcess    ValidateWait         Wait
 //   signalProcess  ValidateSignal       Signal
-//   deleteSandbox  ValidateDelete       Delete, run to completion
+//   deleteSandbox  ValidateDelete       Delete (answers once nothing runs; the rest is background)
 //   inventory      ValidateInventory    Inventory
 //   reattach       ValidateReattach     Reattach
 //   closeInput     ValidateCloseInput   CloseInput
 //   waitSandbox    ValidateWaitSandbox  WaitStopped
 //   releaseProcess ValidateReleaseProcess ReleaseProcess
+//   awaitGone      ValidateAwaitGone    AwaitGone
 #pragma once
 
 #include <kj/async.h>
@@ -43,6 +44,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> waitSandbox(WaitSandboxContext context) override;
   kj::Promise<void> pauseSandbox(PauseSandboxContext context) override;
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
+  kj::Promise<void> awaitGone(AwaitGoneContext context) override;
   kj::Promise<void> connectPort(ConnectPortContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
 

@@ -572,6 +572,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
   cases["deleteSandbox"] = SandboxRefCases<H::DeleteSandboxParams>(ValidateDelete);
   cases["pauseSandbox"] = SandboxRefCases<H::PauseSandboxParams>(ValidatePauseSandbox);
   cases["resumeSandbox"] = SandboxRefCases<H::ResumeSandboxParams>(ValidateResumeSandbox);
+  cases["awaitGone"] = SandboxRefCases<H::AwaitGoneParams>(ValidateAwaitGone);
   cases["connectPort"] = ConnectCases();
   return cases;
 }

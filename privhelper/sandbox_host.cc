@@ -90,7 +90,8 @@ absl::StatusOr<long> ReadInternalPid(const std::string& pid_file) {
 std::string RenderRecord(const std::string& id, const std::string& deployment,
                          const std::string& profile, uid_t uid, gid_t gid,
                          const std::string& default_cwd, const std::string& home,
-                         int64_t created_ms, const std::string& network_block) {
+                         int64_t created_ms, const std::string& network_block,
+                         bool deleting = false) {
   capnp::MallocMessageBuilder message;
   auto record = message.initRoot<records::SandboxRecord>();
   record.setId(id);
@@ -102,6 +103,7 @@ std::string RenderRecord(const std::string& id, const std::string& deployment,
   record.setHome(home);
   record.setCreatedAtUnixMs(created_ms);
   record.setNetworkBlock(network_block);
+  record.setDeleting(deleting);
   capnp::JsonCodec codec;
   auto text = codec.encode(record.asReader());
   return std::string(text.cStr(), text.size());
@@ -259,6 +261,9 @@ SandboxHost::Sandbox& SandboxHost::Add(const std::string& id) {
   auto stop = kj::newPromiseAndFulfiller<Stop>();
   sandbox->stop = stop.promise.fork();
   sandbox->stop_fulfiller = kj::mv(stop.fulfiller);
+  auto halt = kj::newPromiseAndFulfiller<void>();
+  sandbox->halted = halt.promise.fork();
+  sandbox->halt_fulfiller = kj::mv(halt.fulfiller);
   Sandbox& sb = *sandbox;
   sandboxes_.emplace(id, kj::mv(sandbox));
   return sb;
@@ -323,7 +328,9 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     return absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists"));
   std::string deployment_id = request.deployment->getId().cStr();
   size_t count = 0;
-  for (const auto& [id, sb] : sandboxes_) count += sb->deployment == deployment_id;
+  // One being deleted runs nothing any more and is gone within a teardown's time (decision 39).
+  for (const auto& [id, sb] : sandboxes_)
+    count += sb->deployment == deployment_id && !sb->deleting;
   if (count >= request.deployment->getMaxSandboxes())
     return absl::ResourceExhaustedError(absl::StrCat(
         "deployment ", deployment_id, " has ", count, " sandboxes (its maxSandboxes)"));
@@ -854,8 +861,10 @@ void SandboxHost::WatchHostProcesses(Sandbox& sb) {
     // It died between its start and now: there is no status to wait for.
     bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
     MarkStopped(sb, oom ? kOomKilledSandboxReason : kSentryExited, oom);
+    MarkHalted(sb);
     return;
   }
+  sb.halt_watched = true;
   kj::Own<WatchedProcess> gofer;
   auto watched_gofer = watcher_.Watch(pids.gofer, cgroup);
   if (watched_gofer.ok() && watched_gofer->get() != nullptr) {
@@ -866,14 +875,19 @@ void SandboxHost::WatchHostProcesses(Sandbox& sb) {
   }
   // OOM kills counted before now are not this stop's cause.
   uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
-  kj::Promise<bool> sentry_first = (*sentry)->Exited().then([] { return true; });
+  auto sentry_exit = (*sentry)->Exited().fork();
+  // Nothing runs in it once its sentry is gone: a delete answers then (decision 39).
+  kj::Promise<void> halt = sentry_exit.addBranch().then([this, id = sb.id, gen = sb.generation] {
+    if (Sandbox* sb = Find(id, gen)) MarkHalted(*sb);
+  }).eagerlyEvaluate(nullptr);  // a join runs its parts' continuations only once all are ready
+  kj::Promise<bool> sentry_first = sentry_exit.addBranch().then([] { return true; });
   if (gofer.get() != nullptr)
     sentry_first = sentry_first.exclusiveJoin(gofer->Exited().then([] { return false; }));
   WatchedProcess* s = sentry->get();
   WatchedProcess* g = gofer.get();
   std::string id = sb.id;
   uint64_t generation = sb.generation;
-  sb.watch =
+  auto stop =
       sentry_first
           .then([this, id, generation, cgroup, ooms_before, s, g](bool first) {
             Sandbox* sb = Find(id, generation);
@@ -896,7 +910,11 @@ void SandboxHost::WatchHostProcesses(Sandbox& sb) {
                                 oom);
                   }
                 });
-          })
+          });
+  auto both = kj::heapArrayBuilder<kj::Promise<void>>(2);
+  both.add(kj::mv(halt));
+  both.add(kj::mv(stop));
+  sb.watch = kj::joinPromises(both.finish())
           .attach(kj::mv(*sentry), kj::mv(gofer))
           .eagerlyEvaluate([id](kj::Exception&& e) {
             KJ_LOG(ERROR, "watching a sandbox failed", id, e);
@@ -907,9 +925,68 @@ void SandboxHost::WatchHostProcesses(Sandbox& sb) {
 
 absl::StatusOr<kj::Promise<void>> SandboxHost::Delete(const ValidatedDelete& request) {
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
-  if (sb->deleting) return absl::FailedPreconditionError("sandbox is already being deleted");
-  if (!sb->running) return absl::FailedPreconditionError("sandbox is still being created");
-  return Destroy(sb->id, sb->generation);
+  if (!sb->teardown_failed) {
+    KJ_IF_MAYBE(answered, sb->answered) { return answered->addBranch(); }  // idempotent
+    if (sb->deleting) return absl::FailedPreconditionError("sandbox is already being deleted");
+  }
+  if (!sb->running && !sb->teardown_failed)
+    return absl::FailedPreconditionError("sandbox is still being created");
+  // Before anything is stopped: a privhelper killed from here on finds the marker at its next
+  // start and finishes the teardown, whatever its restart policy.
+  absl::Status marked = MarkDeleting(*sb);
+  if (!marked.ok()) KJ_LOG(ERROR, "cannot mark a sandbox deleting", sb->id, marked.ToString());
+  sb->teardown_failed = false;
+  std::string id = sb->id;
+  uint64_t generation = sb->generation;
+  auto gone = Destroy(id, generation)
+                  .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
+                    KJ_LOG(ERROR, "deleting a sandbox failed; the next delete tries again", id, e);
+                    if (Sandbox* sb = Find(id, generation)) sb->teardown_failed = true;
+                    return kj::mv(e);
+                  })
+                  .fork();
+  // The teardown runs to its end whoever waits for it.
+  reaper_.add(gone.addBranch());
+  // Answered when nothing runs any more, or when the teardown has ended (or failed) first.
+  kj::Promise<void> answer = gone.addBranch();
+  if (sb->halt_watched) answer = sb->halted.addBranch().exclusiveJoin(kj::mv(answer));
+  sb->gone = kj::mv(gone);
+  auto answered = answer.fork();
+  kj::Promise<void> mine = answered.addBranch();
+  sb->answered = kj::mv(answered);
+  return mine;
+}
+
+absl::StatusOr<kj::Promise<void>> SandboxHost::AwaitGone(const ValidatedSandboxRef& request) {
+  Sandbox* sb = Find(request.sandbox_id);
+  if (sb == nullptr) return kj::Promise<void>(kj::READY_NOW);
+  KJ_IF_MAYBE(gone, sb->gone) { return gone->addBranch(); }
+  return absl::FailedPreconditionError(
+      absl::StrCat("sandbox ", request.sandbox_id, " is not being deleted"));
+}
+
+absl::Status SandboxHost::MarkDeleting(const Sandbox& sb) {
+  std::string path = sb.bundle_dir + "/sandbox.json";
+  capnp::MallocMessageBuilder message;
+  ASSIGN_OR_RETURN(auto record, ReadRecord(path, message));
+  if (record.getDeleting()) return absl::OkStatus();
+  std::string text = RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid, sb.gid,
+                                  sb.default_cwd, sb.home, sb.created_ms,
+                                  record.getNetworkBlock().cStr(), /*deleting=*/true);
+  // Replaced whole (rename), so a crash leaves the old record or the new one, never half.
+  std::string tmp = path + ".tmp";
+  unlink(tmp.c_str());
+  RETURN_IF_ERROR(WriteNewFile(tmp, text));
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return ErrnoStatus("rename", tmp);
+  }
+  return absl::OkStatus();
+}
+
+void SandboxHost::MarkHalted(Sandbox& sb) {
+  if (sb.halt_fulfiller.get() != nullptr && sb.halt_fulfiller->isWaiting())
+    sb.halt_fulfiller->fulfill();
 }
 
 kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generation) {
@@ -933,8 +1010,13 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
           else if (Sandbox* sb = Find(id, generation)) sb->frozen = false;
         });
       }
-      return thawed.then([this, id] { return runsc_.Run({"kill", "--all", id, "KILL"}); })
+      // SIGKILL to the sandbox's init (the shim) only: its pid namespace ends with it, every
+      // process in it is killed, and the sentry exits as for a container that ended by itself.
+      // That is the cheapest stop measured (decision 39); `delete --force` then finds nothing
+      // left to kill, and kills whatever is if the init's death did not end it.
+      return thawed.then([this, id] { return runsc_.Run({"kill", id, "KILL"}); })
           .ignoreResult()
+          .then([this, id, generation] { return AwaitHalt(id, generation); })
           .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
           .then([](RunscResult deleted) {
             // Already gone (a racing delete, or it died): that is what we wanted.
@@ -946,7 +1028,10 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
   }
   return destroy.then(
       [this, id, generation]() -> kj::Promise<void> {
-        if (Sandbox* sb = Find(id, generation)) Forget(*sb);
+        if (Sandbox* sb = Find(id, generation)) {
+          MarkHalted(*sb);
+          Forget(*sb);
+        }
         return kj::READY_NOW;
       },
       [this, id, generation, was_running](kj::Exception&& e) -> kj::Promise<void> {
@@ -957,6 +1042,12 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
         }
         return kj::mv(e);
       });
+}
+
+kj::Promise<void> SandboxHost::AwaitHalt(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr || !sb->halt_watched) return kj::READY_NOW;
+  return sb->halted.addBranch().exclusiveJoin(timer_.afterDelay(kHaltPatience));
 }
 
 void SandboxHost::Forget(Sandbox& sandbox) {
@@ -1019,7 +1110,15 @@ kj::Promise<void> SandboxHost::DeleteAll() {
   std::vector<std::pair<std::string, uint64_t>> ids;
   for (const auto& [id, sb] : sandboxes_) ids.emplace_back(id, sb->generation);
   for (const auto& [id, gen] : ids) {
-    all.add(Destroy(id, gen).catch_([id = id](kj::Exception&& e) {
+    Sandbox* sb = Find(id, gen);
+    kj::Promise<void> destroyed = nullptr;
+    KJ_IF_MAYBE(gone, sb->gone) {
+      // A delete's teardown is under way: wait for it rather than start a second one.
+      destroyed = gone->addBranch();
+    } else {
+      destroyed = Destroy(id, gen);
+    }
+    all.add(kj::mv(destroyed).catch_([id = id](kj::Exception&& e) {
       KJ_LOG(ERROR, "cannot delete sandbox at shutdown", id, e);
     }));
   }
@@ -1127,10 +1226,12 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
   }
   bool vouched = record.ok() && config_.FindDeployment(sb.deployment) != nullptr && sb.uid != 0 &&
                  sb.gid != 0;
+  // A delete had begun (and may have been answered): it is finished, never adopted.
+  bool deleting = record.ok() && record->getDeleting();
   // A stopped one is kept too, as stopped: its owner sees what happened and deletes it.
   // A paused one stays paused (its owner resumes it), and is resumed before it is destroyed.
   sb.frozen = status == "paused";
-  bool adopt = policy == config::RestartPolicy::KEEP && vouched &&
+  bool adopt = policy == config::RestartPolicy::KEEP && vouched && !deleting &&
                (status == "running" || status == "stopped" || status == "paused");
   if (adopt) {
     sb.running = true;
@@ -1141,6 +1242,7 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
       bool oom = ReadOomKillCount(cgroup, cgroup_root_).value_or(0) > 0;
       MarkStopped(
           sb, oom ? kOomKilledSandboxReason : "it had stopped when the privhelper restarted", oom);
+      MarkHalted(sb);
       KJ_LOG(WARNING, "adopted a stopped sandbox from a previous privhelper", id);
     } else {
       WatchHostProcesses(sb);

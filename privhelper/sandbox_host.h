@@ -88,7 +88,17 @@ class SandboxHost {
   // sandbox is refused (failed-precondition); a deleted one is not-found.
   absl::StatusOr<kj::Promise<void>> Pause(const ValidatedSandboxRef& request);
   absl::StatusOr<kj::Promise<void>> Resume(const ValidatedSandboxRef& request);
+  // Stops the sandbox and answers once nothing can run in it any more (its sentry has exited),
+  // having first marked its record deleting on disk; runsc's state, mounts, cgroups, network
+  // and bundle are released in the background (AwaitGone). While that runs the sandbox is
+  // `deleting`: a second Delete answers as the first, nothing new starts in it, it no longer
+  // counts against its deployment's maxSandboxes, and a restarted privhelper that finds the
+  // marker finishes the teardown. A teardown that fails in the background is logged, and the
+  // next Delete starts it again.
   absl::StatusOr<kj::Promise<void>> Delete(const ValidatedDelete& request);
+  // Resolves once nothing of the sandbox is left (at once for an unknown id); fails if its
+  // teardown failed. failed-precondition if it is not being deleted.
+  absl::StatusOr<kj::Promise<void>> AwaitGone(const ValidatedSandboxRef& request);
   // For a (re)starting broker: every sandbox and every process with kept stdio.
   void Inventory(const ValidatedInventory& request,
                  helper::Helper::InventoryResults::Builder out) const;
@@ -139,6 +149,9 @@ class SandboxHost {
   // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
   // under this VM's init; at once under systemd. The sandbox is refused new processes meanwhile.
   static constexpr kj::Duration kExitStatusPatience = 3 * kj::SECONDS;
+  // How long a delete waits for the sentry to exit after its init was killed before it lets
+  // `runsc delete --force` kill the rest (docs/decisions.md 39: measured 30-60 ms).
+  static constexpr kj::Duration kHaltPatience = 2 * kj::SECONDS;
 
  private:
   struct Process : public kj::Refcounted {
@@ -198,6 +211,18 @@ class SandboxHost {
     // a cancelled call leaves nothing behind.
     kj::Own<kj::PromiseFulfiller<Stop>> stop_fulfiller;
     kj::ForkedPromise<Stop> stop = nullptr;
+    // Resolved once nothing can run in it any more: its sentry exited (or was gone when it was
+    // looked for). Never rejected. Without a watched sentry (`halt_watched` false) a delete
+    // answers only when runsc has deleted it.
+    kj::Own<kj::PromiseFulfiller<void>> halt_fulfiller;
+    kj::ForkedPromise<void> halted = nullptr;
+    bool halt_watched = false;
+    // A Delete under way: `answered` resolves when its caller is answered, `gone` when the
+    // background teardown has released everything (each is shared by every later Delete and
+    // AwaitGone). Both are cleared if the teardown fails, so the next Delete starts it again.
+    kj::Maybe<kj::ForkedPromise<void>> answered;
+    kj::Maybe<kj::ForkedPromise<void>> gone;
+    bool teardown_failed = false;  // the last one failed: the next Delete starts it again
     std::map<std::string, kj::Own<Process>> processes;
     // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
     // cancelled first when the record goes.
@@ -259,6 +284,13 @@ class SandboxHost {
   // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and
   // forgets the sandbox. Processes still running are reaped in the background.
   kj::Promise<void> Destroy(const std::string& id, uint64_t generation);
+  // Resolves once the sandbox's sentry has exited, or after kHaltPatience; at once if its
+  // sentry is not watched.
+  kj::Promise<void> AwaitHalt(const std::string& id, uint64_t generation);
+  // Sets the persisted marker (records.capnp SandboxRecord.deleting) in its record.
+  absl::Status MarkDeleting(const Sandbox& sb);
+  // Nothing can run in it any more: answers a delete waiting for that.
+  static void MarkHalted(Sandbox& sb);
   void Forget(Sandbox& sandbox);
   // Unmounts and removes everything of the bundle without ever deleting recursively (a staging
   // dir that cannot be unmounted is left in place rather than emptied).

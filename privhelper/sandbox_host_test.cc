@@ -19,7 +19,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <optional>
 #include <set>
@@ -58,6 +60,15 @@ class FakeRunsc final : public RunscRunner {
                                RunscNetwork network = RunscNetwork::kNone) override {
     calls.push_back(args);
     networks.push_back(network);
+    if (on_run) on_run(args);
+    if (args.at(0) == hold) {
+      // Answers once the test releases it, as it would answer now.
+      auto held_promise = kj::newPromiseAndFulfiller<void>();
+      held = std::make_shared<kj::Own<kj::PromiseFulfiller<void>>>(kj::mv(held_promise.fulfiller));
+      RunscResult result;
+      if (auto it = results.find(args.at(0)); it != results.end()) result = it->second;
+      return held_promise.promise.then([result] { return result; });
+    }
     auto it = results.find(args.at(0));
     return it == results.end() ? RunscResult{} : it->second;
   }
@@ -81,6 +92,11 @@ class FakeRunsc final : public RunscRunner {
   }
 
   std::map<std::string, RunscResult> results;
+  // Runs of this subcommand wait until `held` is fulfilled.
+  std::string hold;
+  std::shared_ptr<kj::Own<kj::PromiseFulfiller<void>>> held;  // (a std type: no noexcept(false))
+  // Called with each Run's args before it answers (what runsc would do to the sandbox).
+  std::function<void(const std::vector<std::string>&)> on_run;
   absl::Status start_error = absl::OkStatus();
   std::vector<std::vector<std::string>> calls;
   std::vector<Started> started;
@@ -204,11 +220,17 @@ class SandboxHostTest : public ::testing::Test {
     config_ = std::move(*config);
     // Every sandbox's sentry and gofer are these pids and run, unless a test says otherwise.
     watcher_.running = {kSentry, kGofer};
+    // As runsc does: SIGKILL to a sandbox's init ends its pid namespace, and its sentry exits.
+    runsc_.on_run = [this](const std::vector<std::string>& args) {
+      if (args.size() == 3 && args[0] == "kill" && args[2] == "KILL" && kill_ends_sentry_)
+        watcher_.Exit(kSentry);
+    };
     host_ = std::make_unique<SandboxHost>(*config_, runsc_, watcher_, timer_, "/shim", cgroups_,
                                           &ports_);
   }
 
   static constexpr pid_t kSentry = 100, kGofer = 101;
+  bool kill_ends_sentry_ = true;
 
   std::string RunscStateFile(const std::string& id) const {
     return absl::StrCat(dir_, "/run/runsc/", id, "_sandbox:", id, ".state");
@@ -247,7 +269,7 @@ class SandboxHostTest : public ::testing::Test {
   // A bundle a previous privhelper left, with its record.
   void LeaveBundle(const std::string& id, const std::string& deployment = "alpha",
                    uint32_t uid = 1000, const std::string& profile = "default",
-                   const std::string& default_cwd = "/workspace") {
+                   const std::string& default_cwd = "/workspace", bool deleting = false) {
     fs::create_directories(Bundle(id) + "/mounts");
     capnp::MallocMessageBuilder message;
     auto record = message.initRoot<records::SandboxRecord>();
@@ -258,6 +280,7 @@ class SandboxHostTest : public ::testing::Test {
     record.setGid(1000);
     record.setDefaultCwd(default_cwd);
     record.setCreatedAtUnixMs(1234);
+    record.setDeleting(deleting);
     capnp::JsonCodec codec;
     std::ofstream(Bundle(id) + "/sandbox.json") << codec.encode(record.asReader()).cStr();
     std::ofstream(Bundle(id) + "/config.json") << "{}";
@@ -293,7 +316,7 @@ class SandboxHostTest : public ::testing::Test {
   // Destroy's footprint: the container killed and deleted, the bundle and the record gone.
   void ExpectDestroyed(const std::string& id) {
     EXPECT_EQ(runsc_.CallsOf("kill"),
-              (std::vector<std::vector<std::string>>{{"kill", "--all", id, "KILL"}}));
+              (std::vector<std::vector<std::string>>{{"kill", id, "KILL"}}));
     EXPECT_EQ(runsc_.CallsOf("delete"),
               (std::vector<std::vector<std::string>>{{"delete", "--force", id}}));
     EXPECT_FALSE(fs::exists(Bundle(id)));
@@ -442,6 +465,13 @@ TEST_F(SandboxHostTest, KillDestroysWhatAPreviousPrivhelperLeftRunning) {
   LeaveBundle("sb-left");
   runsc_.results["list"] = Listed(R"([{"id": "sb-left", "status": "running"}])");
   ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  ExpectDestroyed("sb-left");
+}
+
+TEST_F(SandboxHostTest, KeepFinishesADeleteAPreviousPrivhelperHadBegun) {
+  LeaveBundle("sb-left", "alpha", 1000, "default", "/workspace", /*deleting=*/true);
+  runsc_.results["list"] = Listed(R"([{"id": "sb-left", "status": "running"}])");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KEEP).ok());
   ExpectDestroyed("sb-left");
 }
 
@@ -1118,19 +1148,67 @@ TEST_F(SandboxHostTest, DeleteKillsRemovesTheBundleAndForgets) {
   EndExec(0, 0, 0);
 }
 
-TEST_F(SandboxHostTest, ARunscThatCannotDeleteKeepsTheSandboxForARetry) {
+TEST_F(SandboxHostTest, DeleteAnswersOnceNothingRunsAndTearsDownInTheBackground) {
+  Adopt("sb-1");
+  runsc_.hold = "delete";
+  auto deleted = host_->Delete({"sb-1"});
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  ws_.poll();
+  // Answered while `runsc delete` still runs: its init was killed and its sentry exited.
+  ASSERT_TRUE(deleted->poll(ws_)) << "delete waited for the teardown";
+  EXPECT_TRUE(Await(std::move(*deleted)).ok());
+  EXPECT_EQ(runsc_.CallsOf("kill"), (std::vector<std::vector<std::string>>{{"kill", "sb-1", "KILL"}}));
+  // Deleting: marked on disk, out of the inventory, nothing starts, a second delete answers.
+  std::ifstream record(Bundle("sb-1") + "/sandbox.json");
+  std::stringstream text;
+  text << record.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("\"deleting\":true"));
+  EXPECT_EQ(host_->size(), 1u);
+  EXPECT_EQ(Listing().unattached.count("sb-1"), 0u);
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  auto gone = host_->AwaitGone({"sb-1"});
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  ws_.poll();
+  EXPECT_FALSE(gone->poll(ws_));
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), 1u) << "one teardown, however many deletes";
+
+  (*runsc_.held)->fulfill();
+  EXPECT_TRUE(Await(std::move(*gone)).ok());
+  EXPECT_FALSE(fs::exists(Bundle("sb-1")));
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_TRUE(Await(host_->AwaitGone({"sb-1"})).ok()) << "an unknown sandbox is gone";
+}
+
+TEST_F(SandboxHostTest, ABackgroundTeardownThatFailsIsStartedAgainByTheNextDelete) {
   Adopt("sb-1");
   runsc_.results["delete"] = Failed("permission denied on the cgroup");
-  absl::Status st = Await(host_->Delete({"sb-1"}));
-  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok()) << "nothing runs in it any more";
+  EXPECT_EQ(Await(host_->AwaitGone({"sb-1"})).code(), absl::StatusCode::kInternal);
   EXPECT_EQ(host_->size(), 1u);
   EXPECT_TRUE(fs::exists(Bundle("sb-1") + "/sandbox.json"));
-  EXPECT_EQ(Listing().unattached.count("sb-1"), 1u) << "still listed as running";
 
   // A container that is already gone is what a delete wants.
   runsc_.results["delete"] = Failed("container \"sb-1\" does not exist");
   EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), 2u);
   EXPECT_EQ(host_->size(), 0u);
+}
+
+TEST_F(SandboxHostTest, ARunscThatCannotStopItKeepsTheSandboxForARetry) {
+  Adopt("sb-1");
+  kill_ends_sentry_ = false;  // its init's death did not end it
+  runsc_.results["delete"] = Failed("permission denied on the cgroup");
+  auto deleted = host_->Delete({"sb-1"});
+  ASSERT_TRUE(deleted.ok());
+  ws_.poll();
+  EXPECT_FALSE(deleted->poll(ws_)) << "answered while its sentry still runs";
+  // `runsc delete --force` gets its chance after kHaltPatience, and fails: so does the delete.
+  timer_.advanceTo(timer_.now() + SandboxHost::kHaltPatience);
+  absl::Status st = Await(std::move(*deleted));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_EQ(host_->size(), 1u);
+  EXPECT_EQ(Listing().unattached.count("sb-1"), 1u) << "still listed as running";
 }
 
 TEST_F(SandboxHostTest, DeleteAllDestroysEverySandbox) {

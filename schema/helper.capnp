@@ -115,7 +115,10 @@ interface Helper {
   # Sends a signal to a running process.
 
   deleteSandbox @5 (sandboxId :Text) -> ();
-  # Kills and deletes the sandbox, unmounts its workspaces and removes its bundle.
+  # Stops the sandbox: answers once nothing can run in it any more (its gVisor kernel has
+  # exited), with its record marked deleting. Releasing the rest -- runsc's state, mounts,
+  # cgroups, network, bundle -- goes on in the background (awaitGone). A second call while it is
+  # being deleted answers as the first does.
 
   inventory @6 () -> (sandboxes :List(AdoptedSandbox), processes :List(KeptProcess));
   # Everything a starting broker must know: every sandbox, and every process started through
@@ -147,4 +150,8 @@ interface Helper {
   # A TCP connection to the sandbox's address on `port`, made from inside the sandbox's network
   # namespace (the host end of its link); refused unless the sandbox's profile lists the port in
   # network.inboundPorts. The broker hands the fd to the client that asked (Api.Sandbox.connect).
+
+  awaitGone @14 (sandboxId :Text) -> ();
+  # Resolves once the privhelper holds nothing of the sandbox any more (a delete's background
+  # teardown has ended); at once for an unknown id.
 }

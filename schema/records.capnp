@@ -21,6 +21,9 @@ struct SandboxRecord {
   networkBlock @8 :Text;
   # Network mode "sandbox": the /30 of HelperNetwork.pool its link uses ("10.88.0.4/30"), so a
   # restarted privhelper reserves it again and rebuilds its firewall chains; empty for "none".
+  deleting @9 :Bool;
+  # Set (the record rewritten in place) before a delete is answered: a privhelper that starts
+  # and finds it finishes the teardown, whatever its restart policy.
 }
 
 struct BrokerSandbox {

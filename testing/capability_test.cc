@@ -57,7 +57,7 @@ TEST(CapabilityTest, TheFullListSufficesAndIsAllThePrivhelperHolds) {
   EXPECT_EQ(CapMask(status, "CapBnd"), want) << status;
   EXPECT_EQ(CapMask(status, "CapInh"), 0u) << status;
   EXPECT_EQ(CapMask(status, "CapAmb"), 0u) << status;
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 // The network capabilities' operation, with the full list: a sandbox with network mode
@@ -72,7 +72,7 @@ TEST(CapabilityTest, TheFullListSufficesForASandboxNetwork) {
   auto r = svc.Cli(Alpha(svc), {"run", "--", "cat", "/proc/net/dev"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "eth0")) << r.out;
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {

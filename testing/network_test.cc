@@ -146,7 +146,7 @@ TEST(NetworkTest, EgressOnlyWhereThePolicyAllows) {
   close(s);
 
   for (const auto& id : {a, b}) EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 // Names: the supervisor's resolver answers only allowed names (exact, or strictly below a
@@ -183,7 +183,7 @@ TEST(NetworkTest, AllowedNamesResolveAndOpenOnlyTheirAddresses) {
   }
   EXPECT_FALSE(Asked().empty());
   for (const auto& id : {a, b}) EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 TEST(NetworkTest, ModeNoneHasOnlyLoopback) {
@@ -193,7 +193,7 @@ TEST(NetworkTest, ModeNoneHasOnlyLoopback) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "lo:")) << r.out;
   EXPECT_FALSE(absl::StrContains(r.out, "eth")) << r.out;
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 // SIGKILL of the privhelper while a sandbox's network is being set up, then while one is being
@@ -247,9 +247,9 @@ TEST(NetworkTest, ZzKeepPolicyKeepsAnAdoptedSandboxsNetwork) {
   EXPECT_TRUE(absl::StrContains(looked.out, "203.0.113.22")) << looked.out << svc.Log();
   EXPECT_EQ(Fetch(svc, id, "203.0.113.22", 80), "internet-80") << Nft();
   EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   svc.Stop();
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   svc.RemoveWorkArea();
 }
 

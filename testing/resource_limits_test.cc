@@ -175,7 +175,7 @@ class ResourceLimitsTest : public ::testing::Test {
     want_ = DefaultLimits(host_);
   }
 
-  void TearDown() override { EXPECT_EQ(svc.Leaks(), std::vector<std::string>{}); }
+  void TearDown() override { EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{}); }
 
   // A kept sandbox of the default profile; "" (and a test failure) if it could not be made.
   std::string KeptSandbox(std::vector<std::string> extra = {}) {

@@ -62,9 +62,9 @@ TEST(RestartTest, KeepPolicyAdoptsRunningSandboxesAsUnattached) {
   unlink((svc.base() + "/ws-alpha/after").c_str());
   auto rm = svc.Cli(Alpha(svc), {"rm", id});
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{}) << "stale bundle or sandbox left";
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{}) << "stale bundle or sandbox left";
   svc.Stop();
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 // The sandbox's state and reason in `ps --json` (the CLI as Alpha), polled until it is no longer
@@ -119,9 +119,9 @@ TEST(RestartTest, KeepAdoptsASandboxThatDiedMeanwhileAsStopped) {
     auto rm = svc.Cli(Alpha(svc), {"rm", id}, std::chrono::seconds(30));
     EXPECT_EQ(rm.exit_code, 0) << rm.err;
   }
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   svc.Stop();
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
@@ -139,7 +139,7 @@ TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
   // Destroying runs in the background of the start-up; give it a moment.
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   svc.Stop();
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 // On-demand garbage collection: what a crash could leave while the service keeps running
@@ -180,7 +180,7 @@ TEST(RestartTest, AdminGcCollectsWhatNoSandboxOwns) {
   EXPECT_EQ(exec.exit_code, 0) << "GC touched a live sandbox: " << exec.err;
   EXPECT_EQ(svc.Cli(Alpha(svc), {"rm", id}).exit_code, 0);
   svc.Stop();
-  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 // systemd Type=notify: READY=1 arrives on NOTIFY_SOCKET once the client socket is served.

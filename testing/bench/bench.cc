@@ -1520,6 +1520,49 @@ RuntimeRun RunRuntime(const std::string& binary, const std::vector<std::string>&
   return run;
 }
 
+// `paseo-sandbox run -- true` through the CLI, from its spawn to its exit (it creates the
+// sandbox, runs the command, deletes the sandbox and exits with its status), against `runsc run`
+// of `true` on the same rootfs, spawn to exit (a container that ends by itself tears down in
+// runsc's own process). Extra: `paseo-sandbox info` (start-up, connect, one round trip), the
+// CLI's own floor.
+void Oneshot(Env& env) {
+  int n = env.opts.quick ? 5 : 20;
+  Progress("oneshot: " + std::to_string(n) + " samples per side");
+  std::string cli = env.base + "/bin/paseo-sandbox";
+  CopyExecutable(Runfile("client/paseo-sandbox"), cli);
+  std::vector<std::string> socket = {"--socket", env.service->socket()};
+  std::vector<std::string> run = socket;
+  run.insert(run.end(), {"run", "--deployment", "bench", "--workspace",
+                         env.ws + ":/workspace:rw", "--", "true"});
+  std::vector<std::string> info = socket;
+  info.push_back("info");
+  Result r{"oneshot", "ms", "paseo-sandbox run -- true: spawn -> exit (create, run, delete)",
+           "runsc run (same rootfs, true): spawn -> exit", {}, {}, "ratio <= 1.30",
+           [](double ratio, double, double) { return ratio <= 1.30; }, {}};
+  std::vector<double> info_ms;
+  for (int i = 0; i < n; ++i) {
+    r.ours.push_back(RunRuntime(cli, run, "", "").ms);
+    info_ms.push_back(RunRuntime(cli, info, "", "").ms);
+    std::string id = env.raw->NewBundle({"true"});
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    double t0 = Now();
+    pid_t pid =
+        env.raw->Start({"run", "--bundle", env.raw->BundleDir(id), id}, null_fd, null_fd, null_fd);
+    close(null_fd);
+    env.raw->Remember(id);
+    int status = WaitPid(pid);
+    r.baseline.push_back((Now() - t0) * 1000);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      Die("raw runsc run of true failed (status " + std::to_string(status) + ")");
+    env.raw->Delete(id);
+  }
+  r.extra.push_back({"cli_info_ms_median", Num(Median(info_ms))});
+  r.extra.push_back({"ours_minus_cli_info_vs_raw_ratio",
+                     Num((Median(r.ours) - Median(info_ms)) / Median(r.baseline))});
+  g_results.push_back(r);
+  Report(r);
+}
+
 // paseo-sandbox-runtime exec of `true` (spawn -> envelope on fd 3 -> fd 4 read to its end ->
 // exit) against raw `runsc exec` of `true`; also `inspect`, which Paseo runs before every exec,
 // and `describe`, the wrapper's start-up floor (no connection at all). The measured envelope's
@@ -1883,6 +1926,10 @@ int Main(int argc, char** argv) {
       if (opts.Wants("runtime_exec")) {
         RuntimeExec(env);
         checkpoint("runtime exec");
+      }
+      if (opts.Wants("oneshot")) {
+        Oneshot(env);
+        checkpoint("oneshot");
       }
       if (opts.Wants("net_cold")) {
         NetCold(env);
