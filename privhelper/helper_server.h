@@ -16,6 +16,7 @@
 //   closeInput     ValidateCloseInput   CloseInput
 //   waitSandbox    ValidateWaitSandbox  WaitStopped
 //   releaseProcess ValidateReleaseProcess ReleaseProcess
+//   spawnerState   ValidateSpawnerState SpawnerState
 #pragma once
 
 #include <kj/async.h>
@@ -45,6 +46,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
   kj::Promise<void> connectPort(ConnectPortContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
+  kj::Promise<void> spawnerState(SpawnerStateContext context) override;
 
  private:
   const Config& config_;

@@ -275,6 +275,11 @@ absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
   return CheckSandboxRef(params.getSandboxId());
 }
 
+absl::StatusOr<ValidatedSandboxRef> ValidateSpawnerState(
+    helper::Helper::SpawnerStateParams::Reader params) {
+  return CheckSandboxRef(params.getSandboxId());
+}
+
 absl::StatusOr<ValidatedConnect> ValidateConnectPort(
     helper::Helper::ConnectPortParams::Reader params) {
   ValidatedConnect out;

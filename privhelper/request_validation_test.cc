@@ -573,6 +573,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
   cases["pauseSandbox"] = SandboxRefCases<H::PauseSandboxParams>(ValidatePauseSandbox);
   cases["resumeSandbox"] = SandboxRefCases<H::ResumeSandboxParams>(ValidateResumeSandbox);
   cases["connectPort"] = ConnectCases();
+  cases["spawnerState"] = SandboxRefCases<H::SpawnerStateParams>(ValidateSpawnerState);
   return cases;
 }
 

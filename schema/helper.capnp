@@ -147,4 +147,8 @@ interface Helper {
   # A TCP connection to the sandbox's address on `port`, made from inside the sandbox's network
   # namespace (the host end of its link); refused unless the sandbox's profile lists the port in
   # network.inboundPorts. The broker hands the fd to the client that asked (Api.Sandbox.connect).
+
+  spawnerState @14 (sandboxId :Text) -> (state :Text);
+  # The sandbox's in-sandbox spawner (Api.SandboxInfo.spawner): "off", "not started",
+  # "starting", "running", or "down: <why>" (its processes start through runsc exec).
 }
