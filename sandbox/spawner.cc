@@ -18,6 +18,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -28,8 +29,6 @@
 #include <vector>
 
 #include "common/spawner_frames.h"
-
-extern char** environ;
 
 namespace paseo::shim {
 namespace {
@@ -66,40 +65,63 @@ void CloseFd(int& fd) {
 
 void SetNonBlocking(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-// In the forked child: never returns. Failures go to `report` (errno, stage) for the spawner.
-[[noreturn]] void RunChild(const spawner::StartRequest& request, int in, int out, int err,
-                           int report, pid_t spawner_pid) {
+// What a starting child needs, prepared by the spawner before the clone: the child shares the
+// spawner's memory until it execs (CLONE_VM | CLONE_VFORK: no address space is copied, which
+// under gVisor's ptrace platform saves a stub process per start), so it allocates nothing.
+struct ChildStart {
+  const char* cwd;
+  char** argv;
+  char** envp;
+  std::vector<std::string> candidates;  // where argv[0] is looked up, in order
+  int in, out, err;
+  pid_t spawner;
+  // Written by the child when it cannot run the program (read once the clone returns).
+  int error = 0;
+  uint8_t stage = 0;  // 1 chdir, 2 exec
+};
+
+// The paths execvp would try for `file` in `path` (a PATH value); an empty entry is the cwd.
+std::vector<std::string> Candidates(const std::string& file, const char* path) {
+  if (file.find('/') != std::string::npos) return {file};
+  std::vector<std::string> out;
+  for (const char* dir = path;; ++dir) {
+    const char* end = strchrnul(dir, ':');
+    std::string d(dir, static_cast<size_t>(end - dir));
+    out.push_back(d.empty() ? file : d + "/" + file);
+    if (*end == '\0') return out;
+    dir = end;
+  }
+}
+
+// The child, on its own small stack: only system calls until the exec.
+int RunChild(void* arg) {
+  auto* c = static_cast<ChildStart*>(arg);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  signal(SIGPIPE, SIG_DFL);
-  auto fail = [report](uint8_t stage) {
-    char msg[5];
-    uint32_t e = static_cast<uint32_t>(errno);
-    msg[0] = static_cast<char>(e >> 24);
-    msg[1] = static_cast<char>(e >> 16);
-    msg[2] = static_cast<char>(e >> 8);
-    msg[3] = static_cast<char>(e);
-    msg[4] = static_cast<char>(stage);
-    (void)!write(report, msg, sizeof(msg));
-    _exit(127);
-  };
-  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != spawner_pid) _exit(127);
+  signal(SIGPIPE, SIG_DFL);  // the handler table is the child's own (no CLONE_SIGHAND)
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != c->spawner) _exit(127);
   setsid();
-  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) fail(0);
-  if (chdir(request.cwd.c_str()) != 0) fail(1);
-  std::vector<char*> argv, envp;
-  for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const char* path = "/bin:/usr/bin";  // as the shim's exec mode, for an environment without
-  for (const auto& e : request.env) {
-    envp.push_back(const_cast<char*>(e.c_str()));
-    if (e.compare(0, 5, "PATH=") == 0) path = e.c_str() + 5;
+  if (dup2(c->in, 0) < 0 || dup2(c->out, 1) < 0 || dup2(c->err, 2) < 0) {
+    c->error = errno;
+    _exit(127);
   }
-  envp.push_back(nullptr);
-  environ = envp.data();
-  errno = ExecInPath(argv.data(), path);
-  fail(2);
+  if (chdir(c->cwd) != 0) {
+    c->error = errno;
+    c->stage = 1;
+    _exit(127);
+  }
+  int err = ENOENT;
+  for (const auto& candidate : c->candidates) {
+    execve(candidate.c_str(), c->argv, c->envp);
+    if (errno == EACCES) err = EACCES;
+    else if (errno != ENOENT && errno != ENOTDIR) {
+      err = errno;
+      break;
+    }
+  }
+  c->error = err;
+  c->stage = 2;
   _exit(127);
 }
 
@@ -216,43 +238,50 @@ class Spawner {
   }
 
   void Start(uint32_t id, const spawner::StartRequest& request) {
-    int in[2], out[2], err[2] = {-1, -1}, report[2];
+    int in[2], out[2], err[2] = {-1, -1};
     bool ok = pipe2(in, O_CLOEXEC) == 0;
     ok = ok && pipe2(out, O_CLOEXEC) == 0;
     ok = ok && (request.merge_stderr || pipe2(err, O_CLOEXEC) == 0);
-    ok = ok && pipe2(report, O_CLOEXEC) == 0;
-    pid_t pid = ok ? fork() : -1;
-    if (pid == 0)
-      RunChild(request, in[0], out[1], request.merge_stderr ? out[1] : err[1], report[1], self_);
+    ChildStart c;
+    std::vector<char*> argv, envp;
+    for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const char* path = "/bin:/usr/bin";  // as the shim's exec mode, for an environment without
+    for (const auto& e : request.env) {
+      envp.push_back(const_cast<char*>(e.c_str()));
+      if (e.compare(0, 5, "PATH=") == 0) path = e.c_str() + 5;
+    }
+    envp.push_back(nullptr);
+    c.cwd = request.cwd.c_str();
+    c.argv = argv.data();
+    c.envp = envp.data();
+    c.candidates = Candidates(request.argv[0], path);
+    c.in = in[0];
+    c.out = out[1];
+    c.err = request.merge_stderr ? out[1] : err[1];
+    c.spawner = self_;
+    // The parent waits in clone until the child has exec'd or exited (CLONE_VFORK).
+    pid_t pid = ok ? clone(RunChild, stack_.data() + stack_.size(),
+                           CLONE_VM | CLONE_VFORK | SIGCHLD, &c)
+                   : -1;
     int start_errno = errno;
-    close(in[0]);
-    close(out[1]);
-    if (err[1] >= 0) close(err[1]);
-    close(report[1]);
-    if (pid < 0) {
-      for (int fd : {in[1], out[0], err[0], report[0]}) if (fd >= 0) close(fd);
-      WriteChannel(spawner::Encode(Type::kFailed, id, FailedPayload(start_errno, 0)));
-      return;
-    }
-    // Until the exec: end-of-file means it ran, five bytes say why it did not.
-    char why[5];
-    ssize_t n;
-    while ((n = read(report[0], why, sizeof(why))) < 0 && errno == EINTR) {
-    }
-    close(report[0]);
-    if (n == sizeof(why)) {
-      while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    for (int fd : {in[0], out[1], err[1]}) if (fd >= 0) close(fd);
+    if (pid < 0 || c.error != 0) {
+      if (pid > 0) {
+        while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
       }
       for (int fd : {in[1], out[0], err[0]}) if (fd >= 0) close(fd);
-      WriteChannel(spawner::Encode(Type::kFailed, id, std::string(why, sizeof(why))));
+      WriteChannel(spawner::Encode(Type::kFailed, id,
+                                   FailedPayload(pid < 0 ? start_errno : c.error, c.stage)));
       return;
     }
-    Child& c = children_[id];
-    c.pid = pid;
-    c.in = in[1];
-    c.out = out[0];
-    c.err = err[0];
-    for (int fd : {c.in, c.out, c.err}) if (fd >= 0) SetNonBlocking(fd);
+    Child& child = children_[id];
+    child.pid = pid;
+    child.in = in[1];
+    child.out = out[0];
+    child.err = err[0];
+    for (int fd : {child.in, child.out, child.err}) if (fd >= 0) SetNonBlocking(fd);
     WriteChannel(spawner::EncodeU32(Type::kStarted, id, static_cast<uint32_t>(pid)));
   }
 
@@ -346,6 +375,7 @@ class Spawner {
   }
 
   pid_t self_;
+  std::vector<char> stack_ = std::vector<char>(64 * 1024);  // the starting child's
   int sfd_ = -1;
   spawner::FrameReader reader_{spawner::kMaxDownPayload};
   std::map<uint32_t, Child> children_;
