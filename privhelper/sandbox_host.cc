@@ -517,17 +517,22 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   Process& p = Track(*sb, process_id, RunscExecEnd(kj::mv(runsc_exit), kj::mv(exec_log)));
   p.pid_file = pid_file;
   p.process_json = process_json;
+  // Our copies of the child's ends close here.
+  return KeepCopies(p, command, Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)});
+}
+
+absl::StatusOr<SandboxHost::Stdio> SandboxHost::KeepCopies(Process& p, const ProcessCommand& command,
+                                                           Stdio stdio) {
   p.argv = command.argv;
   p.tty = command.tty;
   // Copies of the broker's ends: if the broker dies, its successor takes them over (while
-  // it is down, the process blocks on a full pipe; nothing is lost). Our copies of the
-  // child's ends close here.
-  p.kept_stdin = Dup(in->write);
-  p.kept_stdout = Dup(out->read);
-  p.kept_stderr = Dup(err->read);
+  // it is down, the process blocks on a full pipe; nothing is lost).
+  p.kept_stdin = Dup(stdio.stdin_w);
+  p.kept_stdout = Dup(stdio.stdout_r);
+  p.kept_stderr = Dup(stdio.stderr_r);
   if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
     return absl::ResourceExhaustedError("out of file descriptors");
-  return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+  return stdio;
 }
 
 absl::StatusOr<std::string> SandboxHost::WorkingDirectory(const Sandbox& sb,
@@ -642,14 +647,8 @@ std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawn
   }
   Process& p = Track(sb, process_id, kj::mv(started->exit));
   p.spawner_id = started->id;
-  p.argv = command.argv;
-  p.tty = command.tty;
-  p.kept_stdin = Dup(started->stdin_w);
-  p.kept_stdout = Dup(started->stdout_r);
-  p.kept_stderr = Dup(started->stderr_r);
-  if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
-    return absl::StatusOr<Stdio>(absl::ResourceExhaustedError("out of file descriptors"));
-  return absl::StatusOr<Stdio>(
+  return KeepCopies(
+      p, command,
       Stdio{kj::mv(started->stdin_w), kj::mv(started->stdout_r), kj::mv(started->stderr_r)});
 }
 

@@ -270,6 +270,8 @@ class SandboxHost {
   // without a status of its own becomes oom-killed if the sandbox's cgroup counted an OOM kill
   // meanwhile.
   Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<ProcessExit> ended);
+  // Records the command in `p` and keeps copies of the broker's ends of its stdio; returns them.
+  absl::StatusOr<Stdio> KeepCopies(Process& p, const ProcessCommand& command, Stdio stdio);
   // How a `runsc exec` ended (exit_status.h), from its wait status and debug log.
   kj::Promise<ProcessExit> RunscExecEnd(kj::Promise<int> runsc_exit, kj::AutoCloseFd exec_log);
   // Starts the sandbox's spawner with a `runsc exec` as its run-as user, unless spawners are off

@@ -373,11 +373,8 @@ int RunTty(int argc, char** argv) {
   ExitLike(status);
 }
 
-}  // namespace
-
-namespace paseo::shim {
-
-// See spawner.h: also the `exec` mode's lookup, in the PATH the process was given.
+// execv of `file` looked up as execvp would, in `path` (a PATH value) instead of the
+// environment's; returns the errno of the most telling failure (EACCES over ENOENT).
 int ExecInPath(char** argv, const char* path) {
   const char* file = argv[0];
   if (strchr(file, '/') != nullptr) {
@@ -402,12 +399,6 @@ int ExecInPath(char** argv, const char* path) {
     dir = end;
   }
 }
-
-}  // namespace paseo::shim
-
-namespace {
-
-using paseo::shim::ExecInPath;
 
 int RunExec(int argc, char** argv) {
   int i = 1;
