@@ -1,0 +1,137 @@
+// The spawner channel's frames: round trips, and the strict decoding of what a spawner (inside
+// the sandbox, so untrusted) may send.
+#include "common/spawner_frames.h"
+
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace paseo::spawner {
+namespace {
+
+std::vector<Frame> ReadAll(const std::string& stream, size_t piece, bool* error) {
+  FrameReader reader(kMaxDownPayload);
+  std::vector<Frame> frames;
+  for (size_t at = 0; at < stream.size(); at += piece) {
+    reader.Feed(std::string_view(stream).substr(at, piece));
+    while (auto f = reader.Next(error)) frames.push_back(*f);
+  }
+  return frames;
+}
+
+TEST(SpawnerFrames, StartRoundTripsThroughAnySplitOfTheStream) {
+  StartRequest start{true, "/work", {"sh", "-c", "echo hi"}, {"PATH=/bin", "A="}};
+  auto encoded = EncodeStart(7, start);
+  ASSERT_TRUE(encoded);
+  std::string stream = *encoded + EncodeU32(Type::kSignal, 7, 15) + Encode(Type::kCloseInput, 7, "");
+  for (size_t piece : {1, 2, 9, 10, 4096}) {
+    bool error = false;
+    auto frames = ReadAll(stream, piece, &error);
+    ASSERT_FALSE(error);
+    ASSERT_EQ(frames.size(), 3u);
+    EXPECT_EQ(frames[0].type, Type::kStart);
+    EXPECT_EQ(frames[0].id, 7u);
+    auto decoded = DecodeStart(frames[0].payload);
+    ASSERT_TRUE(decoded);
+    EXPECT_TRUE(decoded->merge_stderr);
+    EXPECT_EQ(decoded->cwd, "/work");
+    EXPECT_EQ(decoded->argv, start.argv);
+    EXPECT_EQ(decoded->env, start.env);
+    EXPECT_EQ(frames[1].type, Type::kSignal);
+    EXPECT_EQ(frames[2].type, Type::kCloseInput);
+  }
+}
+
+TEST(SpawnerFrames, AnOversizedStartIsNotEncoded) {
+  StartRequest start{false, "/", {std::string(kMaxDownPayload, 'a')}, {}};
+  EXPECT_FALSE(EncodeStart(1, start));
+}
+
+TEST(SpawnerFrames, MalformedStartsAreRefused) {
+  auto good = *EncodeStart(1, {false, "/", {"true"}, {}});
+  std::string payload = good.substr(kHeaderBytes);
+  ASSERT_TRUE(DecodeStart(payload));
+  EXPECT_FALSE(DecodeStart(""));
+  EXPECT_FALSE(DecodeStart(payload.substr(0, payload.size() - 1)));  // truncated
+  EXPECT_FALSE(DecodeStart(payload + "x"));                          // trailing bytes
+  std::string bad_flag = payload;
+  bad_flag[0] = 2;
+  EXPECT_FALSE(DecodeStart(bad_flag));
+  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {}, {}})->substr(kHeaderBytes)));  // no argv
+  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {std::string("a\0b", 3)}, {}})
+                               ->substr(kHeaderBytes)));  // a NUL
+  // A count that promises more strings than bytes remain.
+  std::string lying = payload;
+  lying[1 + 4 + 1 + 3] = '\x7f';  // argc's low byte after cwd "/" (length 4 + 1 byte)
+  EXPECT_FALSE(DecodeStart(lying));
+}
+
+TEST(SpawnerFrames, AHeaderAnnouncingTooMuchIsAnError) {
+  FrameReader reader(kMaxUpPayload);
+  std::string header = Encode(Type::kOutput, 1, std::string(kMaxUpPayload + 1, 'x')).substr(0, 9);
+  reader.Feed(header);
+  bool error = false;
+  EXPECT_FALSE(reader.Next(&error));
+  EXPECT_TRUE(error);
+}
+
+TEST(SpawnerFrames, UpFramesDecodeOnlyInTheirExactShape) {
+  auto up = [](const std::string& bytes) -> std::optional<UpEvent> {
+    FrameReader reader(kMaxUpPayload);
+    reader.Feed(bytes);
+    bool error = false;
+    auto f = reader.Next(&error);
+    if (!f) return std::nullopt;
+    return DecodeUp(*f);
+  };
+  auto hello = up(EncodeU32(Type::kHello, 0, kVersion));
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->value, kVersion);
+  EXPECT_FALSE(up(EncodeU32(Type::kHello, 3, kVersion)));  // hello belongs to id 0
+  EXPECT_FALSE(up(EncodeU32(Type::kStarted, 0, 5)));       // id 0 is no process
+  auto started = up(EncodeU32(Type::kStarted, 3, 41));
+  ASSERT_TRUE(started);
+  EXPECT_EQ(started->value, 41u);
+  auto out = up(Encode(Type::kOutput, 3, std::string("\2err")));
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->stream, kStderr);
+  EXPECT_EQ(out->data, "err");
+  EXPECT_FALSE(up(Encode(Type::kOutput, 3, std::string("\3x"))));  // no such stream
+  EXPECT_FALSE(up(Encode(Type::kOutput, 3, std::string("\1"))));   // empty chunk
+  EXPECT_FALSE(up(Encode(Type::kEnd, 3, std::string("\0", 1))));
+  EXPECT_TRUE(up(Encode(Type::kEnd, 3, std::string("\1"))));
+  EXPECT_FALSE(up(Encode(Type::kExit, 3, "abc")));  // wrong size
+  EXPECT_FALSE(up(Encode(Type::kFailed, 3, std::string("\0\0\0\2\3", 5))));  // no stage 3
+  // Frames only the privhelper sends, and unknown types.
+  EXPECT_FALSE(up(EncodeU32(Type::kSignal, 3, 9)));
+  EXPECT_FALSE(up(Encode(Type::kStart, 3, "")));
+  EXPECT_FALSE(up(Encode(static_cast<Type>('q'), 3, "")));
+}
+
+TEST(SpawnerFrames, RandomBytesNeverCrashTheDecoder) {
+  std::mt19937 rng(11);
+  for (int round = 0; round < 2000; ++round) {
+    std::string bytes(rng() % 64, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    // Half the rounds start with a plausible header so the payload checks are reached.
+    if (round % 2 == 0 && bytes.size() >= 9) {
+      bytes[0] = "HPFOZXWSIKG"[rng() % 11];
+      bytes[5] = bytes[6] = bytes[7] = 0;
+      bytes[8] = static_cast<char>(bytes.size() - 9);
+    }
+    FrameReader reader(kMaxUpPayload);
+    reader.Feed(bytes);
+    bool error = false;
+    while (auto f = reader.Next(&error)) {
+      auto event = DecodeUp(*f);
+      if (event && event->type == Type::kOutput) {
+        EXPECT_FALSE(event->data.empty());
+        EXPECT_LE(event->data.size(), kMaxOutputChunk);
+      }
+      (void)DecodeStart(f->payload);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace paseo::spawner
