@@ -654,7 +654,10 @@ std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawn
   request.env = ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home);
   auto started = sb.spawner->Start(request);
   if (!started.ok()) {
-    if (started.status().code() == absl::StatusCode::kInvalidArgument) return std::nullopt;
+    // Too large for a frame, or the spawner went down just now: runsc exec starts it.
+    if (started.status().code() == absl::StatusCode::kInvalidArgument ||
+        started.status().code() == absl::StatusCode::kUnavailable)
+      return std::nullopt;
     return absl::StatusOr<Stdio>(started.status());
   }
   Process& p = Track(sb, process_id, kj::mv(started->exit));
@@ -892,6 +895,7 @@ absl::Status SandboxHost::ReleaseProcess(const ValidatedProcessRef& request) {
     unlink(file.c_str());
     std::erase(sb.files, file);
   }
+  if (p->spawner_id != 0 && sb.spawner.get() != nullptr) sb.spawner->Release(p->spawner_id);
   // The record holds the kept stdio and (through its exit promise) the exec log; a Wait still
   // in flight holds its own reference and lets go when it answers.
   sb.processes.erase(request.process_id);

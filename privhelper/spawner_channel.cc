@@ -79,12 +79,20 @@ SpawnerChannel::~SpawnerChannel() noexcept(false) {
 
 void SpawnerChannel::Send(std::string frame) {
   if (state_ == State::kDown) return;
+  // Bounded whatever the spawner does: one frame (a start may be large) always fits.
+  if (!outbox_.empty() && outbox_bytes_ + frame.size() > kMaxOutboxBytes) {
+    Down(absl::StrCat("it stopped reading (", outbox_bytes_, " bytes queued for it)"), true);
+    return;
+  }
+  outbox_bytes_ += frame.size();
   outbox_.push_back(kj::mv(frame));
   if (sending_) return;
   sending_ = true;
-  write_loop_ = WriteLoop().eagerlyEvaluate([this](kj::Exception&& e) {
-    Down(absl::StrCat("cannot write to it: ", e.getDescription().cStr()), true);
-  });
+  // evalNow: a write that fails at once (EPIPE) throws, and must end the loop, not the caller.
+  write_loop_ = kj::evalNow([this] { return WriteLoop(); })
+                    .eagerlyEvaluate([this](kj::Exception&& e) {
+                      Down(absl::StrCat("cannot write to it: ", e.getDescription().cStr()), true);
+                    });
 }
 
 kj::Promise<void> SpawnerChannel::WriteLoop() {
@@ -94,6 +102,7 @@ kj::Promise<void> SpawnerChannel::WriteLoop() {
   }
   const std::string& front = outbox_.front();
   return to_->write(front.data(), front.size()).then([this] {
+    outbox_bytes_ -= outbox_.front().size();
     outbox_.pop_front();
     return WriteLoop();
   });
@@ -221,10 +230,16 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
 
 absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::StartRequest& request) {
   if (state_ != State::kUp) return absl::UnavailableError("the spawner is not running");
-  if (procs_.size() >= kMaxProcesses) return absl::ResourceExhaustedError("too many processes");
+  size_t running = 0;
+  for (const auto& [id, proc] : procs_) running += proc->exit ? 0 : 1;
+  if (running >= kMaxProcesses) return absl::ResourceExhaustedError("too many processes");
   uint32_t id = next_id_;
   std::optional<std::string> frame = spawner::EncodeStart(id, request);
   if (!frame) return absl::InvalidArgumentError("command too large for the spawner");
+  if (!outbox_.empty() && outbox_bytes_ + frame->size() > kMaxOutboxBytes) {
+    Down(absl::StrCat("it stopped reading (", outbox_bytes_, " bytes queued for it)"), true);
+    return absl::UnavailableError("the spawner went down");
+  }
   auto in = MakePipe();
   auto out = MakePipe();
   auto err = MakePipe();
@@ -300,7 +315,9 @@ void SpawnerChannel::PumpOutput(Proc& p, Stream& s, uint8_t which) {
   }
   s.writing = true;
   // `p` and `s` outlive the chain: it is s.write, which goes with them.
-  s.write = WriteQueued(p, s, which).eagerlyEvaluate([this, &p, &s, which](kj::Exception&&) {
+  // evalNow: a write that fails at once (EPIPE) throws; that is the handler's, not the caller's.
+  s.write = kj::evalNow([this, &p, &s, which] { return WriteQueued(p, s, which); })
+                .eagerlyEvaluate([this, &p, &s, which](kj::Exception&&) {
     // EPIPE: the broker and the privhelper's kept copy are both gone.
     s.writing = false;
     s.broken = true;
@@ -335,7 +352,10 @@ void SpawnerChannel::MaybeFinish(Proc& p) {
     p.exit_fulfiller->fulfill(ProcessExit(*p.exit));
   }
   bool closed = p.out.pipe.get() == nullptr && p.err.pipe.get() == nullptr;
-  if (p.exit && written && closed) Retire(p.id);
+  // A released process whose in-sandbox pipes are still held stays known (without fds) until the
+  // spawner ends them, so what still arrives for it is dropped and credited, not a violation.
+  bool drained = !p.released || (p.out.ended && p.err.ended);
+  if (p.exit && written && closed && drained) Retire(p.id);
 }
 
 void SpawnerChannel::Retire(uint32_t id) {
@@ -351,6 +371,23 @@ absl::Status SpawnerChannel::Signal(uint32_t id, int sig) {
 }
 
 void SpawnerChannel::Fail(std::string reason) { Down(kj::mv(reason), true); }
+
+void SpawnerChannel::Release(uint32_t id) {
+  auto it = procs_.find(id);
+  if (it == procs_.end() || !it->second->exit) return;
+  Proc& p = *it->second;
+  p.released = true;
+  for (Stream* s : {&p.out, &p.err}) {
+    s->write = nullptr;  // cancels a write in flight (the broker no longer reads)
+    s->writing = false;
+    s->broken = true;
+    s->pipe = nullptr;
+  }
+  p.input = nullptr;
+  p.stdin_r = nullptr;
+  PumpOutput(p, p.out, spawner::kStdout);
+  PumpOutput(p, p.err, spawner::kStderr);
+}
 
 void SpawnerChannel::Down(std::string reason, bool notify) {
   if (state_ == State::kDown) return;

@@ -61,9 +61,16 @@ class SpawnerChannel {
   absl::Status Signal(uint32_t id, int sig);
   // Ends the channel (a protocol violation, the spawner's runsc exec ended, ...).
   void Fail(std::string reason);
+  // The broker let go of an ended process: its pipes close now, even if something in the sandbox
+  // still holds the in-sandbox ends (a daemon it left behind); what still arrives for it is
+  // dropped and credited. Only running processes count against kMaxProcesses.
+  void Release(uint32_t id);
 
   // Bounds (tests read them): processes the channel tracks at once.
   static constexpr size_t kMaxProcesses = 8192;
+  // Frames queued for a spawner that does not read them (it was stopped, or something else
+  // writes its channel and withholds reading): past this the channel goes down.
+  static constexpr size_t kMaxOutboxBytes = 1 << 20;
 
  private:
   struct Stream {
@@ -79,6 +86,7 @@ class SpawnerChannel {
     uint32_t id = 0;
     bool started = false;  // kStarted seen
     bool merged = false;   // a tty relay: stderr joins stdout, the stderr pipe is closed at once
+    bool released = false;  // the broker let go of it (Release)
     Stream out, err;
     kj::Own<kj::AsyncInputStream> stdin_r;  // null once at end-of-file or the process ended
     uint32_t input_credit = spawner::kInputWindow;
@@ -115,6 +123,7 @@ class SpawnerChannel {
   std::string down_reason_;
   spawner::FrameReader reader_{spawner::kMaxUpPayload};
   std::deque<std::string> outbox_;
+  size_t outbox_bytes_ = 0;
   bool sending_ = false;
   kj::Promise<void> write_loop_ = nullptr;
   kj::Promise<void> read_loop_ = nullptr;

@@ -147,5 +147,50 @@ TEST_F(SpawnerChannelTest, ItsEndEndsItsProcesses) {
   EXPECT_EQ(down_reason_, "it ended");
 }
 
+// A spawner that stops reading its channel (stopped, or something else writes it and never
+// reads) cannot make the privhelper queue without bound: past kMaxOutboxBytes it goes down.
+TEST_F(SpawnerChannelTest, ASpawnerThatStopsReadingIsBounded) {
+  StartOne();  // nothing ever reads from_channel_ here
+  std::string big(200 * 1024, 'a');
+  size_t starts = 0;
+  while (channel_->state() == SpawnerChannel::State::kUp && starts < 64) {
+    auto started = channel_->Start({false, "/", {"echo", big}, {}});
+    if (started.ok()) ++starts;
+    Turn();
+  }
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
+  EXPECT_NE(down_reason_.find("stopped reading"), std::string::npos) << down_reason_;
+  EXPECT_LE(starts * big.size(), SpawnerChannel::kMaxOutboxBytes + 2 * big.size() + (64 << 10))
+      << starts << " starts queued";
+}
+
+// The broker released an ended process whose in-sandbox pipes something still holds open (a
+// daemon it left): its host pipes close at once, and output that still arrives for it is dropped
+// and credited, not a violation.
+TEST_F(SpawnerChannelTest, AReleasedProcessLetsGoOfItsPipes) {
+  auto p = StartOne();
+  Say(spawner::EncodeU32(Type::kStarted, p.id, 42));
+  Say(spawner::EncodeU32(Type::kExit, p.id, 0));
+  EXPECT_EQ(p.exit.wait(io_.waitScope), ProcessExit::Exited(0));
+  channel_->Release(p.id);
+  Turn();
+  EXPECT_EQ(ReadAll(p.stdout_r.get()), "");  // end-of-file: the privhelper holds no write end
+  EXPECT_EQ(ReadAll(p.stderr_r.get()), "");
+  Say(spawner::Encode(Type::kOutput, p.id, std::string("\1late")));
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
+  // A running process is not released.
+  auto q = channel_->Start({false, "/", {"true"}, {}});
+  ASSERT_TRUE(q.ok());
+  Turn();
+  Say(spawner::EncodeU32(Type::kStarted, q->id, 43));
+  channel_->Release(q->id);
+  Say(spawner::Encode(Type::kOutput, q->id, std::string("\1still")));
+  Say(spawner::Encode(Type::kEnd, q->id, std::string("\1")));
+  Say(spawner::Encode(Type::kEnd, q->id, std::string("\2")));
+  Say(spawner::EncodeU32(Type::kExit, q->id, 0));
+  EXPECT_EQ(q->exit.wait(io_.waitScope), ProcessExit::Exited(0));
+  EXPECT_EQ(ReadAll(q->stdout_r.get()), "still");
+}
+
 }  // namespace
 }  // namespace paseo

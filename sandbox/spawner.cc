@@ -238,7 +238,7 @@ class Spawner {
   }
 
   void Start(uint32_t id, const spawner::StartRequest& request) {
-    int in[2], out[2], err[2] = {-1, -1};
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};  // closed on failure: never garbage
     bool ok = pipe2(in, O_CLOEXEC) == 0;
     ok = ok && pipe2(out, O_CLOEXEC) == 0;
     ok = ok && (request.merge_stderr || pipe2(err, O_CLOEXEC) == 0);

@@ -160,6 +160,11 @@ int main() {
     req.send().wait(ws);
   }));
   Report("delete-twice", kj::runCatchingExceptions([&] {
+    // Once its background teardown is over (a delete still tearing down answers as the first
+    // did), the sandbox is gone: a second delete names nothing.
+    auto gone = helper.awaitGoneRequest();
+    gone.setSandboxId("sb-legit");
+    gone.send().wait(ws);
     auto req = helper.deleteSandboxRequest();
     req.setSandboxId("sb-legit");
     req.send().wait(ws);
