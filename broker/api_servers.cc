@@ -215,13 +215,9 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
 
   kj::Promise<void> inspect(InspectContext context) override {
-    ValueOrThrow(broker_.registry().Visible(peer_, id_));
-    return broker_.SpawnerState(id_).then([this, context](std::string spawner) mutable {
-      // Filled after the privhelper answered: the sandbox may have gone meanwhile.
-      auto info = context.getResults().initInfo();
-      FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id_)), info);
-      info.setSpawner(spawner);
-    });
+    FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id_)),
+                    context.getResults().initInfo());
+    return kj::READY_NOW;
   }
 
   kj::Promise<void> delete_(DeleteContext context) override {

@@ -212,7 +212,12 @@ class ResourceLimitsTest : public ::testing::Test {
     double secs = std::chrono::duration<double>(Clock::now() - start).count();
     std::printf("measure: rm %s took %.2f s\n", id.c_str(), secs);
     EXPECT_EQ(rm.exit_code, 0) << rm.err;
-    EXPECT_TRUE(Cgroup(id).Gone()) << id << "'s cgroup outlived it";
+    // The delete answers once nothing runs; the cgroup goes with the background teardown
+    // (decision 39), within seconds.
+    HostCgroup cgroup = Cgroup(id);
+    for (int i = 0; i < 200 && !cgroup.Gone(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(cgroup.Gone()) << id << "'s cgroup outlived its teardown";
   }
 
   HostResources host_;
