@@ -1,10 +1,11 @@
 """cc_unit: one library from NAME.h/NAME.cc and its test NAME_test.cc beside it."""
 
-def cc_unit(name, deps = [], test_deps = [], visibility = None, testonly = False, test_size = None, test = True):
+def cc_unit(name, deps = [], test_deps = [], visibility = None, testonly = False, test_size = None, test = True, test_tags = []):
     """cc_library `name` (name.cc, name.h) and, unless test = False, cc_test `name_test`
     (name_test.cc, with gtest_main).
 
-    The test runs as an ordinary user under testing/run-tests, so it must need no root."""
+    The test runs as an ordinary user under testing/run-tests, so it must need no root.
+    `test_tags` go to the test (e.g. "exclusive" for one that must run alone)."""
     native.cc_library(
         name = name,
         srcs = [name + ".cc"],
@@ -18,6 +19,7 @@ def cc_unit(name, deps = [], test_deps = [], visibility = None, testonly = False
     native.cc_test(
         name = name + "_test",
         size = test_size,
+        tags = test_tags,
         srcs = [name + "_test.cc"],
         deps = [":" + name, "//third_party:gtest_main"] + test_deps,
     )
