@@ -215,9 +215,13 @@ class SandboxImpl final : public api::Sandbox::Server {
   }
 
   kj::Promise<void> inspect(InspectContext context) override {
-    FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id_)),
-                    context.getResults().initInfo());
-    return kj::READY_NOW;
+    ValueOrThrow(broker_.registry().Visible(peer_, id_));
+    return broker_.SpawnerState(id_).then([this, context](std::string spawner) mutable {
+      // Filled after the privhelper answered: the sandbox may have gone meanwhile.
+      auto info = context.getResults().initInfo();
+      FillSandboxInfo(*ValueOrThrow(broker_.registry().Visible(peer_, id_)), info);
+      info.setSpawner(spawner);
+    });
   }
 
   kj::Promise<void> delete_(DeleteContext context) override {

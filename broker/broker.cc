@@ -223,6 +223,16 @@ void Broker::AwaitGone(const std::string& id) {
       }));
 }
 
+kj::Promise<std::string> Broker::SpawnerState(const std::string& id) {
+  auto req = helper_.spawnerStateRequest();
+  req.setSandboxId(id);
+  return req.send()
+      .then([](capnp::Response<helper::Helper::SpawnerStateResults> res) {
+        return std::string(res.getState().cStr());
+      })
+      .catch_([](kj::Exception&&) { return std::string(); });
+}
+
 absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Broker::Connect(const Peer& peer,
                                                              const std::string& id,
                                                              uint16_t port) {

@@ -55,6 +55,9 @@ class Broker {
   // broker (port_relay.h). The fd, a Unix stream socket, is the caller's to hand to its client.
   absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Connect(const Peer& peer, const std::string& id,
                                                        uint16_t port);
+  // How the sandbox's processes start (api.capnp SandboxInfo.spawner), as the privhelper says;
+  // empty if it cannot say (an older privhelper, a sandbox it no longer has).
+  kj::Promise<std::string> SpawnerState(const std::string& id);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
       const Peer& peer, const std::string& sandbox_id, api::ProcessSpec::Reader spec);
 

@@ -129,6 +129,12 @@ kj::Promise<void> HelperServer::connectPort(ConnectPortContext context) {
   });
 }
 
+kj::Promise<void> HelperServer::spawnerState(SpawnerStateContext context) {
+  auto request = ValueOrThrow(ValidateSpawnerState(context.getParams()));
+  context.getResults().setState(ValueOrThrow(host_.SpawnerState(request)));
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> HelperServer::resumeSandbox(ResumeSandboxContext context) {
   auto request = ValueOrThrow(ValidateResumeSandbox(context.getParams()));
   return host_.RunToCompletion(ValueOrThrow(host_.Resume(request)));

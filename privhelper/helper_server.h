@@ -17,6 +17,7 @@
 //   waitSandbox    ValidateWaitSandbox  WaitStopped
 //   releaseProcess ValidateReleaseProcess ReleaseProcess
 //   awaitGone      ValidateAwaitGone    AwaitGone
+//   spawnerState   ValidateSpawnerState SpawnerState
 #pragma once
 
 #include <kj/async.h>
@@ -47,6 +48,7 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> awaitGone(AwaitGoneContext context) override;
   kj::Promise<void> connectPort(ConnectPortContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
+  kj::Promise<void> spawnerState(SpawnerStateContext context) override;
 
  private:
   const Config& config_;

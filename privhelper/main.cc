@@ -461,6 +461,7 @@ int Serve(const Options& options, const std::string& program) {
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
   NetnsPortConnector ports(events, events.getTimer(), kConnectPatience, network::kInboundMark);
   SandboxHost host(**config, runsc, watcher, events.getTimer(), shim, "/sys/fs/cgroup", &ports);
+  if (helper.getSpawner()) host.EnableSpawners(*io.lowLevelProvider);
   // Network mode "sandbox": only if a profile uses it is anything changed on the host.
   std::unique_ptr<network::SandboxNetworks> networks;
   std::unique_ptr<network::DnsResolver> dns;  // destroyed before the firewall it feeds

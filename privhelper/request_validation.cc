@@ -280,6 +280,11 @@ absl::StatusOr<ValidatedSandboxRef> ValidateAwaitGone(
   return CheckSandboxRef(params.getSandboxId());
 }
 
+absl::StatusOr<ValidatedSandboxRef> ValidateSpawnerState(
+    helper::Helper::SpawnerStateParams::Reader params) {
+  return CheckSandboxRef(params.getSandboxId());
+}
+
 absl::StatusOr<ValidatedConnect> ValidateConnectPort(
     helper::Helper::ConnectPortParams::Reader params) {
   ValidatedConnect out;

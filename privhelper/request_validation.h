@@ -139,6 +139,8 @@ absl::StatusOr<ValidatedSandboxRef> ValidatePauseSandbox(
 absl::StatusOr<ValidatedSandboxRef> ValidateResumeSandbox(
     helper::Helper::ResumeSandboxParams::Reader params);
 absl::StatusOr<ValidatedSandboxRef> ValidateAwaitGone(helper::Helper::AwaitGoneParams::Reader params);
+absl::StatusOr<ValidatedSandboxRef> ValidateSpawnerState(
+    helper::Helper::SpawnerStateParams::Reader params);
 
 // The sandbox id, and a port 1..65535.
 absl::StatusOr<ValidatedConnect> ValidateConnectPort(

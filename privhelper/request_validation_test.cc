@@ -574,6 +574,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
   cases["resumeSandbox"] = SandboxRefCases<H::ResumeSandboxParams>(ValidateResumeSandbox);
   cases["awaitGone"] = SandboxRefCases<H::AwaitGoneParams>(ValidateAwaitGone);
   cases["connectPort"] = ConnectCases();
+  cases["spawnerState"] = SandboxRefCases<H::SpawnerStateParams>(ValidateSpawnerState);
   return cases;
 }
 

@@ -458,6 +458,8 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
         // Watched before it is reported created, so no death goes unseen, nor its status.
         WatchHostProcesses(*sb);
         sb->running = true;
+        // Not waited for: until it says hello, processes are runsc execs.
+        StartSpawner(*sb);
         return kj::READY_NOW;
       })
       .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
@@ -490,6 +492,9 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
 
   ExecSpec exec;
   ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
+  StartSpawner(*sb);  // an adopted sandbox gets its spawner at its first process
+  if (auto through = StartThroughSpawner(*sb, process_id, command, exec.cwd))
+    return kj::mv(*through);
   std::vector<std::string> argv =
       command.exact_env ? ExactEnvArgv(command.env, command.argv) : command.argv;
   exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
@@ -521,19 +526,25 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
                    runsc_.Start({"exec", "--process", process_json, "--internal-pid-file",
                                  pid_file, sb->id},
                                 stdio));
-  Process& p = Track(*sb, process_id, kj::mv(runsc_exit), pid_file, kj::mv(exec_log));
+  Process& p = Track(*sb, process_id, RunscExecEnd(kj::mv(runsc_exit), kj::mv(exec_log)));
+  p.pid_file = pid_file;
   p.process_json = process_json;
+  // Our copies of the child's ends close here.
+  return KeepCopies(p, command, Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)});
+}
+
+absl::StatusOr<SandboxHost::Stdio> SandboxHost::KeepCopies(Process& p, const ProcessCommand& command,
+                                                           Stdio stdio) {
   p.argv = command.argv;
   p.tty = command.tty;
   // Copies of the broker's ends: if the broker dies, its successor takes them over (while
-  // it is down, the process blocks on a full pipe; nothing is lost). Our copies of the
-  // child's ends close here.
-  p.kept_stdin = Dup(in->write);
-  p.kept_stdout = Dup(out->read);
-  p.kept_stderr = Dup(err->read);
+  // it is down, the process blocks on a full pipe; nothing is lost).
+  p.kept_stdin = Dup(stdio.stdin_w);
+  p.kept_stdout = Dup(stdio.stdout_r);
+  p.kept_stderr = Dup(stdio.stderr_r);
   if (p.kept_stdin.get() < 0 || p.kept_stdout.get() < 0 || p.kept_stderr.get() < 0)
     return absl::ResourceExhaustedError("out of file descriptors");
-  return Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)};
+  return stdio;
 }
 
 absl::StatusOr<std::string> SandboxHost::WorkingDirectory(const Sandbox& sb,
@@ -561,21 +572,129 @@ std::vector<std::string> SandboxHost::ToolPath(const std::string& profile) const
   return path;
 }
 
+// ---------------------------------------------------------------- the spawner
+
+void SandboxHost::StartSpawner(Sandbox& sb) {
+  if (spawner_io_ == nullptr || sb.spawner.get() != nullptr || !sb.spawner_down.empty() ||
+      !sb.running || sb.deleting || sb.stopped || sb.paused)
+    return;
+  // The same process spec as any process of the sandbox (its run-as user, no capabilities,
+  // no_new_privs, its limits): what the spawner forks can do no more than a runsc exec could.
+  ExecSpec exec;
+  exec.argv = {kShimPath, "spawner"};
+  exec.uid = sb.uid;
+  exec.gid = sb.gid;
+  exec.home = sb.home;
+  exec.path_prefix = sb.tool_path;
+  std::string json = sb.bundle_dir + "/spawner.json";
+  sb.spawner_pid_file = sb.bundle_dir + "/spawner.pid";
+  for (const std::string& file : {json, sb.spawner_pid_file}) {
+    unlink(file.c_str());  // an adopted sandbox's, from the previous privhelper
+    std::erase(sb.files, file);
+    sb.files.push_back(file);
+  }
+  auto fail = [&sb](absl::Status why) {
+    sb.spawner_down = absl::StrCat("cannot start it: ", why.message());
+    KJ_LOG(ERROR, "cannot start a sandbox's spawner", sb.id, why.ToString());
+  };
+  absl::Status written = WriteNewFile(json, RenderProcessJson(exec));
+  if (!written.ok()) return fail(written);
+  auto to = MakePipe();
+  auto from = MakePipe();
+  kj::AutoCloseFd errors(memfd_create("spawner-stderr", MFD_CLOEXEC));
+  kj::AutoCloseFd exec_log(memfd_create("runsc-exec-log", MFD_CLOEXEC));
+  if (!to.ok() || !from.ok() || errors.get() < 0 || exec_log.get() < 0)
+    return fail(absl::ResourceExhaustedError("out of file descriptors"));
+  auto runsc_exit = runsc_.Start(
+      {"exec", "--process", json, "--internal-pid-file", sb.spawner_pid_file, sb.id},
+      RunscStdio{to->read.get(), from->write.get(), errors.get(), exec_log.get()});
+  if (!runsc_exit.ok()) return fail(runsc_exit.status());
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
+  sb.spawner = kj::heap<SpawnerChannel>(
+      *spawner_io_, kj::mv(to->write), kj::mv(from->read),
+      [this, id, generation](std::string why) {
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr) return;
+        sb->spawner_down = why;
+        // A spawner that broke the protocol may still run: it goes (its children with it).
+        if (sb->running && !sb->frozen && !sb->deleting) {
+          if (auto pid = ReadInternalPid(sb->spawner_pid_file); pid.ok())
+            reaper_.add(runsc_.Run({"kill", absl::StrCat("--pid=", *pid), id, "KILL"}).ignoreResult());
+        }
+      });
+  // Reaped whatever becomes of the sandbox; its end takes the channel down with a reason.
+  auto ended = runsc_exit->fork();
+  reaper_.add(ended.addBranch().ignoreResult());
+  reaper_.add(ended.addBranch().then(
+      [this, id, generation, errors = kj::mv(errors)](int status) {
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr || sb->spawner.get() == nullptr) return;
+        std::string said = ReadMemfd(errors.get());
+        while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+        if (said.size() > 500) said = said.substr(said.size() - 500);
+        sb->spawner->Fail(absl::StrCat("its runsc exec ended (",
+                                       WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
+                                                           : absl::StrCat("exit status ", WEXITSTATUS(status)),
+                                       ")", said.empty() ? "" : ": ", said));
+      }));
+}
+
+std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawner(
+    Sandbox& sb, const std::string& process_id, const ProcessCommand& command,
+    const std::string& cwd) {
+  if (sb.spawner.get() == nullptr || sb.spawner->state() != SpawnerChannel::State::kUp)
+    return std::nullopt;
+  // What runsc exec would have been given: the relay for a terminal, the environment
+  // RenderProcessJson writes (the spawner adds nothing, so an exact one needs no `shim exec`).
+  spawner::StartRequest request;
+  request.merge_stderr = command.tty;
+  request.cwd = cwd;
+  request.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
+  request.env = ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home);
+  auto started = sb.spawner->Start(request);
+  if (!started.ok()) {
+    // Too large for a frame, or the spawner went down just now: runsc exec starts it.
+    if (started.status().code() == absl::StatusCode::kInvalidArgument ||
+        started.status().code() == absl::StatusCode::kUnavailable)
+      return std::nullopt;
+    return absl::StatusOr<Stdio>(started.status());
+  }
+  Process& p = Track(sb, process_id, kj::mv(started->exit));
+  p.spawner_id = started->id;
+  return KeepCopies(
+      p, command,
+      Stdio{kj::mv(started->stdin_w), kj::mv(started->stdout_r), kj::mv(started->stderr_r)});
+}
+
+absl::StatusOr<std::string> SandboxHost::SpawnerState(const ValidatedSandboxRef& request) {
+  ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
+  if (spawner_io_ == nullptr) return std::string("off");
+  if (!sb->spawner_down.empty()) return absl::StrCat("down: ", sb->spawner_down);
+  if (sb->spawner.get() == nullptr) return std::string("not started");
+  return std::string(sb->spawner->state() == SpawnerChannel::State::kUp ? "running" : "starting");
+}
+
+kj::Promise<ProcessExit> SandboxHost::RunscExecEnd(kj::Promise<int> runsc_exit,
+                                                   kj::AutoCloseFd exec_log) {
+  return runsc_exit.then([log = kj::mv(exec_log)](int runsc_status) {
+    // No OOM here: Track decides that for every way a process ends.
+    return DecideProcessExit(runsc_status, ReadMemfd(log.get()), false);
+  });
+}
+
 SandboxHost::Process& SandboxHost::Track(Sandbox& sb, const std::string& process_id,
-                                         kj::Promise<int> runsc_exit,
-                                         const std::string& pid_file, kj::AutoCloseFd exec_log) {
+                                         kj::Promise<ProcessExit> exit) {
   std::string cgroup = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
   // OOM kills counted before this process started are not its end.
   uint64_t ooms_before = ReadOomKillCount(cgroup, cgroup_root_).value_or(0);
-  auto ended = runsc_exit.then(
-      [log = kj::mv(exec_log), cgroup, root = cgroup_root_, ooms_before](int runsc_status) {
-        // Read at once: the cgroup goes when the sandbox is deleted.
-        auto ooms = ReadOomKillCount(cgroup, root);
-        return DecideProcessExit(runsc_status, ReadMemfd(log.get()),
-                                 ooms.value_or(0) > ooms_before);
-      });
+  auto ended = exit.then([cgroup, root = cgroup_root_, ooms_before](ProcessExit end) {
+    if (end.kind != ProcessExit::kUnknown) return end;
+    // Read at once: the cgroup goes when the sandbox is deleted.
+    auto ooms = ReadOomKillCount(cgroup, root);
+    return ooms.value_or(0) > ooms_before ? ProcessExit::OomKilled() : end;
+  });
   auto process = kj::refcounted<Process>(kj::mv(ended));
-  process->pid_file = pid_file;
   Process* raw = process.get();
   // Owned by the process record, so the raw pointer cannot outlive it.
   process->watcher = process->exit.addBranch()
@@ -621,6 +740,12 @@ kj::Promise<void> SandboxHost::Kill(const std::string& sandbox_id, uint64_t gene
   auto it = sb == nullptr ? decltype(sb->processes)::iterator() : sb->processes.find(process_id);
   if (sb == nullptr || it == sb->processes.end() || it->second->exited)
     return StatusToException(absl::FailedPreconditionError("process has ended"));
+  if (uint32_t spawned = it->second->spawner_id) {
+    // Its spawner has its pid; a process whose spawner went down has ended.
+    if (sb->spawner.get() == nullptr)
+      return StatusToException(absl::FailedPreconditionError("process has ended"));
+    return Settle(sb->spawner->Signal(spawned, sig));
+  }
   absl::StatusOr<long> internal_pid = ReadInternalPid(it->second->pid_file);
   if (!internal_pid.ok()) {
     if (timer_.now() >= deadline) return StatusToException(internal_pid.status());
@@ -770,6 +895,7 @@ absl::Status SandboxHost::ReleaseProcess(const ValidatedProcessRef& request) {
     unlink(file.c_str());
     std::erase(sb.files, file);
   }
+  if (p->spawner_id != 0 && sb.spawner.get() != nullptr) sb.spawner->Release(p->spawner_id);
   // The record holds the kept stdio and (through its exit promise) the exec log; a Wait still
   // in flight holds its own reference and lets go when it answers.
   sb.processes.erase(request.process_id);

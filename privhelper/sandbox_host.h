@@ -41,6 +41,7 @@
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
+#include "privhelper/spawner_channel.h"
 #include "schema/config.capnp.h"
 #include "schema/api.capnp.h"
 #include "schema/helper.capnp.h"
@@ -65,6 +66,13 @@ class SandboxHost {
   // The resolver every sandbox with network mode "sandbox" gets at its link's host end (main.cc
   // sets it with the networks). Without one, their names do not resolve.
   void SetDns(network::DnsResolver* dns) { dns_ = dns; }
+  // Processes start through a spawner inside each sandbox (sandbox/spawner.cc) rather than a
+  // `runsc exec` each (main.cc enables it unless helper.json says `"spawner": false`). Without
+  // this call every process is a `runsc exec`.
+  void EnableSpawners(kj::LowLevelAsyncIoProvider& io) { spawner_io_ = &io; }
+  // The sandbox's spawner as `inspect` shows it (api.capnp SandboxInfo.spawner): "off",
+  // "starting", "running", or "down: <why>"; not-found for an unknown sandbox.
+  absl::StatusOr<std::string> SpawnerState(const ValidatedSandboxRef& request);
   // A sandbox's network as the broker shows it (Api.NetworkInfo); nothing for an unknown id.
   void DescribeNetwork(const std::string& sandbox_id, api::NetworkInfo::Builder out) const;
   // The link of a running sandbox with network mode "sandbox", or null.
@@ -162,6 +170,7 @@ class SandboxHost {
     std::string process_json;
     bool exited = false;
     bool tty = false;
+    uint32_t spawner_id = 0;  // started through the sandbox's spawner (0: a runsc exec)
     std::vector<std::string> argv;
     // Copies of the broker's ends, kept so a restarted broker can take the process over.
     kj::AutoCloseFd kept_stdin, kept_stdout, kept_stderr;
@@ -224,6 +233,11 @@ class SandboxHost {
     kj::Maybe<kj::ForkedPromise<void>> gone;
     bool teardown_failed = false;  // the last one failed: the next Delete starts it again
     std::map<std::string, kj::Own<Process>> processes;
+    // Its spawner (null: none yet, or spawners are off). Once down it stays down: every later
+    // process is a runsc exec, and `spawner_down` says why.
+    kj::Own<SpawnerChannel> spawner;
+    std::string spawner_pid_file;
+    std::string spawner_down;
     // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
     // cancelled first when the record goes.
     kj::Promise<void> watch = nullptr;
@@ -277,9 +291,23 @@ class SandboxHost {
   // with failed-precondition if the process ends (or goes) first, unavailable at the deadline.
   kj::Promise<void> Kill(const std::string& sandbox_id, uint64_t generation,
                          const std::string& process_id, int sig, kj::TimePoint deadline);
-  // Watches a started `runsc exec` and records it under the sandbox.
-  Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<int> runsc_exit,
-                 const std::string& pid_file, kj::AutoCloseFd exec_log);
+  // Records a started process under the sandbox; `ended` resolves to how it ended. An ending
+  // without a status of its own becomes oom-killed if the sandbox's cgroup counted an OOM kill
+  // meanwhile.
+  Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<ProcessExit> ended);
+  // Records the command in `p` and keeps copies of the broker's ends of its stdio; returns them.
+  absl::StatusOr<Stdio> KeepCopies(Process& p, const ProcessCommand& command, Stdio stdio);
+  // How a `runsc exec` ended (exit_status.h), from its wait status and debug log.
+  kj::Promise<ProcessExit> RunscExecEnd(kj::Promise<int> runsc_exit, kj::AutoCloseFd exec_log);
+  // Starts the sandbox's spawner with a `runsc exec` as its run-as user, unless spawners are off
+  // or it has one (up, starting or down).
+  void StartSpawner(Sandbox& sb);
+  // A process through the sandbox's spawner; nullopt if the spawner cannot take it (then it is
+  // a runsc exec).
+  std::optional<absl::StatusOr<Stdio>> StartThroughSpawner(Sandbox& sb,
+                                                           const std::string& process_id,
+                                                           const ProcessCommand& command,
+                                                           const std::string& cwd);
 
   // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and
   // forgets the sandbox. Processes still running are reaped in the background.
@@ -314,6 +342,7 @@ class SandboxHost {
   std::string shim_;
   std::string cgroup_root_;
   PortConnector* ports_;
+  kj::LowLevelAsyncIoProvider* spawner_io_ = nullptr;
   uint64_t next_generation_ = 1;
   size_t max_processes_ = kMaxProcessesPerSandbox;
   std::map<std::string, kj::Own<Sandbox>> sandboxes_;

@@ -5,6 +5,8 @@
 //   /.paseo/shim tty ROWS COLS PROGRAM [ARGS...] runs PROGRAM on a pseudo-terminal
 //   /.paseo/shim exec [--unset=NAME]... -- PROGRAM [ARGS...]
 //                                               runs PROGRAM without the NAMEd variables
+//   /.paseo/shim spawner                        starts the sandbox's processes for the
+//                                               privhelper (sandbox/spawner.cc)
 //
 // exec: runsc sets HOME (from the sandbox's /etc/passwd, else "/") for every process whose
 // environment lacks it (measured on 20221219), so a client that asked for an exact
@@ -58,6 +60,7 @@
 #include <string>
 
 #include "common/tty_frames.h"
+#include "sandbox/spawner.h"
 
 namespace {
 
@@ -422,8 +425,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "init") == 0) RunInit();
   if (argc >= 2 && strcmp(argv[1], "tty") == 0) return RunTty(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "exec") == 0) return RunExec(argc - 1, argv + 1);
+  if (argc == 2 && strcmp(argv[1], "spawner") == 0) return paseo::shim::RunSpawner();
   dprintf(STDERR_FILENO,
           "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...] | "
-          "exec [--unset=NAME]... -- PROGRAM [ARGS...]\n");
+          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner\n");
   return 126;
 }

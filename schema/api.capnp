@@ -158,6 +158,11 @@ struct SandboxInfo {
   key @9 :Text;
   # The key it was created with (SandboxSpec.key); empty if none.
   network @10 :NetworkInfo;
+  spawner @11 :Text;
+  # How its processes start (filled in by Sandbox.inspect only; empty elsewhere): "running" (a
+  # spawner inside the sandbox forks them), "starting", "not started", "off" (every process is
+  # a `runsc exec`), or "down: <why>" (the spawner died or misbehaved; its processes were
+  # reported ended and new ones are `runsc exec`s).
 }
 
 struct NetworkInfo {

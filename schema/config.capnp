@@ -43,6 +43,10 @@ struct HelperConfig {
   network @10 :HelperNetwork;
   # How sandboxes of a profile with network mode "sandbox" are connected (docs/running.md,
   # "Network").
+  spawner @11 :Bool = true;
+  # Start a sandbox's processes through a spawner inside it (the shim's spawner mode: a
+  # fork/exec, about 7 ms) rather than a `runsc exec` each (about 30 ms); false: always runsc
+  # exec. A sandbox whose spawner fails falls back to runsc exec (docs/decisions.md).
 }
 
 struct HelperNetwork {

@@ -154,4 +154,7 @@ interface Helper {
   awaitGone @14 (sandboxId :Text) -> ();
   # Resolves once the privhelper holds nothing of the sandbox any more (a delete's background
   # teardown has ended); at once for an unknown id.
+  spawnerState @15 (sandboxId :Text) -> (state :Text);
+  # The sandbox's in-sandbox spawner (Api.SandboxInfo.spawner): "off", "not started",
+  # "starting", "running", or "down: <why>" (its processes start through runsc exec).
 }

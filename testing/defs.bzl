@@ -9,18 +9,26 @@ SERVICE_DATA = [
     "//sandbox:paseo-sandbox-shim",
 ]
 
-def service_test(name, srcs, deps = [], data = [], size = "large"):
+def service_test(name, srcs, deps = [], data = [], size = "large", both_process_paths = False):
     """A cc_test tagged local (runsc cannot run in Bazel's sandbox), exclusive (suites must not
-    share the machine's runsc load) and requires-root."""
-    native.cc_test(
-        name = name,
-        size = size,
-        srcs = srcs,
-        data = SERVICE_DATA + data,
-        tags = [
-            "exclusive",
-            "local",
-            "requires-root",
-        ],
-        deps = [":harness"] + deps,
-    )
+    share the machine's runsc load) and requires-root.
+
+    both_process_paths: also NAME_runsc_exec, the same suite with the privhelper's spawner off
+    (helper.json "spawner": false), so every process is a `runsc exec`."""
+    variants = {name: {}}
+    if both_process_paths:
+        variants[name + "_runsc_exec"] = {"PASEO_TEST_PROCESS_PATH": "runsc-exec"}
+    for variant, env in variants.items():
+        native.cc_test(
+            name = variant,
+            size = size,
+            srcs = srcs,
+            data = SERVICE_DATA + data,
+            env = env,
+            tags = [
+                "exclusive",
+                "local",
+                "requires-root",
+            ],
+            deps = [":harness"] + deps,
+        )

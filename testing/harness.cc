@@ -28,6 +28,17 @@
 
 namespace paseo::testing {
 
+namespace {
+
+// A suite's `_runsc_exec` twin (defs.bzl service_test, both_process_paths) runs every process
+// through runsc exec: the same tests cover both ways a process starts.
+std::string SpawnerSwitch() {
+  const char* path = getenv("PASEO_TEST_PROCESS_PATH");
+  return path != nullptr && std::string(path) == "runsc-exec" ? ", \"spawner\": false" : "";
+}
+
+}  // namespace
+
 Service& Service::Get() {
   static Service* service = new Service(ServiceOptions{});
   return *service;
@@ -116,7 +127,7 @@ void Service::Start() {
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
                 "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
                 rootfs_version_ + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"" +
-                options_.helper_json_extra + "}");
+                SpawnerSwitch() + options_.helper_json_extra + "}");
   WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");
   // World-writable on the host, so only the read-only mount can stop an agent's write.
   Check(chmod((base_ + "/creds/tokens/token").c_str(), 0666) == 0, "chmod token");

@@ -892,6 +892,54 @@ TEST_F(ProcessIoTest, TtyExitStatusesAndSignalsPassThroughTheRelay) {
   Delete(sandbox);
 }
 
+// The spawner (docs/decisions.md): with it on, a process is forked by the shim's spawner
+// inside the sandbox; killed from inside mid-run, its running process is reported ended with
+// the reason on its stderr, `inspect` says it is down, and new processes run through runsc exec.
+TEST_F(ProcessIoTest, ASpawnerKilledFromInsideFallsBackToRunscExec) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  auto spawner_state = [&, &sandbox = sandbox] {
+    auto info = Await(sandbox.inspectRequest().send(), "inspect");
+    return std::string(info.getInfo().getSpawner().cStr());
+  };
+  const char* path = getenv("PASEO_TEST_PROCESS_PATH");
+  if (path != nullptr && std::string(path) == "runsc-exec") {
+    EXPECT_EQ(spawner_state(), "off");
+    Delete(sandbox);
+    return;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (spawner_state() != "running") {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << spawner_state();
+    usleep(20000);
+  }
+  // Forked by the spawner: its parent is `/.paseo/shim spawner`.
+  auto probe = Start(sandbox, {"sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"});
+  auto probe_out = Subscribe(probe, api::Stream::STDOUT, 0, nullptr);
+  EXPECT_EQ(Wait(probe).getExitCode(), 0);
+  Await(kj::mv(probe_out.done), "stdout to end");
+  EXPECT_EQ(probe_out.sink->bytes_, "/.paseo/shim spawner ");
+
+  auto victim = Start(sandbox, {"sleep", "1000"});
+  auto victim_err = Subscribe(victim, api::Stream::STDERR, 0, nullptr);
+  auto killer = Start(sandbox, {"sh", "-c", "kill -9 $PPID; sleep 1000"});
+  EXPECT_EQ(Wait(victim).which(), api::ExitStatus::UNKNOWN);
+  Await(kj::mv(victim_err.done), "the victim's stderr to end");
+  EXPECT_NE(victim_err.sink->bytes_.find("spawner went down"), std::string::npos)
+      << victim_err.sink->bytes_;
+  Wait(killer);
+  EXPECT_TRUE(absl::StartsWith(spawner_state(), "down: ")) << spawner_state();
+
+  // New processes still run, through runsc exec (no spawner is their parent any more).
+  auto after = Start(sandbox, {"sh", "-c", "echo after; cat /proc/$PPID/cmdline || true"});
+  auto after_out = Subscribe(after, api::Stream::STDOUT, 0, nullptr);
+  EXPECT_EQ(Wait(after).getExitCode(), 0);
+  Await(kj::mv(after_out.done), "stdout to end");
+  EXPECT_TRUE(absl::StartsWith(after_out.sink->bytes_, "after\n")) << after_out.sink->bytes_;
+  EXPECT_EQ(after_out.sink->bytes_.find("spawner"), std::string::npos) << after_out.sink->bytes_;
+  Delete(sandbox);
+}
+
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {

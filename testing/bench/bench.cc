@@ -656,6 +656,16 @@ double FirstByteThenDrain(int fd) {
 
 // ------------------------------------------------------------------ scenarios
 
+// A failed expectation inside a scenario. Thrown rather than exiting, so Main still removes
+// every sandbox and process the bench made, and then exits 1.
+void Expect(bool ok, const std::string& what) {
+  if (!ok) {
+    kj::throwFatalException(
+        kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(what.c_str())));
+  }
+}
+
+
 // One cold start through the API: pipelined create (with launch profile `profile`; empty: the
 // deployment's first) -> startProcess(echo) -> subscribe, until the first stdout byte; then the
 // sandbox's delete.
@@ -768,12 +778,25 @@ void Cold(Env& env) {
   Report(r);
 }
 
-void Exec(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) {
-  int n = env.opts.quick ? 10 : 40;
-  Progress("exec: " + std::to_string(n) + " samples per side");
-  Result r{"exec", "ms", "startProcess(true) -> exit status (pipelined wait)",
-           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.15",
-           [](double ratio, double, double) { return ratio <= 1.15; }, {}};
+// One raw `runsc exec` of `true` into `raw_id` with stdio pipes, in ms (it must exit 0).
+double RawExecTrueMs(Env& env, const std::string& raw_id) {
+  int in[2], out[2], err[2];
+  Check(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
+        "pipe2");
+  double t0 = Now();
+  pid_t pid = env.raw->Exec(raw_id, {"true"}, in[0], out[1], err[1]);
+  for (int fd : {in[0], out[1], err[1]}) close(fd);
+  int status = WaitPid(pid);
+  double ms = (Now() - t0) * 1000;
+  for (int fd : {in[1], out[0], err[0]}) close(fd);
+  Expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "raw runsc exec of true failed");
+  return ms;
+}
+
+// Alternates `n` startProcess(true) -> exit status (pipelined wait) on the open connection with
+// `n` raw `runsc exec` of `true` into `raw_id`; returns how many of ours did not exit 0.
+int TimeStartToExit(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id, int n,
+                    Result& r) {
   auto& ws = env.ws_();
   int failures = 0;
   for (int i = 0; i < n; ++i) {
@@ -789,27 +812,103 @@ void Exec(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) {
         ++failures;
       r.ours.push_back((t1 - t0) * 1000);
     }
-    {
-      int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-      int in[2], out[2], err[2];
-      Check(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
-            "pipe2");
-      double t0 = Now();
-      pid_t pid = env.raw->Exec(raw_id, {"true"}, in[0], out[1], err[1]);
-      close(in[0]);
-      close(out[1]);
-      close(err[1]);
-      int status = WaitPid(pid);
-      double t1 = Now();
-      close(in[1]);
-      close(out[0]);
-      close(err[0]);
-      close(null_fd);
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
-      r.baseline.push_back((t1 - t0) * 1000);
-    }
+    r.baseline.push_back(RawExecTrueMs(env, raw_id));
   }
+  return failures;
+}
+
+void Exec(Env& env, api::Sandbox::Client& sandbox, const std::string& raw_id) {
+  int n = env.opts.quick ? 10 : 40;
+  Progress("exec: " + std::to_string(n) + " samples per side");
+  Result r{"exec", "ms", "startProcess(true) -> exit status (pipelined wait)",
+           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.15",
+           [](double ratio, double, double) { return ratio <= 1.15; }, {}};
+  int failures = TimeStartToExit(env, sandbox, raw_id, n, r);
   r.extra.push_back({"nonzero_exits", std::to_string(failures)});
+  g_results.push_back(r);
+  Report(r);
+}
+
+// The sandbox's spawner state as inspect reports it, once it is "running" (or after 10 s).
+std::string AwaitSpawner(Env& env, api::Sandbox::Client& sandbox) {
+  std::string state;
+  for (int i = 0; i < 500; ++i) {
+    state = sandbox.inspectRequest().send().wait(env.ws_()).getInfo().getSpawner().cStr();
+    if (state != "starting" && state != "not started") break;
+    Sleep(0.02);
+  }
+  return state;
+}
+
+// session_exec: what an agent's tool call costs on Paseo's open connection once its sandbox's
+// spawner is up (docs/decisions.md), against raw `runsc exec`.
+void SessionExec(Env& env) {
+  int n = env.opts.quick ? 10 : 40;
+  Progress("session_exec: " + std::to_string(n) + " samples per side");
+  auto sandbox = env.CreateSandbox();
+  std::string spawner = AwaitSpawner(env, sandbox);
+  std::string raw_id = env.raw->CreateIdle();
+  Result r{"session_exec", "ms",
+           "startProcess(true) -> exit status on an open connection, spawner " + spawner,
+           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 0.40",
+           [](double ratio, double, double) { return ratio <= 0.40; }, {}};
+  int failures = TimeStartToExit(env, sandbox, raw_id, n, r);
+  env.DeleteSandbox(sandbox);
+  env.raw->Delete(raw_id);
+  r.extra.push_back({"spawner", "\"" + spawner + "\""});
+  r.extra.push_back({"nonzero_exits", std::to_string(failures)});
+  g_results.push_back(r);
+  Report(r);
+}
+
+// cli_exec: `paseo-sandbox exec SB -- true`, a new CLI process and connection each time, as a
+// script or Paseo's runtime wrapper runs it, against raw `runsc exec`. Also the CLI's own floor:
+// `paseo-sandbox --version` (start-up, no connection) and `info` (one connection, one call).
+void CliExec(Env& env) {
+  int n = env.opts.quick ? 10 : 40;
+  Progress("cli_exec: " + std::to_string(n) + " samples per side");
+  auto req = env.conn->supervisor().createSandboxRequest();
+  FillSpec(req.initSpec(), env.ws);
+  auto created = req.send().wait(env.ws_());
+  auto sandbox = created.getSandbox();
+  std::string id = created.getInfo().getId().cStr();
+  std::string spawner = AwaitSpawner(env, sandbox);
+  std::string raw_id = env.raw->CreateIdle();
+  std::string cli = env.base + "/bin/paseo-sandbox";
+  std::string socket = env.service->socket();
+  auto run_cli = [&](std::vector<std::string> args) {
+    SpawnRequest spawn;
+    spawn.path = cli;
+    spawn.argv = {cli, "--socket", socket};
+    spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+    spawn.env = kToolEnv;
+    int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    spawn.fds = {{0, null_fd}, {1, null_fd}, {2, null_fd}};
+    double t0 = Now();
+    auto pid = Spawn(spawn);
+    close(null_fd);
+    if (!pid.ok()) Die("spawn " + cli + ": " + std::string(pid.status().message()));
+    int status = WaitPid(*pid);
+    double ms = (Now() - t0) * 1000;
+    Expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+           "paseo-sandbox " + args.at(0) + " failed (status " + std::to_string(status) + ")");
+    return ms;
+  };
+  Result r{"cli_exec", "ms", "paseo-sandbox exec SB -- true: CLI start -> exit",
+           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.20",
+           [](double ratio, double, double) { return ratio <= 1.20; }, {}};
+  std::vector<double> version_ms, info_ms;
+  for (int i = 0; i < n; ++i) {
+    r.ours.push_back(run_cli({"exec", id, "--", "true"}));
+    r.baseline.push_back(RawExecTrueMs(env, raw_id));
+    version_ms.push_back(run_cli({"--version"}));
+    info_ms.push_back(run_cli({"info"}));
+  }
+  env.DeleteSandbox(sandbox);
+  env.raw->Delete(raw_id);
+  r.extra.push_back({"spawner", "\"" + spawner + "\""});
+  r.extra.push_back({"cli_version_ms_median", Num(Median(version_ms))});
+  r.extra.push_back({"cli_info_ms_median", Num(Median(info_ms))});
   g_results.push_back(r);
   Report(r);
 }
@@ -1157,15 +1256,6 @@ void FanOut(Env& env, api::Sandbox::Client& sandbox) {
 }
 
 // ------------------------------------------------------------------ stuck subscriber
-
-// A failed expectation inside a scenario. Thrown rather than exiting, so Main still removes
-// every sandbox and process the bench made, and then exits 1.
-void Expect(bool ok, const std::string& what) {
-  if (!ok) {
-    kj::throwFatalException(
-        kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::str(what.c_str())));
-  }
-}
 
 // Waits for `p`, failing if it takes more than `seconds`: a stalled stream must fail the
 // bench, not hang it.
@@ -1616,18 +1706,7 @@ void RuntimeExec(Env& env) {
                                           "bench-no-home-" + std::to_string(i)));
     Expect(bare.events == exit0, "exec without HOME: unexpected events: " + bare.events);
     no_home_ms.push_back(bare.ms);
-    {
-      int in[2], out[2], err[2];
-      Check(pipe2(in, O_CLOEXEC) == 0 && pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
-            "pipe2");
-      double t0 = Now();
-      pid_t pid = env.raw->Exec(raw_id, {"true"}, in[0], out[1], err[1]);
-      for (int fd : {in[0], out[1], err[1]}) close(fd);
-      int status = WaitPid(pid);
-      r.baseline.push_back((Now() - t0) * 1000);
-      for (int fd : {in[1], out[0], err[0]}) close(fd);
-      Expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "raw runsc exec of true failed");
-    }
+    r.baseline.push_back(RawExecTrueMs(env, raw_id));
   }
   RunRuntime(binary, {"destroy", "--workspace-id", "bench"}, request + "}\n", "");
   env.raw->Delete(raw_id);
@@ -1924,6 +2003,14 @@ int Main(int argc, char** argv) {
       if (opts.Wants("stuck_subscriber")) {
         StuckSubscriber(env);
         checkpoint("stuck subscriber");
+      }
+      if (opts.Wants("session_exec")) {
+        SessionExec(env);
+        checkpoint("session exec");
+      }
+      if (opts.Wants("cli_exec")) {
+        CliExec(env);
+        checkpoint("cli exec");
       }
       if (opts.Wants("runtime_exec")) {
         RuntimeExec(env);

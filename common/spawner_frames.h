@@ -1,0 +1,112 @@
+// The framed control channel between the privhelper and the spawner inside a sandbox (the
+// shim's `spawner` mode, sandbox/shim.cc): the spawner starts the sandbox's processes with a
+// fork/exec of its own instead of a `runsc exec` each (docs/decisions.md), and relays their
+// stdio over this one channel.
+//
+// A frame is a 9-byte header -- type (1 byte), process id (big-endian 32-bit, issued by the
+// privhelper; 0 for the channel itself), payload length (big-endian 32-bit) -- and the payload.
+// Everything the spawner sends comes from inside the sandbox: the privhelper decodes it with
+// DecodeUp, which accepts only the types and exact payload shapes below and at most
+// kMaxUpPayload bytes of payload; anything else ends the channel.
+//
+// Flow control: output is sent only against credit the privhelper granted per stream (kGrant),
+// and it grants more only once it has written what it got into the broker's pipe, so a process
+// whose reader is slow stops only itself and the privhelper holds at most kOutputWindow bytes
+// per stream. Input runs the other way against credit the spawner grants (kInputCredit).
+//
+// Only the C++ standard library: the shim links this statically.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace paseo::spawner {
+
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 9;
+// Spawner -> privhelper: the most any one frame may carry (an output chunk and its stream byte).
+inline constexpr size_t kMaxOutputChunk = 16 * 1024;
+inline constexpr size_t kMaxUpPayload = kMaxOutputChunk + 1;
+// Privhelper -> spawner: a start carries argv, env and cwd (request_checks.h bounds argv and
+// env to 1 MiB each side; a command that does not fit goes through `runsc exec` instead).
+inline constexpr size_t kMaxDownPayload = 4 << 20;
+inline constexpr size_t kMaxInputChunk = 16 * 1024;
+// Credit each output stream starts with (and never exceeds), and each process's stdin.
+inline constexpr uint32_t kOutputWindow = 32 * 1024;
+inline constexpr uint32_t kInputWindow = 32 * 1024;
+
+enum class Type : uint8_t {
+  // privhelper -> spawner
+  kStart = 'S',     // payload: StartRequest (EncodeStart)
+  kInput = 'I',     // payload: bytes for the process's stdin
+  kCloseInput = 'C',  // payload: none
+  kSignal = 'K',    // payload: signal (u32)
+  kGrant = 'G',     // payload: stream (u8: 1 stdout, 2 stderr), bytes (u32)
+  // spawner -> privhelper
+  kHello = 'H',     // id 0; payload: version (u32)
+  kStarted = 'P',   // payload: pid inside the sandbox (u32)
+  kFailed = 'F',    // payload: errno (u32), stage (u8: 0 fork, 1 chdir, 2 exec)
+  kOutput = 'O',    // payload: stream (u8), bytes (1..kMaxOutputChunk)
+  kEnd = 'Z',       // payload: stream (u8): it reached end-of-file
+  kExit = 'X',      // payload: wait status (u32)
+  kInputCredit = 'W',  // payload: bytes (u32) the process took from its stdin
+};
+
+inline constexpr uint8_t kStdout = 1;
+inline constexpr uint8_t kStderr = 2;
+
+struct Frame {
+  Type type;
+  uint32_t id = 0;
+  std::string payload;
+};
+
+std::string Encode(Type type, uint32_t id, std::string_view payload);
+std::string EncodeU32(Type type, uint32_t id, uint32_t value);
+std::string EncodeGrant(Type type, uint32_t id, uint8_t stream, uint32_t bytes);
+
+struct StartRequest {
+  bool merge_stderr = false;  // a tty relay: its stderr joins stdout (one pty stream)
+  std::string cwd;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+};
+// nullopt if it would exceed kMaxDownPayload.
+std::optional<std::string> EncodeStart(uint32_t id, const StartRequest& request);
+// nullopt unless `payload` is exactly one well-formed start without NULs in any string.
+std::optional<StartRequest> DecodeStart(std::string_view payload);
+
+// Reassembles frames from a byte stream read in arbitrary pieces. A header announcing more than
+// `max_payload` bytes is an error (the stream is then unusable).
+class FrameReader {
+ public:
+  explicit FrameReader(size_t max_payload) : max_payload_(max_payload) {}
+  void Feed(std::string_view bytes) { buffer_.append(bytes); }
+  // The next complete frame; nullopt when none is complete yet. Sets *error on a bad header.
+  std::optional<Frame> Next(bool* error);
+  size_t buffered() const { return buffer_.size() - consumed_; }
+
+ private:
+  size_t max_payload_;
+  std::string buffer_;
+  size_t consumed_ = 0;
+};
+
+// What the spawner said, checked for shape (not yet against what the privhelper issued).
+struct UpEvent {
+  Type type;
+  uint32_t id = 0;
+  uint32_t value = 0;  // version, pid, errno, wait status, credit bytes
+  uint8_t stream = 0;  // kOutput, kEnd; stage for kFailed
+  std::string data;    // kOutput
+};
+// nullopt for an unknown type, a payload of the wrong size, a stream other than 1 or 2, an
+// empty or oversized output chunk, or a frame with id 0 other than kHello (and kHello with
+// another id).
+std::optional<UpEvent> DecodeUp(const Frame& frame);
+
+}  // namespace paseo::spawner

@@ -1,0 +1,136 @@
+// SpawnerChannel: the privhelper's end of one sandbox's spawner (the shim's `spawner` mode,
+// sandbox/spawner.cc), which starts that sandbox's processes at fork/exec cost instead of a
+// `runsc exec` each (docs/decisions.md). The channel demultiplexes the spawner's frames
+// (common/spawner_frames.h) into the same per-process pipes a `runsc exec` would have had, so
+// the broker's side -- its pipes, the privhelper's kept copies for a broker restart, offsets,
+// output modes -- does not change.
+//
+// Everything the spawner says comes from inside the sandbox and is believed only as far as the
+// sandbox is: pids, exit statuses and output describe that sandbox's own processes. The channel
+// accepts a frame only for a process id it issued, in the order a process lives (started or
+// failed, output, end of each stream, exit), within the credit it granted; any violation, an
+// end of the channel or a failed write ends it (`down`): every process it still runs is reported
+// ended (ProcessExit::Unknown, with a line on its error stream saying why) and the owner
+// (SandboxHost) falls back to `runsc exec` for new processes. What the privhelper holds per
+// process is bounded by the credit windows, whatever the spawner sends.
+//
+//   SpawnerChannel channel(io, kj::mv(to_spawner), kj::mv(from_spawner),
+//                          [](std::string why) { ... });
+//   channel.Ready().then(...);  // the spawner said hello
+//   ASSIGN_OR_RETURN(SpawnerChannel::Started p, channel.Start(request));
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <kj/async-io.h>
+#include <kj/async.h>
+#include <kj/function.h>
+#include <kj/io.h>
+
+#include "absl/status/statusor.h"
+#include "common/process_exit.h"
+#include "common/spawner_frames.h"
+
+namespace paseo {
+
+class SpawnerChannel {
+ public:
+  // `to_spawner`: the write end of the spawner's stdin; `from_spawner`: the read end of its
+  // stdout. `on_down` runs once, when the channel goes down for any reason but destruction.
+  SpawnerChannel(kj::LowLevelAsyncIoProvider& io, kj::AutoCloseFd to_spawner,
+                 kj::AutoCloseFd from_spawner, kj::Function<void(std::string)> on_down);
+  // Reports every process still running as ended (Unknown).
+  ~SpawnerChannel() noexcept(false);
+
+  enum class State { kStarting, kUp, kDown };
+  State state() const { return state_; }
+  const std::string& down_reason() const { return down_reason_; }
+
+  struct Started {
+    uint32_t id;  // for Signal
+    kj::AutoCloseFd stdin_w, stdout_r, stderr_r;  // the broker's ends, as from a runsc exec
+    kj::Promise<ProcessExit> exit;
+  };
+  // Starts a process (only while kUp). invalid-argument if the command does not fit in a frame
+  // (the caller uses runsc exec for it); resource-exhausted without pipes.
+  absl::StatusOr<Started> Start(const spawner::StartRequest& request);
+  // failed-precondition once the process has ended (or the channel is down).
+  absl::Status Signal(uint32_t id, int sig);
+  // Ends the channel (a protocol violation, the spawner's runsc exec ended, ...).
+  void Fail(std::string reason);
+  // The broker let go of an ended process: its pipes close now, even if something in the sandbox
+  // still holds the in-sandbox ends (a daemon it left behind); what still arrives for it is
+  // dropped and credited. Only running processes count against kMaxProcesses.
+  void Release(uint32_t id);
+
+  // Bounds (tests read them): processes the channel tracks at once.
+  static constexpr size_t kMaxProcesses = 8192;
+  // Frames queued for a spawner that does not read them (it was stopped, or something else
+  // writes its channel and withholds reading): past this the channel goes down.
+  static constexpr size_t kMaxOutboxBytes = 1 << 20;
+
+ private:
+  struct Stream {
+    kj::Own<kj::AsyncOutputStream> pipe;  // null once closed
+    std::deque<std::string> queue;
+    uint32_t allowed = spawner::kOutputWindow;  // what the spawner may still send unasked
+    bool writing = false;
+    bool ended = false;   // the spawner said end-of-file: close once the queue is written
+    bool broken = false;  // nobody reads it any more: discard
+    kj::Promise<void> write = nullptr;
+  };
+  struct Proc {
+    uint32_t id = 0;
+    bool started = false;  // kStarted seen
+    bool merged = false;   // a tty relay: stderr joins stdout, the stderr pipe is closed at once
+    bool released = false;  // the broker let go of it (Release)
+    Stream out, err;
+    kj::Own<kj::AsyncInputStream> stdin_r;  // null once at end-of-file or the process ended
+    uint32_t input_credit = spawner::kInputWindow;
+    kj::Own<kj::PromiseFulfiller<void>> credit_waiter;
+    kj::Promise<void> input = nullptr;
+    std::optional<ProcessExit> exit;  // reported, delivered once the output before it is written
+    kj::Own<kj::PromiseFulfiller<ProcessExit>> exit_fulfiller;
+  };
+
+  void Send(std::string frame);
+  kj::Promise<void> WriteLoop();
+  kj::Promise<void> ReadLoop();
+  // Applies one frame from the spawner; an error is a protocol violation.
+  absl::Status Apply(const spawner::Frame& frame);
+  absl::Status ApplyToProcess(const spawner::UpEvent& event);
+  kj::Promise<void> PumpInput(Proc& p);
+  void PumpOutput(Proc& p, Stream& s, uint8_t which);
+  kj::Promise<void> WriteQueued(Proc& p, Stream& s, uint8_t which);
+  // Delivers the exit once its output is written, and forgets a process that is done.
+  void MaybeFinish(Proc& p);
+  void Down(std::string reason, bool notify);
+  // Forgets a process after the current turn: a continuation of one of its own promises may be
+  // running now.
+  void Retire(uint32_t id);
+  class LogErrors : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override;
+  };
+
+  kj::LowLevelAsyncIoProvider& io_;
+  kj::Own<kj::AsyncOutputStream> to_;
+  kj::Own<kj::AsyncInputStream> from_;
+  kj::Function<void(std::string)> on_down_;
+  State state_ = State::kStarting;
+  std::string down_reason_;
+  spawner::FrameReader reader_{spawner::kMaxUpPayload};
+  std::deque<std::string> outbox_;
+  size_t outbox_bytes_ = 0;
+  bool sending_ = false;
+  kj::Promise<void> write_loop_ = nullptr;
+  kj::Promise<void> read_loop_ = nullptr;
+  uint32_t next_id_ = 1;
+  std::map<uint32_t, kj::Own<Proc>> procs_;
+  LogErrors log_errors_;
+  kj::TaskSet deferred_{log_errors_};  // declared last: cancelled first
+};
+
+}  // namespace paseo
