@@ -135,7 +135,8 @@ std::optional<UpEvent> DecodeUp(const Frame& frame) {
       return event;
     case Type::kOutput:
       if (p.size() < 2 || p.size() > kMaxUpPayload) return std::nullopt;
-      event.stream = static_cast<uint8_t>(p[0]);
+      event.stream = static_cast<uint8_t>(p[0]) & ~kStarved;
+      event.starved = (static_cast<uint8_t>(p[0]) & kStarved) != 0;
       if (!valid_stream(event.stream)) return std::nullopt;
       event.data = p.substr(1);
       return event;

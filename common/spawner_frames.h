@@ -11,8 +11,11 @@
 //
 // Flow control: output is sent only against credit the privhelper granted per stream (kGrant),
 // and it grants more only once it has written what it got into the broker's pipe, so a process
-// whose reader is slow stops only itself and the privhelper holds at most kOutputWindow bytes
-// per stream. Input runs the other way against credit the spawner grants (kInputCredit).
+// whose reader is slow stops only itself. A stream starts with kInitialOutputWindow of credit;
+// the privhelper widens the window of a stream its reader keeps up with (up to
+// kMaxOutputWindow, within a per-channel budget, privhelper/spawner_channel.h), since one
+// window per round trip is what a stream can move. Input runs the other way against credit the
+// spawner grants (kInputCredit).
 //
 // Only the C++ standard library: the shim links this statically.
 #pragma once
@@ -29,14 +32,15 @@ namespace paseo::spawner {
 inline constexpr uint32_t kVersion = 1;
 inline constexpr size_t kHeaderBytes = 9;
 // Spawner -> privhelper: the most any one frame may carry (an output chunk and its stream byte).
-inline constexpr size_t kMaxOutputChunk = 16 * 1024;
+inline constexpr size_t kMaxOutputChunk = 128 * 1024;
 inline constexpr size_t kMaxUpPayload = kMaxOutputChunk + 1;
 // Privhelper -> spawner: a start carries argv, env and cwd (request_checks.h bounds argv and
 // env to 1 MiB each side; a command that does not fit goes through `runsc exec` instead).
 inline constexpr size_t kMaxDownPayload = 4 << 20;
 inline constexpr size_t kMaxInputChunk = 16 * 1024;
-// Credit each output stream starts with (and never exceeds), and each process's stdin.
-inline constexpr uint32_t kOutputWindow = 32 * 1024;
+// Credit each output stream starts with, the most it may ever hold, and each process's stdin.
+inline constexpr uint32_t kInitialOutputWindow = 32 * 1024;
+inline constexpr uint32_t kMaxOutputWindow = 1024 * 1024;
 inline constexpr uint32_t kInputWindow = 32 * 1024;
 
 enum class Type : uint8_t {
@@ -50,7 +54,7 @@ enum class Type : uint8_t {
   kHello = 'H',     // id 0; payload: version (u32)
   kStarted = 'P',   // payload: pid inside the sandbox (u32)
   kFailed = 'F',    // payload: errno (u32), stage (u8: 0 fork, 1 chdir, 2 exec)
-  kOutput = 'O',    // payload: stream (u8), bytes (1..kMaxOutputChunk)
+  kOutput = 'O',    // payload: stream (u8, | kStarved), bytes (1..kMaxOutputChunk)
   kEnd = 'Z',       // payload: stream (u8): it reached end-of-file
   kExit = 'X',      // payload: wait status (u32)
   kInputCredit = 'W',  // payload: bytes (u32) the process took from its stdin
@@ -58,6 +62,9 @@ enum class Type : uint8_t {
 
 inline constexpr uint8_t kStdout = 1;
 inline constexpr uint8_t kStderr = 2;
+// Or'd into an output frame's stream byte: this chunk used the stream's last credit, so the
+// spawner stops reading it until a grant arrives (a hint that the window is what limits it).
+inline constexpr uint8_t kStarved = 0x80;
 
 struct Frame {
   Type type;
@@ -102,6 +109,7 @@ struct UpEvent {
   uint32_t id = 0;
   uint32_t value = 0;  // version, pid, errno, wait status, credit bytes
   uint8_t stream = 0;  // kOutput, kEnd; stage for kFailed
+  bool starved = false;  // kOutput: kStarved was set
   std::string data;    // kOutput
 };
 // nullopt for an unknown type, a payload of the wrong size, a stream other than 1 or 2, an

@@ -96,6 +96,13 @@ TEST(SpawnerFrames, UpFramesDecodeOnlyInTheirExactShape) {
   ASSERT_TRUE(out);
   EXPECT_EQ(out->stream, kStderr);
   EXPECT_EQ(out->data, "err");
+  EXPECT_FALSE(out->starved);
+  auto last = up(Encode(Type::kOutput, 3, std::string("\x81out")));  // its last credit
+  ASSERT_TRUE(last);
+  EXPECT_EQ(last->stream, kStdout);
+  EXPECT_TRUE(last->starved);
+  EXPECT_FALSE(up(Encode(Type::kOutput, 3, std::string("\x83x"))));  // no such stream either way
+  EXPECT_FALSE(up(Encode(Type::kEnd, 3, std::string("\x81"))));      // only output says so
   EXPECT_FALSE(up(Encode(Type::kOutput, 3, std::string("\3x"))));  // no such stream
   EXPECT_FALSE(up(Encode(Type::kOutput, 3, std::string("\1"))));   // empty chunk
   EXPECT_FALSE(up(Encode(Type::kEnd, 3, std::string("\0", 1))));

@@ -605,6 +605,9 @@ void SandboxHost::StartSpawner(Sandbox& sb) {
   kj::AutoCloseFd exec_log(memfd_create("runsc-exec-log", MFD_CLOEXEC));
   if (!to.ok() || !from.ok() || errors.get() < 0 || exec_log.get() < 0)
     return fail(absl::ResourceExhaustedError("out of file descriptors"));
+  // Room for a few output frames at once, so the spawner rarely waits on the host pipe (a
+  // failure only leaves the default 64 KiB).
+  fcntl(from->read.get(), F_SETPIPE_SZ, 1 << 20);
   auto runsc_exit = runsc_.Start(
       {"exec", "--process", json, "--internal-pid-file", sb.spawner_pid_file, sb.id},
       RunscStdio{to->read.get(), from->write.get(), errors.get(), exec_log.get()});

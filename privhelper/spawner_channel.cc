@@ -109,7 +109,7 @@ kj::Promise<void> SpawnerChannel::WriteLoop() {
 }
 
 kj::Promise<void> SpawnerChannel::ReadLoop() {
-  auto buf = kj::heapArray<char>(64 * 1024);
+  auto buf = kj::heapArray<char>(256 * 1024);
   auto read = from_->tryRead(buf.begin(), 1, buf.size());
   return read.then([this, buf = kj::mv(buf)](size_t n) -> kj::Promise<void> {
     if (state_ == State::kDown) return kj::READY_NOW;
@@ -174,6 +174,7 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
       std::string msg = absl::StrCat("paseo-sandbox: ", what, " the process: ",
                                      Lowercased(strerror(static_cast<int>(e.value & 0xffff))), "\n");
       Stream& s = p.merged ? p.out : p.err;
+      s.queued += msg.size();
       s.queue.push_back(kj::mv(msg));
       p.out.ended = true;
       p.err.ended = true;
@@ -198,6 +199,10 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
       } else {
         if (e.data.size() > s.allowed) return absl::InvalidArgumentError("output beyond credit");
         s.allowed -= static_cast<uint32_t>(e.data.size());
+        // The spawner ran out of credit (its hint; it can only widen its own window, within
+        // the channel's budget): a round trip, not the reader, may be what it waits for.
+        if (e.starved) s.starved = true;
+        s.queued += e.data.size();
         s.queue.push_back(e.data);
       }
       PumpOutput(p, s, e.stream);
@@ -247,6 +252,10 @@ absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::Sta
   MakeBlocking(in->write.get());
   MakeBlocking(out->read.get());
   MakeBlocking(err->read.get());
+  // Output pipes as large as a stream's widest window, so a window's worth is written in one go
+  // (the kernel may refuse past the user's pipe quota: then 64 KiB, and only slower).
+  fcntl(out->write.get(), F_SETPIPE_SZ, spawner::kMaxOutputWindow);
+  fcntl(err->write.get(), F_SETPIPE_SZ, spawner::kMaxOutputWindow);
   ++next_id_;
   auto proc = kj::heap<Proc>();
   Proc& p = *proc;
@@ -298,13 +307,10 @@ void SpawnerChannel::PumpOutput(Proc& p, Stream& s, uint8_t which) {
   if (s.writing) return;  // the running chain takes what was queued
   if (s.broken || s.pipe.get() == nullptr) {
     // Nobody reads it: what arrives is dropped, and credited so the spawner keeps draining.
-    uint32_t dropped = 0;
-    for (const auto& chunk : s.queue) dropped += static_cast<uint32_t>(chunk.size());
+    bool dropped = !s.queue.empty();
     s.queue.clear();
-    if (dropped > 0 && !s.ended) {
-      s.allowed += dropped;
-      Send(spawner::EncodeGrant(Type::kGrant, p.id, which, dropped));
-    }
+    s.queued = 0;
+    if (dropped) Refill(p, s, which, false);
     MaybeFinish(p);
     return;
   }
@@ -335,15 +341,41 @@ kj::Promise<void> SpawnerChannel::WriteQueued(Proc& p, Stream& s, uint8_t which)
   }
   const std::string& chunk = s.queue.front();
   return s.pipe->write(chunk.data(), chunk.size()).then([this, &p, &s, which] {
-    uint32_t n = static_cast<uint32_t>(s.queue.front().size());
+    s.queued -= s.queue.front().size();
     s.queue.pop_front();
-    // Written into the broker's pipe: the spawner may send that much more.
-    if (!s.ended) {
-      s.allowed += n;
-      Send(spawner::EncodeGrant(Type::kGrant, p.id, which, n));
-    }
+    // Written into the broker's pipe: the spawner may send more.
+    Refill(p, s, which, true);
     return WriteQueued(p, s, which);
   });
+}
+
+size_t SpawnerChannel::Extra(const Stream& s) {
+  size_t held = std::max<size_t>(s.window, size_t{s.allowed} + s.queued);
+  return held > spawner::kInitialOutputWindow ? held - spawner::kInitialOutputWindow : 0;
+}
+
+void SpawnerChannel::Refill(Proc& p, Stream& s, uint8_t which, bool flowing) {
+  if (s.ended) return;
+  size_t before = Extra(s);
+  size_t outstanding = size_t{s.allowed} + s.queued;
+  // The broker took everything and the spawner had run out of credit: the window, not the
+  // reader, is what limits this stream. Doubling it adds at most the old window to the extra.
+  if (flowing && s.queued == 0 && s.starved && s.window < spawner::kMaxOutputWindow) {
+    s.starved = false;
+    size_t room = kMaxExtraCredit - std::min(kMaxExtraCredit, extra_credit_);
+    size_t grow = std::min<size_t>({s.window, spawner::kMaxOutputWindow - s.window, room});
+    s.window += static_cast<uint32_t>(grow);
+  }
+  if (outstanding < s.window) {
+    uint32_t grant = static_cast<uint32_t>(s.window - outstanding);
+    s.allowed += grant;
+    Send(spawner::EncodeGrant(Type::kGrant, p.id, which, grant));
+  }
+  extra_credit_ = extra_credit_ - before + Extra(s);
+}
+
+void SpawnerChannel::ForgetCredit(Proc& p) {
+  extra_credit_ -= std::min(extra_credit_, Extra(p.out) + Extra(p.err));
 }
 
 void SpawnerChannel::MaybeFinish(Proc& p) {
@@ -359,7 +391,12 @@ void SpawnerChannel::MaybeFinish(Proc& p) {
 }
 
 void SpawnerChannel::Retire(uint32_t id) {
-  deferred_.add(kj::evalLater([this, id] { procs_.erase(id); }));
+  deferred_.add(kj::evalLater([this, id] {
+    auto it = procs_.find(id);
+    if (it == procs_.end()) return;
+    ForgetCredit(*it->second);
+    procs_.erase(it);
+  }));
 }
 
 absl::Status SpawnerChannel::Signal(uint32_t id, int sig) {
@@ -408,7 +445,10 @@ void SpawnerChannel::Down(std::string reason, bool notify) {
       continue;
     }
     Stream& s = p.merged ? p.out : p.err;
-    if (!s.ended && !s.broken) s.queue.push_back(notice);
+    if (!s.ended && !s.broken) {
+      s.queued += notice.size();
+      s.queue.push_back(notice);
+    }
     p.out.ended = true;
     p.err.ended = true;
     PumpOutput(p, p.out, spawner::kStdout);

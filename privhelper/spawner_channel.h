@@ -71,12 +71,24 @@ class SpawnerChannel {
   // Frames queued for a spawner that does not read them (it was stopped, or something else
   // writes its channel and withholds reading): past this the channel goes down.
   static constexpr size_t kMaxOutboxBytes = 1 << 20;
+  // Output credit beyond each stream's initial window, summed over the channel's streams: what
+  // the privhelper may hold for this sandbox is at most kInitialOutputWindow per stream plus
+  // this, whatever the spawner sends and whoever stops reading.
+  static constexpr size_t kMaxExtraCredit = 8 << 20;
+  // The extra credit handed out now (tests check it against the bound).
+  size_t extra_credit() const { return extra_credit_; }
 
  private:
   struct Stream {
     kj::Own<kj::AsyncOutputStream> pipe;  // null once closed
     std::deque<std::string> queue;
-    uint32_t allowed = spawner::kOutputWindow;  // what the spawner may still send unasked
+    size_t queued = 0;  // bytes in `queue`
+    uint32_t allowed = spawner::kInitialOutputWindow;  // what the spawner may still send unasked
+    // allowed + queued is kept at or below this when credit is granted. It doubles each time the
+    // broker has taken everything from a stream whose spawner ran out of credit (until the
+    // process ends: a stream that then stalls holds it, within the channel's budget).
+    uint32_t window = spawner::kInitialOutputWindow;
+    bool starved = false;  // the spawner said it ran out of credit since the window last grew
     bool writing = false;
     bool ended = false;   // the spawner said end-of-file: close once the queue is written
     bool broken = false;  // nobody reads it any more: discard
@@ -105,6 +117,12 @@ class SpawnerChannel {
   kj::Promise<void> PumpInput(Proc& p);
   void PumpOutput(Proc& p, Stream& s, uint8_t which);
   kj::Promise<void> WriteQueued(Proc& p, Stream& s, uint8_t which);
+  // Grants `s` credit up to its window once some of its queue has left (written or dropped);
+  // `flowing`: it was written into the broker's pipe, so the window may grow.
+  void Refill(Proc& p, Stream& s, uint8_t which, bool flowing);
+  // What `s` holds beyond the initial window (its share of extra_credit_).
+  static size_t Extra(const Stream& s);
+  void ForgetCredit(Proc& p);
   // Delivers the exit once its output is written, and forgets a process that is done.
   void MaybeFinish(Proc& p);
   void Down(std::string reason, bool notify);
@@ -128,6 +146,7 @@ class SpawnerChannel {
   kj::Promise<void> write_loop_ = nullptr;
   kj::Promise<void> read_loop_ = nullptr;
   uint32_t next_id_ = 1;
+  size_t extra_credit_ = 0;
   std::map<uint32_t, kj::Own<Proc>> procs_;
   LogErrors log_errors_;
   kj::TaskSet deferred_{log_errors_};  // declared last: cancelled first

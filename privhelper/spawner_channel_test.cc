@@ -4,7 +4,10 @@
 #include "privhelper/spawner_channel.h"
 
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
+
+#include <map>
 
 #include <kj/async-io.h>
 
@@ -33,6 +36,8 @@ class SpawnerChannelTest : public ::testing::Test {
     int down[2], up[2];
     EXPECT_EQ(pipe2(down, O_CLOEXEC), 0);
     EXPECT_EQ(pipe2(up, O_CLOEXEC), 0);
+    // Room for a full output frame from the scripted spawner.
+    EXPECT_GT(fcntl(up[1], F_SETPIPE_SZ, 1 << 20), 0);
     from_channel_ = kj::AutoCloseFd(down[0]);
     to_channel_ = kj::AutoCloseFd(up[1]);
     channel_ = kj::heap<SpawnerChannel>(*io_.lowLevelProvider, kj::AutoCloseFd(down[1]),
@@ -56,6 +61,47 @@ class SpawnerChannelTest : public ::testing::Test {
     return kj::mv(*started);
   }
 
+  // Sends `bytes` of output for process `id` on stdout, in chunks of at most kMaxOutputChunk,
+  // as a spawner far from the privhelper would: all of it before the channel reads any (as far
+  // as the channel's pipe holds), then a turn of the channel. The last chunk says the spawner
+  // is out of credit when `starved`.
+  void SendOutput(uint32_t id, size_t bytes, bool starved = true) {
+    size_t unread = 0;
+    while (bytes > 0) {
+      size_t n = std::min(bytes, spawner::kMaxOutputChunk);
+      char stream = static_cast<char>(spawner::kStdout | (starved && n == bytes ? spawner::kStarved : 0));
+      std::string frame = spawner::Encode(Type::kOutput, id, std::string(1, stream) + std::string(n, 'o'));
+      if (unread + frame.size() > (1 << 20)) {
+        Turn();
+        unread = 0;
+      }
+      ASSERT_EQ(write(to_channel_.get(), frame.data(), frame.size()),
+                static_cast<ssize_t>(frame.size()));
+      unread += frame.size();
+      bytes -= n;
+    }
+    Turn();
+  }
+
+  // The stdout credit the channel has granted each process since the last call, read from the
+  // frames it sent the (scripted) spawner.
+  std::map<uint32_t, size_t> TakeGrants() {
+    fcntl(from_channel_.get(), F_SETFL, O_NONBLOCK);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(from_channel_.get(), buf, sizeof(buf))) > 0)
+      down_frames_.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    std::map<uint32_t, size_t> grants;
+    bool error = false;
+    while (auto frame = down_frames_.Next(&error)) {
+      if (frame->type != Type::kGrant || frame->payload[0] != spawner::kStdout) continue;
+      const auto* b = reinterpret_cast<const uint8_t*>(frame->payload.data()) + 1;
+      grants[frame->id] += uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | b[3];
+    }
+    EXPECT_FALSE(error);
+    return grants;
+  }
+
   static std::string ReadAll(int fd) {
     std::string out;
     char buf[4096];
@@ -72,6 +118,7 @@ class SpawnerChannelTest : public ::testing::Test {
   kj::AutoCloseFd& from_channel_;
   kj::AutoCloseFd& to_channel_;
   std::string down_reason_;
+  spawner::FrameReader down_frames_{spawner::kMaxDownPayload};
 };
 
 TEST_F(SpawnerChannelTest, OutputAndExitReachTheProcessesPipes) {
@@ -109,11 +156,10 @@ TEST_F(SpawnerChannelTest, AnIdItNeverIssuedIsAViolation) {
 }
 
 TEST_F(SpawnerChannelTest, OutputBeyondItsCreditIsAViolation) {
-  // Three full chunks in one read: more than the 32 KiB window before any is written back.
-  std::string chunk = std::string("\1") + std::string(spawner::kMaxOutputChunk, 'x');
+  // Two chunks in one read: one byte more than a stream starts with, before any is written back.
+  std::string chunk = std::string("\1") + std::string(spawner::kInitialOutputWindow / 2, 'x');
   EXPECT_VIOLATION(spawner::Encode(Type::kOutput, id, chunk) +
-                   spawner::Encode(Type::kOutput, id, chunk) +
-                   spawner::Encode(Type::kOutput, id, chunk));
+                   spawner::Encode(Type::kOutput, id, chunk + "x"));
 }
 
 TEST_F(SpawnerChannelTest, AStoppedStatusIsNoExit) {
@@ -122,7 +168,7 @@ TEST_F(SpawnerChannelTest, AStoppedStatusIsNoExit) {
 
 TEST_F(SpawnerChannelTest, AFrameLongerThanAllowedIsAViolation) {
   // The header alone: it announces more than a frame may carry.
-  EXPECT_VIOLATION(spawner::Encode(Type::kOutput, id, std::string(70000, '\1'))
+  EXPECT_VIOLATION(spawner::Encode(Type::kOutput, id, std::string(spawner::kMaxUpPayload + 1, '\1'))
                        .substr(0, spawner::kHeaderBytes));
 }
 
@@ -190,6 +236,97 @@ TEST_F(SpawnerChannelTest, AReleasedProcessLetsGoOfItsPipes) {
   Say(spawner::EncodeU32(Type::kExit, q->id, 0));
   EXPECT_EQ(q->exit.wait(io_.waitScope), ProcessExit::Exited(0));
   EXPECT_EQ(ReadAll(q->stdout_r.get()), "still");
+}
+
+// A stream whose reader keeps up is granted ever more credit, up to kMaxOutputWindow: one
+// window per round trip is all a stream can move, and 32 KiB per round trip through gVisor was
+// 0.02 of a runsc exec's throughput.
+TEST_F(SpawnerChannelTest, AStreamItsReaderKeepsUpWithGetsAWiderWindow) {
+  auto p = StartOne();
+  Say(spawner::EncodeU32(Type::kStarted, p.id, 42));
+  TakeGrants();
+  size_t credit = spawner::kInitialOutputWindow;
+  size_t widest = credit, sent = 0, received = 0;
+  for (int round = 0; round < 14; ++round) {
+    // The spawner sends all its credit before any grant reaches it (a round trip through
+    // gVisor is long); the reader keeps up.
+    // For the first rounds it does not say it ran out: its window stays as it was.
+    bool starved = round >= 3;
+    SendOutput(p.id, credit, starved);
+    sent += credit;
+    credit = 0;
+    char buf[65536];
+    for (int turns = 0; received < sent && turns < 1000; ++turns) {
+      int avail = 0;
+      while (ioctl(p.stdout_r.get(), FIONREAD, &avail) == 0 && avail > 0) {
+        ssize_t n = read(p.stdout_r.get(), buf, sizeof(buf));
+        ASSERT_GT(n, 0);
+        received += static_cast<size_t>(n);
+      }
+      Turn();
+    }
+    ASSERT_EQ(received, sent);
+    credit += TakeGrants()[p.id];
+    if (!starved) {
+      ASSERT_EQ(credit, spawner::kInitialOutputWindow);
+    }
+    widest = std::max(widest, credit);
+    ASSERT_LE(credit, spawner::kMaxOutputWindow);
+  }
+  EXPECT_EQ(widest, spawner::kMaxOutputWindow);
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
+  EXPECT_LE(channel_->extra_credit(), SpawnerChannel::kMaxExtraCredit);
+}
+
+// Nobody reads many busy streams: whatever the spawner is allowed to send lands in the broker's
+// pipes or in the privhelper, and the privhelper's part stays within the initial window per
+// stream plus the channel's budget for wider windows.
+TEST_F(SpawnerChannelTest, StuckStreamsHoldNoMoreThanTheBudget) {
+  StartOne();
+  std::vector<SpawnerChannel::Started> procs;
+  std::map<uint32_t, size_t> credit;
+  constexpr int kProcs = 24;
+  for (int i = 0; i < kProcs; ++i) {
+    auto started = channel_->Start({false, "/", {"true"}, {}});
+    ASSERT_TRUE(started.ok());
+    Turn();
+    Say(spawner::EncodeU32(Type::kStarted, started->id, 100 + i));
+    credit[started->id] = spawner::kInitialOutputWindow;
+    procs.push_back(kj::mv(*started));
+  }
+  TakeGrants();
+  std::map<uint32_t, size_t> sent;
+  for (bool more = true; more;) {
+    more = false;
+    for (auto& [id, c] : credit) {
+      if (c == 0) continue;
+      SendOutput(id, c);
+      sent[id] += c;
+      c = 0;
+    }
+    for (auto& [id, g] : TakeGrants()) {
+      credit[id] += g;
+      more = true;
+    }
+  }
+  size_t held = 0;
+  for (auto& p : procs) {
+    int in_pipe = 0;
+    ASSERT_EQ(ioctl(p.stdout_r.get(), FIONREAD, &in_pipe), 0);
+    held += sent[p.id] - static_cast<size_t>(in_pipe);
+  }
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
+  EXPECT_LE(channel_->extra_credit(), SpawnerChannel::kMaxExtraCredit);
+  EXPECT_LE(held, kProcs * size_t{spawner::kInitialOutputWindow} + SpawnerChannel::kMaxExtraCredit);
+  // Once drained, every stream is granted credit again.
+  for (auto& p : procs) {
+    char buf[65536];
+    int avail = 0;
+    while (ioctl(p.stdout_r.get(), FIONREAD, &avail) == 0 && avail > 0)
+      ASSERT_GT(read(p.stdout_r.get(), buf, sizeof(buf)), 0);
+  }
+  for (int i = 0; i < 50; ++i) Turn();
+  EXPECT_EQ(TakeGrants().size(), static_cast<size_t>(kProcs));
 }
 
 }  // namespace

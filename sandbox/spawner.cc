@@ -39,8 +39,8 @@ struct Child {
   pid_t pid = 0;
   int in = -1;  // write end of its stdin
   int out = -1, err = -1;  // read ends of its stdout and stderr (-1: at end-of-file or merged)
-  uint32_t out_credit = spawner::kOutputWindow;
-  uint32_t err_credit = spawner::kOutputWindow;
+  uint32_t out_credit = spawner::kInitialOutputWindow;
+  uint32_t err_credit = spawner::kInitialOutputWindow;
   std::string pending_in;  // input it has not taken yet
   bool close_in = false;   // close its stdin once pending_in is written
   bool exited = false;
@@ -164,7 +164,7 @@ class Spawner {
         auto it = children_.find(owners[i].first);
         if (it == children_.end()) continue;
         if (owners[i].second == 0) FeedInput(owners[i].first, it->second);
-        else Relay(owners[i].first, it->second, owners[i].second == 1 ? spawner::kStdout : spawner::kStderr);
+        else RelaySome(owners[i].first, it->second, owners[i].second == 1 ? spawner::kStdout : spawner::kStderr);
       }
       Settle();
     }
@@ -229,7 +229,7 @@ class Spawner {
       case Type::kGrant:
         if (f.payload.size() == 5) {
           uint32_t& credit = Credit(c, static_cast<uint8_t>(f.payload[0]));
-          credit = std::min<uint64_t>(spawner::kOutputWindow, uint64_t{credit} + U32(f.payload, 1));
+          credit = std::min<uint64_t>(spawner::kMaxOutputWindow, uint64_t{credit} + U32(f.payload, 1));
         }
         break;
       default:
@@ -282,6 +282,7 @@ class Spawner {
     child.out = out[0];
     child.err = err[0];
     for (int fd : {child.in, child.out, child.err}) if (fd >= 0) SetNonBlocking(fd);
+    for (int fd : {child.out, child.err}) if (fd >= 0) fcntl(fd, F_SETPIPE_SZ, 1 << 20);
     WriteChannel(spawner::EncodeU32(Type::kStarted, id, static_cast<uint32_t>(pid)));
   }
 
@@ -326,10 +327,17 @@ class Spawner {
       WriteChannel(spawner::Encode(Type::kEnd, id, std::string(1, static_cast<char>(stream))));
       return false;
     }
-    buf[0] = static_cast<char>(stream);
     credit -= static_cast<uint32_t>(n);
+    buf[0] = static_cast<char>(credit == 0 ? stream | spawner::kStarved : stream);
     WriteChannel(spawner::Encode(Type::kOutput, id, std::string_view(buf, static_cast<size_t>(n) + 1)));
     return true;
+  }
+
+  // A few chunks while the stream has them and credit lasts: one poll per chunk costs as much
+  // as the chunk's read under gVisor. Bounded, so one busy stream cannot hold up the others.
+  void RelaySome(uint32_t id, Child& c, uint8_t stream) {
+    for (int i = 0; i < 8 && Relay(id, c, stream); ++i) {
+    }
   }
 
   void Reap() {
