@@ -50,6 +50,8 @@ enum class Type : uint8_t {
   kCloseInput = 'C',  // payload: none
   kSignal = 'K',    // payload: signal (u32)
   kGrant = 'G',     // payload: stream (u8: 1 stdout, 2 stderr), bytes (u32)
+  kExitSpawner = 'Q',  // id 0, payload: none: kill every process and exit (as the sandbox's
+                       // init, this ends the sandbox)
   // spawner -> privhelper
   kHello = 'H',     // id 0; payload: version (u32)
   kStarted = 'P',   // payload: pid inside the sandbox (u32)

@@ -5,8 +5,9 @@
 //   /.paseo/shim tty ROWS COLS PROGRAM [ARGS...] runs PROGRAM on a pseudo-terminal
 //   /.paseo/shim exec [--unset=NAME]... -- PROGRAM [ARGS...]
 //                                               runs PROGRAM without the NAMEd variables
-//   /.paseo/shim spawner                        starts the sandbox's processes for the
-//                                               privhelper (sandbox/spawner.cc)
+//   /.paseo/shim spawner [--init]               starts the sandbox's processes for the
+//                                               privhelper (sandbox/spawner.cc); with --init
+//                                               it is also the sandbox's init
 //
 // exec: runsc sets HOME (from the sandbox's /etc/passwd, else "/") for every process whose
 // environment lacks it (measured on 20221219), so a client that asked for an exact
@@ -426,8 +427,14 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "tty") == 0) return RunTty(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "exec") == 0) return RunExec(argc - 1, argv + 1);
   if (argc == 2 && strcmp(argv[1], "spawner") == 0) return paseo::shim::RunSpawner();
+  if (argc == 3 && strcmp(argv[1], "spawner") == 0 && strcmp(argv[2], "--init") == 0) {
+    // The sandbox's init: it ends the sandbox only when told to (kShutdown); if its channel
+    // just ends (the privhelper restarted), the sandbox lives on and it is a plain init.
+    if (paseo::shim::RunSpawner() == paseo::shim::kSpawnerToldToExit) return 0;
+    RunInit();
+  }
   dprintf(STDERR_FILENO,
           "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...] | "
-          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner\n");
+          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init]\n");
   return 126;
 }

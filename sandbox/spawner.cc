@@ -157,6 +157,7 @@ class Spawner {
         ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
         if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) return Shutdown();
         if (n > 0 && !Receive(std::string_view(buf, static_cast<size_t>(n)))) return Shutdown();
+        if (told_to_exit_) return Shutdown(kSpawnerToldToExit);
       }
       if (fds[1].revents) Reap();
       for (size_t i = 0; i < owners.size(); ++i) {
@@ -179,11 +180,11 @@ class Spawner {
 
   // The privhelper closed the channel (it exited or dropped this sandbox): nothing can be
   // relayed any more, so the children go too.
-  int Shutdown() {
+  int Shutdown(int code = 0) {
     for (auto& [id, c] : children_) {
       if (!c.exited) kill(c.pid, SIGKILL);
     }
-    return 0;
+    return code;
   }
 
   bool Receive(std::string_view bytes) {
@@ -200,6 +201,10 @@ class Spawner {
 
   // Frames from the privhelper; one it should not have sent is ignored.
   void Apply(const spawner::Frame& f) {
+    if (f.type == Type::kExitSpawner) {
+      told_to_exit_ = true;
+      return;
+    }
     if (f.type == Type::kStart) {
       if (auto request = spawner::DecodeStart(f.payload); request && !children_.count(f.id))
         Start(f.id, *request);
@@ -385,6 +390,7 @@ class Spawner {
   pid_t self_;
   std::vector<char> stack_ = std::vector<char>(64 * 1024);  // the starting child's
   int sfd_ = -1;
+  bool told_to_exit_ = false;
   spawner::FrameReader reader_{spawner::kMaxDownPayload};
   std::map<uint32_t, Child> children_;
 };

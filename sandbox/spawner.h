@@ -5,7 +5,9 @@
 
 namespace paseo::shim {
 
-// /.paseo/shim spawner: stdin and stdout are the channel. Returns when the privhelper closes it.
+// /.paseo/shim spawner: stdin and stdout are the channel. Returns when the privhelper closes it
+// (0) or tells it to exit (kSpawnerToldToExit), having killed what it started.
 int RunSpawner();
+inline constexpr int kSpawnerToldToExit = 3;
 
 }  // namespace paseo::shim
