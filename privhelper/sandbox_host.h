@@ -91,10 +91,11 @@ class SandboxHost {
   // Stops the sandbox and answers once nothing can run in it any more (its sentry has exited),
   // having first marked its record deleting on disk; runsc's state, mounts, cgroups, network
   // and bundle are released in the background (AwaitGone). While that runs the sandbox is
-  // `deleting`: a second Delete answers as the first, nothing new starts in it, it no longer
-  // counts against its deployment's maxSandboxes, and a restarted privhelper that finds the
-  // marker finishes the teardown. A teardown that fails in the background is logged, and the
-  // next Delete starts it again.
+  // `deleting`: a second Delete answers as the first, nothing new starts in it, it counts
+  // against its deployment's maxSandboxes only beyond maxSandboxes of them (CheckCapacity),
+  // and a restarted privhelper that finds the marker finishes the teardown. runsc's part is
+  // tried kTeardownTries times; a teardown that still fails is logged and leaves the sandbox
+  // deleting (here and on disk), and the next Delete, gc (Reconcile) or start finishes it.
   absl::StatusOr<kj::Promise<void>> Delete(const ValidatedDelete& request);
   // Resolves once nothing of the sandbox is left (at once for an unknown id); fails if its
   // teardown failed. failed-precondition if it is not being deleted.
@@ -132,7 +133,8 @@ class SandboxHost {
   // At start-up, before serving, and on SIGHUP: finds what a previous privhelper left (runsc
   // containers in the control netns, bundles, cgroups). Running sandboxes with a readable
   // record are adopted (policy keep) or destroyed (policy kill); everything else is
-  // garbage-collected. Collects nothing if `runsc list` fails or cannot be parsed.
+  // garbage-collected. Collects nothing if `runsc list` fails or cannot be parsed. Teardowns that
+  // failed before are started again first.
   kj::Promise<void> Reconcile(config::RestartPolicy policy);
   size_t size() const { return sandboxes_.size(); }
 
@@ -152,6 +154,10 @@ class SandboxHost {
   // How long a delete waits for the sentry to exit after its init was killed before it lets
   // `runsc delete --force` kill the rest (docs/decisions.md 39: measured 30-60 ms).
   static constexpr kj::Duration kHaltPatience = 2 * kj::SECONDS;
+  // How often a teardown tries runsc's part (resume, kill, delete) before it is reported
+  // failed, and the wait before the first retry (doubled before each next one: 1, 2, 4 s).
+  static constexpr int kTeardownTries = 4;
+  static constexpr kj::Duration kTeardownRetryDelay = 1 * kj::SECONDS;
 
  private:
   struct Process : public kj::Refcounted {
@@ -219,10 +225,12 @@ class SandboxHost {
     bool halt_watched = false;
     // A Delete under way: `answered` resolves when its caller is answered, `gone` when the
     // background teardown has released everything (each is shared by every later Delete and
-    // AwaitGone). Both are cleared if the teardown fails, so the next Delete starts it again.
+    // AwaitGone). Both are replaced when a failed teardown is started again.
     kj::Maybe<kj::ForkedPromise<void>> answered;
     kj::Maybe<kj::ForkedPromise<void>> gone;
-    bool teardown_failed = false;  // the last one failed: the next Delete starts it again
+    // The last teardown failed after its retries: it stays `deleting` and not running (as its
+    // record on disk says) until the next Delete or gc starts it again.
+    bool teardown_failed = false;
     std::map<std::string, kj::Own<Process>> processes;
     // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
     // cancelled first when the record goes.
@@ -281,9 +289,21 @@ class SandboxHost {
   Process& Track(Sandbox& sb, const std::string& process_id, kj::Promise<int> runsc_exit,
                  const std::string& pid_file, kj::AutoCloseFd exec_log);
 
-  // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and
-  // forgets the sandbox. Processes still running are reaped in the background.
+  // Marks the record deleting, kills and deletes the runsc container (if created), unmounts and
+  // removes the bundle, and forgets the sandbox. Processes still running are reaped in the
+  // background. If runsc fails it keeps the sandbox deleting (teardown_failed).
   kj::Promise<void> Destroy(const std::string& id, uint64_t generation);
+  // Destroy's runsc part, as a Sequenced step: resume if frozen, kill its init, wait for the
+  // halt, `delete --force`; tried again after a failure until kTeardownTries.
+  kj::Promise<void> StopContainer(const std::string& id, uint64_t generation, int attempt);
+  // Destroy in the background, as Delete does it (sets answered and gone); resolves with the
+  // answer.
+  kj::Promise<void> StartTeardown(Sandbox& sb);
+  // Starts every teardown that failed again (gc).
+  void RetryFailedTeardowns();
+  // resource-exhausted if a create would pass the deployment's maxSandboxes, counting every
+  // sandbox that is not being deleted and those being deleted beyond maxSandboxes of them.
+  absl::Status CheckCapacity(const config::Deployment::Reader& deployment) const;
   // Resolves once the sandbox's sentry has exited, or after kHaltPatience; at once if its
   // sentry is not watched.
   kj::Promise<void> AwaitHalt(const std::string& id, uint64_t generation);
