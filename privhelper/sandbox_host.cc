@@ -978,7 +978,7 @@ void SandboxHost::RetryFailedTeardowns() {
     if (sb->teardown_failed) failed.push_back(sb.get());
   for (Sandbox* sb : failed) {
     KJ_LOG(WARNING, "trying a failed teardown again", sb->id);
-    StartTeardown(*sb);  // the caller is the reaper's branch; this one is not needed
+    StartTeardown(*sb);  // nobody waits for its answer: the reaper runs it to its end
   }
 }
 
