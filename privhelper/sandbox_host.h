@@ -148,7 +148,7 @@ class SandboxHost {
   // Tests lower the cap to reach it cheaply.
   void SetMaxProcessesPerSandbox(size_t max) { max_processes_ = max; }
   // How long a stop's reason waits for the sentry's or gofer's wait status: the kernel has it
-  // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
+  // once their parent (init, since `runsc run --detach` exited) reaps them. Measured here: about 1.7 s
   // under this VM's init; at once under systemd. The sandbox is refused new processes meanwhile.
   static constexpr kj::Duration kExitStatusPatience = 3 * kj::SECONDS;
   // How long a delete waits for the sentry to exit after its init was killed before it lets
@@ -256,7 +256,8 @@ class SandboxHost {
   absl::StatusOr<CreatePlan> PlanCreate(const ValidatedCreate& request) const;
   // Create, after every check: the bundle, with its record, overlay and staged mounts.
   absl::Status WriteBundle(Sandbox& sb, const ValidatedCreate& request, const CreatePlan& plan);
-  // Create, asynchronously: `runsc create` and `runsc start`, or a teardown.
+  // Create, asynchronously: `runsc run --detach` (create and start in one runsc process), or
+  // a teardown.
   kj::Promise<void> StartContainer(const std::string& id, uint64_t generation);
   // After start (or adoption): finds the sentry and the gofer (runsc's state file) and watches
   // them (Sandbox::watch), marking the sandbox stopped when either exits; marks it stopped at
