@@ -192,8 +192,7 @@ absl::StatusOr<kj::Promise<void>> Broker::DeleteSandbox(const Peer& peer, const 
                                      return kj::READY_NOW;
                                    },
                                    [this, id, before](kj::Exception&& e) -> kj::Promise<void> {
-                                     registry_.AbortDelete(id, before);
-                                     return Forward(kj::mv(e));
+                                     return DeleteFailed(id, before, kj::mv(e));
                                    }))
                       .fork();
   tasks_.add(answered.addBranch().then([this, id] { deletes_.erase(id); },
@@ -211,16 +210,43 @@ void Broker::AwaitGone(const std::string& id) {
         registry_.FinishDelete(id);
         state_.Remove(id);
       },
-      [this, id](kj::Exception&& e) {
-        // Nothing runs in it, but the privhelper still holds some of it: its owner sees that
-        // and deletes it again (the privhelper then starts its teardown again).
-        KJ_LOG(ERROR, "a deleted sandbox's teardown failed", id, e);
-        registry_.MarkStopped(
-            id, absl::StrCat("its delete did not finish (", e.getDescription().cStr(),
-                             "); delete it again"),
-            false);
-        registry_.AbortDelete(id, SandboxState::kStopped);
-      }));
+      [this, id](kj::Exception&& e) { TeardownFailed(id, e); }));
+}
+
+kj::Promise<void> Broker::DeleteFailed(const std::string& id, SandboxState before,
+                                       kj::Exception&& e) {
+  absl::Status why = StatusFromException(e);
+  switch (why.code()) {
+    case absl::StatusCode::kNotFound:
+      // The privhelper holds nothing of it any more (a gc or its restart finished a teardown
+      // that had failed): what the delete wanted.
+      registry_.FinishDelete(id);
+      state_.Remove(id);
+      relays_.EndSandbox(id);
+      return kj::READY_NOW;
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kPermissionDenied:
+      // Refused before anything was stopped.
+      registry_.AbortDelete(id, before);
+      break;
+    default:
+      // Its teardown began and failed (the privhelper tried it several times): the sandbox
+      // stays deleting there, so it is no longer the state it was in before.
+      TeardownFailed(id, e);
+  }
+  return Forward(kj::mv(e));
+}
+
+void Broker::TeardownFailed(const std::string& id, const kj::Exception& e) {
+  // Nothing new starts in it, but the privhelper still holds some of it: its owner sees that
+  // and deletes it again (the privhelper then starts its teardown again).
+  KJ_LOG(ERROR, "a deleted sandbox's teardown failed", id, e);
+  registry_.MarkStopped(id,
+                        absl::StrCat("its delete did not finish (", e.getDescription().cStr(),
+                                     "); delete it again"),
+                        false);
+  registry_.AbortDelete(id, SandboxState::kStopped);
 }
 
 kj::Promise<std::string> Broker::SpawnerState(const std::string& id) {

@@ -116,6 +116,12 @@ class Broker {
   // After a delete was answered: waits for the privhelper's background teardown, then forgets
   // the sandbox (its record and logs).
   void AwaitGone(const std::string& id);
+  // A delete the privhelper did not answer with success: not-found finishes it (nothing is
+  // held any more), a refusal puts the sandbox back as it was `before`, anything else is a
+  // teardown that failed (TeardownFailed). Rejects with the error unless it finished it.
+  kj::Promise<void> DeleteFailed(const std::string& id, SandboxState before, kj::Exception&& e);
+  // The sandbox is `stopped` with "its delete did not finish (...); delete it again".
+  void TeardownFailed(const std::string& id, const kj::Exception& e);
   kj::TaskSet tasks_;
   PortRelays relays_;
   // The release timer: when it fires next (none: not armed). A timer armed for a later time

@@ -323,12 +323,12 @@ TEST_F(BrokerTest, ACreateCompletesEvenIfItsCallerLeaves) {
   EXPECT_EQ(broker_->registry().List(owner_)[0]->state, SandboxState::kRunning);
 }
 
-TEST_F(BrokerTest, ConcurrentDeletesOneWinsAndAFailedDeleteLeavesItUsable) {
+TEST_F(BrokerTest, ConcurrentDeletesOneWinsAndARefusedDeleteLeavesItUsable) {
   auto sup = Connect(owner_);
   Created sb = Create(sup);
-  helper_->delete_error = "internal: runsc failed";
+  helper_->delete_error = "failed-precondition: sandbox is still being created";
   auto error = kj::runCatchingExceptions([&] { sb.sandbox.deleteRequest().send().wait(ws()); });
-  EXPECT_EQ(Description(error), "internal: runsc failed");
+  EXPECT_EQ(Description(error), "failed-precondition: sandbox is still being created");
   EXPECT_EQ(broker_->registry().Find(sb.id)->state, SandboxState::kRunning);
 
   helper_->delete_error.clear();
@@ -391,6 +391,42 @@ TEST_F(BrokerTest, ATeardownThatFailsLeavesTheSandboxStoppedForAnotherDelete) {
   helper_->gone_error.clear();
   sb.sandbox.deleteRequest().send().wait(ws());
   Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
+}
+
+// The privhelper keeps a sandbox whose teardown failed `deleting` (it never runs again): a
+// delete that fails once the teardown began leaves it stopped for another delete, not running.
+TEST_F(BrokerTest, ADeleteWhoseTeardownFailsLeavesTheSandboxStoppedNotRunning) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  helper_->delete_error = "internal: runsc delete failed";
+  auto error = kj::runCatchingExceptions([&] { sb.sandbox.deleteRequest().send().wait(ws()); });
+  EXPECT_EQ(Description(error), "internal: runsc delete failed");
+  EXPECT_EQ(broker_->registry().Find(sb.id)->state, SandboxState::kStopped);
+  auto info = sb.sandbox.inspectRequest().send().wait(ws()).getInfo();
+  EXPECT_NE(std::string(info.getStateReason().cStr()).find("delete it again"), std::string::npos)
+      << info.getStateReason().cStr();
+  auto start = sb.sandbox.startProcessRequest();
+  start.initSpec().initArgv(1).set(0, "true");
+  error = kj::runCatchingExceptions([&] { start.send().wait(ws()); });
+  EXPECT_EQ(Description(error).rfind("failed-precondition: ", 0), 0u) << Description(error);
+  helper_->delete_error.clear();
+  sb.sandbox.deleteRequest().send().wait(ws());
+  Until([&] { return broker_->registry().Find(sb.id) == nullptr; });
+}
+
+// A gc or a restart of the privhelper finished a teardown that had failed: the next delete
+// finds nothing there, and that is what it wanted.
+TEST_F(BrokerTest, ADeleteOfASandboxThePrivhelperNoLongerHoldsForgetsIt) {
+  auto sup = Connect(owner_);
+  Created sb = Create(sup);
+  helper_->gone_error = "internal: runsc delete failed";
+  sb.sandbox.deleteRequest().send().wait(ws());
+  Until([&] { return broker_->registry().Find(sb.id)->state == SandboxState::kStopped; });
+  helper_->delete_error = "not-found: no sandbox " + sb.id;
+  sb.sandbox.deleteRequest().send().wait(ws());
+  EXPECT_EQ(broker_->registry().Find(sb.id), nullptr);
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
 }
 
 TEST_F(BrokerTest, ProcessOutputInputAndExit) {

@@ -191,6 +191,10 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
     return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
                          kj::str(kConnectionLostText, " at ", at.c_str()));
   };
+  // options.pipelined: both subscriptions and the wait for the exit status go out at once,
+  // without a round trip each (a short command's whole life can be shorter than three of them);
+  // a failed subscribe then fails the wait for the streams below, as its answer would have.
+  kj::Vector<kj::Promise<void>> subscribed;
   auto subscribe = [&](api::Stream stream, std::shared_ptr<StreamProgress> progress, int fd) {
     auto done = kj::newPromiseAndFulfiller<void>();
     auto req = process.subscribeRequest();
@@ -201,7 +205,13 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
     sink.messages = messages;
     sink.progress = progress;
     req.setSink(kj::heap<FdOutputSink>(sink, kj::mv(done.fulfiller)));
-    subscriptions.add(req.send().wait(ws).getSubscription());
+    auto sent = req.send();
+    if (options.pipelined) {
+      subscriptions.add(sent.getSubscription());
+      subscribed.add(sent.ignoreResult());
+    } else {
+      subscriptions.add(sent.wait(ws).getSubscription());
+    }
     ended.add(kj::mv(done.promise));
   };
   kj::Maybe<kj::Exception> not_subscribed = kj::runCatchingExceptions([&] {
@@ -213,7 +223,8 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
     }
   });
   KJ_IF_MAYBE(e, not_subscribed) { kj::throwFatalException(lost(kj::mv(*e))); }
-
+  kj::Maybe<capnp::RemotePromise<api::Process::WaitResults>> exit_status;
+  if (options.pipelined) exit_status = process.waitRequest().send();
   kj::Maybe<RawTerminal> raw;
   if (options.tty && options.forward_stdin) raw.emplace(options.stdin_fd);
   // wrapInputFd makes stdin non-blocking; a shell sharing the terminal would not expect that.
@@ -236,7 +247,8 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
   auto gave_up = ForwardInterrupts(io.unixEventPort, process, &interrupts);
   int outcome = 0;
   kj::Maybe<kj::Exception> failed = kj::runCatchingExceptions([&] {
-    outcome = kj::joinPromises(ended.releaseAsArray())
+    outcome = kj::joinPromises(subscribed.releaseAsArray())
+                  .then([&ended] { return kj::joinPromises(ended.releaseAsArray()); })
                   .then([] { return 0; })
                   .exclusiveJoin(detached.then([](bool) { return 1; }))
                   .exclusiveJoin(gave_up.then([] { return 2; }))
@@ -254,7 +266,13 @@ int Attach(kj::AsyncIoContext& io, api::Process::Client process, const AttachOpt
   if (outcome == 2) return 130;
   int code = 255;
   kj::Maybe<kj::Exception> no_status = kj::runCatchingExceptions(
-      [&] { code = ExitCodeOf(process.waitRequest().send().wait(ws).getStatus()); });
+      [&] {
+        KJ_IF_MAYBE(asked, exit_status) {
+          code = ExitCodeOf(asked->wait(ws).getStatus());
+        } else {
+          code = ExitCodeOf(process.waitRequest().send().wait(ws).getStatus());
+        }
+      });
   KJ_IF_MAYBE(e, no_status) { kj::throwFatalException(lost(kj::mv(*e))); }
   return code;
 }

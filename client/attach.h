@@ -24,6 +24,10 @@ struct AttachOptions {
   int stdin_fd = 0;
   int stdout_fd = 1;
   int stderr_fd = 2;
+  // Subscribe and ask for the exit status at once, without a round trip each (run's one-shot
+  // path). Off, each subscription is answered before the next goes out, so a connection lost
+  // early still finds the streams where the service got them to (what exec and attach report).
+  bool pipelined = false;
   // Where notices go (a gap, "detached"); default: stderr. Silenced once stream bytes go to
   // the same fd (messages.h).
   std::shared_ptr<Messages> messages;

@@ -191,16 +191,26 @@ class Commands {
     std::optional<std::string> deployment = ChooseDeployment("run", run.deployment);
     if (!deployment) return kServiceError;
     auto create = CreateRequest(run, *deployment);
-    auto created = create.send().wait(ws_);
-    auto sandbox = created.getSandbox();
-    std::string sandbox_id = created.getInfo().getId();
-    // Said first, before any of the process's stderr can reach stderr (messages.h).
-    if (run.keep) messages_->Say("kept sandbox " + sandbox_id);
-
+    auto creating = create.send();
+    api::Sandbox::Client sandbox = creating.getSandbox();
+    std::string sandbox_id;
+    if (run.keep) {
+      sandbox_id = creating.wait(ws_).getInfo().getId();
+      // Said first, before any of the process's stderr can reach stderr (messages.h).
+      messages_->Say("kept sandbox " + sandbox_id);
+    }
     int code = kServiceError;
     kj::Maybe<kj::Exception> error = kj::runCatchingExceptions(
         [&] { code = RunProcess(sandbox, sandbox_id, run.argv, run.process, run.keep); });
     if (!run.keep) {
+      // Without --keep the process was started pipelined on the create (no round trip in
+      // between): a failed create failed it with the create's own error, and there is nothing
+      // to delete.
+      kj::Maybe<kj::Exception> not_created =
+          kj::runCatchingExceptions([&] { sandbox_id = creating.wait(ws_).getInfo().getId(); });
+      KJ_IF_MAYBE (e, not_created) {
+        return Fail(Describe(*e));
+      }
       std::string why;
       if (!DeleteSandbox(sandbox_id, &why)) {
         std::string undeleted = "sandbox " + sandbox_id + " could not be deleted (" + why +
@@ -653,16 +663,27 @@ class Commands {
       spec.setRows(rows);
       spec.setCols(cols);
     }
-    auto started = start.send().wait(ws_);
+    auto starting = start.send();
     AttachOptions attach;
     attach.tty = p.tty;
     attach.forward_stdin = p.interactive;
     attach.detach_keys = p.tty && p.interactive && detachable;
     attach.messages = messages_;
-    std::string process_id = started.getInfo().getId();
+    // A process that outlives us (exec, run --keep) is attached once it has an id, which a lost
+    // connection's hint names. One that does not (run) is attached pipelined on the promised
+    // process: no round trip between the sandbox's creation and the process's end but the
+    // service's own work (docs/performance.md, "One-shot command").
+    attach.pipelined = !detachable;
+    api::Process::Client process = starting.getProcess();
+    std::string process_id;
+    if (!attach.pipelined) {
+      auto started = starting.wait(ws_);
+      process = started.getProcess();
+      process_id = started.getInfo().getId();
+    }
     int code = kServiceError;
     kj::Maybe<kj::Exception> lost =
-        kj::runCatchingExceptions([&] { code = Attach(io_, started.getProcess(), attach); });
+        kj::runCatchingExceptions([&] { code = Attach(io_, process, attach); });
     KJ_IF_MAYBE (e, lost) {
       // Without `detachable` (run without --keep) the sandbox is deleted next: no hint.
       if (detachable) kj::throwFatalException(MayStillRun(kj::mv(*e), sandbox_id, process_id));

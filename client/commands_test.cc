@@ -135,6 +135,28 @@ TEST_F(CommandsTest, ARefusalIs125WithTheReasonFirst) {
   EXPECT_EQ(r.err, "paseo-sandbox: permission-denied: uid 1000 may not use deployment beta\n");
 }
 
+// run starts its process pipelined on the create and attaches pipelined on the start: a refusal
+// of either still reaches the user in its own words, and a sandbox that was made is deleted.
+TEST_F(CommandsTest, RunReportsARefusedStartAndStillDeletesTheSandbox) {
+  service_.refuse_start = absl::InvalidArgumentError("cwd /nowhere is not in a workspace");
+  Outcome r = Cli({"run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_EQ(r.err, "paseo-sandbox: invalid-argument: cwd /nowhere is not in a workspace\n");
+  ASSERT_EQ(service_.sandboxes.size(), 1u);
+  const FakeSandbox& sb = service_.sandboxes.begin()->second;
+  EXPECT_TRUE(sb.processes.empty());
+  EXPECT_TRUE(sb.deleted) << "the sandbox run made is deleted whatever became of its process";
+}
+
+TEST_F(CommandsTest, ARefusedCreateLeavesNothingToDelete) {
+  service_.refuse_create = absl::ResourceExhaustedError("deployment alpha has 1 sandboxes");
+  Outcome r = Cli({"run", "--", "true"});
+  EXPECT_EQ(r.exit_code, 125);
+  EXPECT_EQ(r.err, "paseo-sandbox: unavailable: deployment alpha has 1 sandboxes\n")
+      << "the create's own error, said once, not the pipelined start's copy of it";
+  EXPECT_TRUE(service_.sandboxes.empty());
+}
+
 TEST_F(CommandsTest, NoServiceIs125) {
   Outcome r = Cli({"--socket", dir_.path() + "/none.sock", "info"});
   EXPECT_EQ(r.exit_code, 125);

@@ -247,6 +247,7 @@ class FakeService::Sandbox final : public api::Sandbox::Server {
     p.workspace_cwd = spec.getWorkspaceCwd();
     if (Get().paused || (Get().state != "running" && Get().state != "running-unattached"))
       ThrowStatus(absl::FailedPreconditionError("sandbox " + id_ + " is not running"));
+    if (service_.refuse_start) ThrowStatus(*service_.refuse_start);
     for (const auto& [unused, other] : Get().processes) {
       if (!p.key.empty() && other.key == p.key)
         ThrowStatus(absl::AlreadyExistsError("process key " + p.key));

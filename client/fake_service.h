@@ -114,6 +114,8 @@ class FakeService {
   std::vector<std::string> deployments = {"alpha"};
   // If set, createSandbox fails with it (a client sees "<reason>: <message>").
   std::optional<absl::Status> refuse_create;
+  // If set, startProcess fails with it.
+  std::optional<absl::Status> refuse_start;
   // Sandboxes whose delete fails (failed-precondition).
   std::vector<std::string> undeletable;
   // Sandbox.connect to an allowed port: the fake makes a socketpair, answers one end and gives

@@ -11,7 +11,7 @@ namespace paseo {
 struct RunscFlags {
   std::string root_dir;  // --root: runsc's state, <runDir>/runsc, root-only
   std::string platform;  // --platform: from the root-owned config ("ptrace" or "kvm")
-  // `runsc create`/`start` with network "sandbox" run under a read-only tmpfs over /proc/sys/net
+  // `runsc run --detach` with network "sandbox" runs under a read-only tmpfs over /proc/sys/net
   // (SandboxNetworks probed that this runsc needs it; runsc.cc).
   bool hide_proc_sys_net = false;
 };

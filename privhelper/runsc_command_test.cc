@@ -15,8 +15,7 @@ const RunscFlags kFlags = {"/run/paseo-sandbox/runsc", "ptrace"};
 
 // Every subcommand SandboxHost runs, with operands of the shape it uses.
 const std::vector<std::vector<std::string>> kCalls = {
-    {"create", "--bundle", "/var/lib/paseo-sandbox/bundles/sb-1", "sb-1"},
-    {"start", "sb-1"},
+    {"run", "--detach", "--bundle", "/var/lib/paseo-sandbox/bundles/sb-1", "sb-1"},
     {"exec", "--process", "/b/process-p-1.json", "--internal-pid-file", "/b/process-p-1.pid",
      "sb-1"},
     {"kill", "--pid=7", "sb-1", "15"},
@@ -76,7 +75,7 @@ TEST(RunscArgv, OnlyExecWritesADebugLogToFd3) {
     EXPECT_EQ(logs, args[0] == "exec") << args[0];
     EXPECT_EQ(RunscWritesDebugLog(args), args[0] == "exec") << args[0];
   }
-  std::vector<std::string> exec = RunscArgv(kFlags, kCalls[2]);
+  std::vector<std::string> exec = RunscArgv(kFlags, kCalls[1]);
   EXPECT_EQ(exec[4], "--debug-log=/proc/self/fd/3");
   EXPECT_EQ(exec[5], "exec");
   EXPECT_FALSE(RunscWritesDebugLog({}));

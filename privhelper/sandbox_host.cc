@@ -327,13 +327,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   if (Find(request.sandbox_id) != nullptr)
     return absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists"));
   std::string deployment_id = request.deployment->getId().cStr();
-  size_t count = 0;
-  // One being deleted runs nothing any more and is gone within a teardown's time (decision 39).
-  for (const auto& [id, sb] : sandboxes_)
-    count += sb->deployment == deployment_id && !sb->deleting;
-  if (count >= request.deployment->getMaxSandboxes())
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "deployment ", deployment_id, " has ", count, " sandboxes (its maxSandboxes)"));
+  RETURN_IF_ERROR(CheckCapacity(*request.deployment));
   ASSIGN_OR_RETURN(CreatePlan plan, PlanCreate(request));
   config::NetworkPolicy::Reader policy = request.profile->getNetwork();
   bool sandbox_network = policy.getMode() == config::NetworkMode::SANDBOX;
@@ -437,16 +431,15 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
   Sandbox* sb = Find(id, generation);
   std::string bundle_dir = sb->bundle_dir;
   RunscNetwork network = sb->link ? RunscNetwork::kSandbox : RunscNetwork::kNone;
-  return runsc_.Run({"create", "--bundle", bundle_dir, id}, network)
-      .then([](RunscResult created) {
-        return Settle(RunscStatus(created, absl::StatusCode::kInternal, "cannot create sandbox: "));
-      })
-      .then([this, id, generation, network] {
-        if (Sandbox* sb = Find(id, generation)) sb->container_created = true;
-        // Debian's runsc 20221219 sets up the sandbox's network at start (measured: a start
-        // with --network=none leaves it with loopback only).
-        return runsc_.Run({"start", id}, network);
-      })
+  // Counted as created before runsc is asked: a `run` that fails or times out part way may
+  // leave a container, and the teardown below (kill, then `delete --force`, which takes "does
+  // not exist" as done) removes whatever there is.
+  sb->container_created = true;
+  // `run --detach` is `create` then `start` in one runsc process, with the same flags and the
+  // same bundle: one runsc start-up (~25-45 ms of Go initialisation here) fewer per sandbox
+  // (docs/performance.md, "One-shot command"). Debian's runsc 20221219 sets up the sandbox's
+  // network at start, so this process gets the network flag too.
+  return runsc_.Run({"run", "--detach", "--bundle", bundle_dir, id}, network)
       .then([](RunscResult started) {
         return Settle(RunscStatus(started, absl::StatusCode::kInternal, "cannot start sandbox: "));
       })
@@ -1052,25 +1045,46 @@ void SandboxHost::WatchHostProcesses(Sandbox& sb) {
 
 // ---------------------------------------------------------------- delete
 
+absl::Status SandboxHost::CheckCapacity(const config::Deployment::Reader& deployment) const {
+  std::string id = deployment.getId().cStr();
+  size_t max = deployment.getMaxSandboxes();
+  size_t live = 0, deleting = 0;
+  for (const auto& [sid, sb] : sandboxes_) {
+    if (sb->deployment != id) continue;
+    ++(sb->deleting ? deleting : live);
+  }
+  // Up to maxSandboxes being deleted are free: they run nothing and are gone within a
+  // teardown's time, so `run` in a loop at the limit is not refused for that time. Beyond
+  // that each counts, since each still holds a /30 of the pool, a namespace, mounts and a
+  // cgroup: a deployment holds at most twice its maxSandboxes (decision 39).
+  size_t counted = live + (deleting > max ? deleting - max : 0);
+  if (counted < max) return absl::OkStatus();
+  if (deleting <= max)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("deployment ", id, " has ", live, " sandboxes (its maxSandboxes)"));
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "deployment ", id, " has ", live, " sandboxes and ", deleting,
+      " still being deleted, more than its maxSandboxes (", max,
+      ") of which count against it until their teardown ends; retry later"));
+}
+
 absl::StatusOr<kj::Promise<void>> SandboxHost::Delete(const ValidatedDelete& request) {
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.sandbox_id, Need::kAny));
   if (!sb->teardown_failed) {
     KJ_IF_MAYBE(answered, sb->answered) { return answered->addBranch(); }  // idempotent
     if (sb->deleting) return absl::FailedPreconditionError("sandbox is already being deleted");
+    if (!sb->running) return absl::FailedPreconditionError("sandbox is still being created");
   }
-  if (!sb->running && !sb->teardown_failed)
-    return absl::FailedPreconditionError("sandbox is still being created");
-  // Before anything is stopped: a privhelper killed from here on finds the marker at its next
-  // start and finishes the teardown, whatever its restart policy.
-  absl::Status marked = MarkDeleting(*sb);
-  if (!marked.ok()) KJ_LOG(ERROR, "cannot mark a sandbox deleting", sb->id, marked.ToString());
-  sb->teardown_failed = false;
-  std::string id = sb->id;
-  uint64_t generation = sb->generation;
+  return StartTeardown(*sb);
+}
+
+kj::Promise<void> SandboxHost::StartTeardown(Sandbox& sb) {
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
   auto gone = Destroy(id, generation)
-                  .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
-                    KJ_LOG(ERROR, "deleting a sandbox failed; the next delete tries again", id, e);
-                    if (Sandbox* sb = Find(id, generation)) sb->teardown_failed = true;
+                  .catch_([id](kj::Exception&& e) -> kj::Promise<void> {
+                    KJ_LOG(ERROR, "deleting a sandbox failed; the next delete or gc tries again",
+                           id, e);
                     return kj::mv(e);
                   })
                   .fork();
@@ -1078,12 +1092,22 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Delete(const ValidatedDelete& req
   reaper_.add(gone.addBranch());
   // Answered when nothing runs any more, or when the teardown has ended (or failed) first.
   kj::Promise<void> answer = gone.addBranch();
-  if (sb->halt_watched) answer = sb->halted.addBranch().exclusiveJoin(kj::mv(answer));
-  sb->gone = kj::mv(gone);
+  if (sb.halt_watched) answer = sb.halted.addBranch().exclusiveJoin(kj::mv(answer));
+  sb.gone = kj::mv(gone);
   auto answered = answer.fork();
   kj::Promise<void> mine = answered.addBranch();
-  sb->answered = kj::mv(answered);
+  sb.answered = kj::mv(answered);
   return mine;
+}
+
+void SandboxHost::RetryFailedTeardowns() {
+  std::vector<Sandbox*> failed;
+  for (auto& [id, sb] : sandboxes_)
+    if (sb->teardown_failed) failed.push_back(sb.get());
+  for (Sandbox* sb : failed) {
+    KJ_LOG(WARNING, "trying a failed teardown again", sb->id);
+    StartTeardown(*sb);  // nobody waits for its answer: the reaper runs it to its end
+  }
 }
 
 absl::StatusOr<kj::Promise<void>> SandboxHost::AwaitGone(const ValidatedSandboxRef& request) {
@@ -1097,7 +1121,10 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::AwaitGone(const ValidatedSandboxR
 absl::Status SandboxHost::MarkDeleting(const Sandbox& sb) {
   std::string path = sb.bundle_dir + "/sandbox.json";
   capnp::MallocMessageBuilder message;
-  ASSIGN_OR_RETURN(auto record, ReadRecord(path, message));
+  auto read = ReadRecord(path, message);
+  // Without a record there is nothing to mark: a restart destroys what it cannot vouch for.
+  if (absl::IsNotFound(read.status())) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto record, std::move(read));
   if (record.getDeleting()) return absl::OkStatus();
   std::string text = RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid, sb.gid,
                                   sb.default_cwd, sb.home, sb.created_ms,
@@ -1121,39 +1148,18 @@ void SandboxHost::MarkHalted(Sandbox& sb) {
 kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generation) {
   Sandbox* sb = Find(id, generation);
   if (sb == nullptr) return kj::READY_NOW;
-  bool was_running = sb->running;
+  // Before anything is stopped: a privhelper killed from here on finds the marker at its next
+  // start and finishes the teardown, whatever its restart policy. It is never taken back (a
+  // failed teardown stays deleting), so the record on disk and the one here always agree.
+  absl::Status marked = MarkDeleting(*sb);
+  if (!marked.ok()) KJ_LOG(ERROR, "cannot mark a sandbox deleting", id, marked.ToString());
   sb->deleting = true;
   sb->running = false;
+  sb->teardown_failed = false;
   kj::Promise<void> destroy = kj::READY_NOW;
   if (sb->container_created) {
     // After any pause or resume still under way, so a frozen container is seen as frozen.
-    destroy = Sequenced(*sb, [this, id, generation] {
-      Sandbox* sb = Find(id, generation);
-      kj::Promise<void> thawed = kj::READY_NOW;
-      // runsc refuses to kill a frozen container, and its `delete --force` panics on one
-      // (measured on 20221219): resume it first.
-      if (sb != nullptr && sb->frozen) {
-        thawed = runsc_.Run({"resume", id}).then([this, id, generation](RunscResult resumed) {
-          if (!resumed.ok()) KJ_LOG(ERROR, "cannot resume a paused sandbox to delete it", id,
-                                    resumed.Describe());
-          else if (Sandbox* sb = Find(id, generation)) sb->frozen = false;
-        });
-      }
-      // SIGKILL to the sandbox's init (the shim) only: its pid namespace ends with it, every
-      // process in it is killed, and the sentry exits as for a container that ended by itself.
-      // That is the cheapest stop measured (decision 39); `delete --force` then finds nothing
-      // left to kill, and kills whatever is if the init's death did not end it.
-      return thawed.then([this, id] { return runsc_.Run({"kill", id, "KILL"}); })
-          .ignoreResult()
-          .then([this, id, generation] { return AwaitHalt(id, generation); })
-          .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
-          .then([](RunscResult deleted) {
-            // Already gone (a racing delete, or it died): that is what we wanted.
-            if (deleted.stderr_text.find("does not exist") != std::string::npos)
-              return Settle(absl::OkStatus());
-            return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
-          });
-    });
+    destroy = Sequenced(*sb, [this, id, generation] { return StopContainer(id, generation, 0); });
   }
   return destroy.then(
       [this, id, generation]() -> kj::Promise<void> {
@@ -1163,13 +1169,53 @@ kj::Promise<void> SandboxHost::Destroy(const std::string& id, uint64_t generatio
         }
         return kj::READY_NOW;
       },
-      [this, id, generation, was_running](kj::Exception&& e) -> kj::Promise<void> {
-        // runsc could not delete it: keep the record (and its mounts) usable, so a retry can.
-        if (Sandbox* sb = Find(id, generation)) {
-          sb->deleting = false;
-          sb->running = was_running;
-        }
+      [this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
+        // runsc could not delete it even after its retries. It stays deleting and not running,
+        // as its record on disk says: nothing starts in it, it still counts against
+        // maxSandboxes (CheckCapacity), and its mounts stay for the next Delete, gc
+        // (RetryFailedTeardowns) or start (the marker) to finish it.
+        if (Sandbox* sb = Find(id, generation)) sb->teardown_failed = true;
         return kj::mv(e);
+      });
+}
+
+kj::Promise<void> SandboxHost::StopContainer(const std::string& id, uint64_t generation,
+                                             int attempt) {
+  Sandbox* sb = Find(id, generation);
+  if (sb == nullptr) return kj::READY_NOW;
+  kj::Promise<void> thawed = kj::READY_NOW;
+  // runsc refuses to kill a frozen container, and its `delete --force` panics on one
+  // (measured on 20221219): resume it first.
+  if (sb->frozen) {
+    thawed = runsc_.Run({"resume", id}).then([this, id, generation](RunscResult resumed) {
+      if (!resumed.ok()) KJ_LOG(ERROR, "cannot resume a paused sandbox to delete it", id,
+                                resumed.Describe());
+      else if (Sandbox* sb = Find(id, generation)) sb->frozen = false;
+    });
+  }
+  // SIGKILL to the sandbox's init (the shim) only: its pid namespace ends with it, every
+  // process in it is killed, and the sentry exits as for a container that ended by itself.
+  // That is the cheapest stop measured (decision 39); `delete --force` then finds nothing
+  // left to kill, and kills whatever is if the init's death did not end it.
+  return thawed.then([this, id] { return runsc_.Run({"kill", id, "KILL"}); })
+      .ignoreResult()
+      .then([this, id, generation] { return AwaitHalt(id, generation); })
+      .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
+      .then([](RunscResult deleted) {
+        // Already gone (a racing delete, or it died): that is what we wanted.
+        if (deleted.stderr_text.find("does not exist") != std::string::npos)
+          return Settle(absl::OkStatus());
+        return Settle(RunscStatus(deleted, absl::StatusCode::kInternal, ""));
+      })
+      .catch_([this, id, generation, attempt](kj::Exception&& e) -> kj::Promise<void> {
+        // A refusal may pass (a cgroup still busy, runsc's own lock): a few more tries, each
+        // after twice the last wait, before the teardown is reported failed.
+        if (attempt + 1 >= kTeardownTries || Find(id, generation) == nullptr) return kj::mv(e);
+        KJ_LOG(WARNING, "tearing down a sandbox failed; trying again", id, attempt, e);
+        return timer_.afterDelay(kTeardownRetryDelay * (1 << attempt))
+            .then([this, id, generation, attempt] {
+              return StopContainer(id, generation, attempt + 1);
+            });
       });
 }
 
@@ -1242,8 +1288,9 @@ kj::Promise<void> SandboxHost::DeleteAll() {
     Sandbox* sb = Find(id, gen);
     kj::Promise<void> destroyed = nullptr;
     KJ_IF_MAYBE(gone, sb->gone) {
-      // A delete's teardown is under way: wait for it rather than start a second one.
-      destroyed = gone->addBranch();
+      // A delete's teardown under way is waited for rather than started twice; one that
+      // failed is tried again.
+      destroyed = sb->teardown_failed ? Destroy(id, gen) : gone->addBranch();
     } else {
       destroyed = Destroy(id, gen);
     }
@@ -1314,6 +1361,8 @@ void ScanBundle(const std::string& bundle_dir, std::vector<std::string>& files,
 }  // namespace
 
 kj::Promise<void> SandboxHost::Reconcile(config::RestartPolicy policy) {
+  // A gc finishes what failed before, whatever `runsc list` says: their records say deleting.
+  RetryFailedTeardowns();
   return runsc_.Run({"list", "--format=json"})
       .then([this, policy](RunscResult listed) -> kj::Promise<void> {
         absl::Status st = RunscStatus(listed, absl::StatusCode::kInternal, "runsc list: ");

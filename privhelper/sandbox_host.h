@@ -99,10 +99,11 @@ class SandboxHost {
   // Stops the sandbox and answers once nothing can run in it any more (its sentry has exited),
   // having first marked its record deleting on disk; runsc's state, mounts, cgroups, network
   // and bundle are released in the background (AwaitGone). While that runs the sandbox is
-  // `deleting`: a second Delete answers as the first, nothing new starts in it, it no longer
-  // counts against its deployment's maxSandboxes, and a restarted privhelper that finds the
-  // marker finishes the teardown. A teardown that fails in the background is logged, and the
-  // next Delete starts it again.
+  // `deleting`: a second Delete answers as the first, nothing new starts in it, it counts
+  // against its deployment's maxSandboxes only beyond maxSandboxes of them (CheckCapacity),
+  // and a restarted privhelper that finds the marker finishes the teardown. runsc's part is
+  // tried kTeardownTries times; a teardown that still fails is logged and leaves the sandbox
+  // deleting (here and on disk), and the next Delete, gc (Reconcile) or start finishes it.
   absl::StatusOr<kj::Promise<void>> Delete(const ValidatedDelete& request);
   // Resolves once nothing of the sandbox is left (at once for an unknown id); fails if its
   // teardown failed. failed-precondition if it is not being deleted.
@@ -140,7 +141,8 @@ class SandboxHost {
   // At start-up, before serving, and on SIGHUP: finds what a previous privhelper left (runsc
   // containers in the control netns, bundles, cgroups). Running sandboxes with a readable
   // record are adopted (policy keep) or destroyed (policy kill); everything else is
-  // garbage-collected. Collects nothing if `runsc list` fails or cannot be parsed.
+  // garbage-collected. Collects nothing if `runsc list` fails or cannot be parsed. Teardowns that
+  // failed before are started again first.
   kj::Promise<void> Reconcile(config::RestartPolicy policy);
   size_t size() const { return sandboxes_.size(); }
 
@@ -154,12 +156,16 @@ class SandboxHost {
   // Tests lower the cap to reach it cheaply.
   void SetMaxProcessesPerSandbox(size_t max) { max_processes_ = max; }
   // How long a stop's reason waits for the sentry's or gofer's wait status: the kernel has it
-  // once their parent (init, since `runsc create` exited) reaps them. Measured here: about 1.7 s
+  // once their parent (init, since `runsc run --detach` exited) reaps them. Measured here: about 1.7 s
   // under this VM's init; at once under systemd. The sandbox is refused new processes meanwhile.
   static constexpr kj::Duration kExitStatusPatience = 3 * kj::SECONDS;
   // How long a delete waits for the sentry to exit after its init was killed before it lets
   // `runsc delete --force` kill the rest (docs/decisions.md 39: measured 30-60 ms).
   static constexpr kj::Duration kHaltPatience = 2 * kj::SECONDS;
+  // How often a teardown tries runsc's part (resume, kill, delete) before it is reported
+  // failed, and the wait before the first retry (doubled before each next one: 1, 2, 4 s).
+  static constexpr int kTeardownTries = 4;
+  static constexpr kj::Duration kTeardownRetryDelay = 1 * kj::SECONDS;
 
  private:
   struct Process : public kj::Refcounted {
@@ -228,10 +234,12 @@ class SandboxHost {
     bool halt_watched = false;
     // A Delete under way: `answered` resolves when its caller is answered, `gone` when the
     // background teardown has released everything (each is shared by every later Delete and
-    // AwaitGone). Both are cleared if the teardown fails, so the next Delete starts it again.
+    // AwaitGone). Both are replaced when a failed teardown is started again.
     kj::Maybe<kj::ForkedPromise<void>> answered;
     kj::Maybe<kj::ForkedPromise<void>> gone;
-    bool teardown_failed = false;  // the last one failed: the next Delete starts it again
+    // The last teardown failed after its retries: it stays `deleting` and not running (as its
+    // record on disk says) until the next Delete or gc starts it again.
+    bool teardown_failed = false;
     std::map<std::string, kj::Own<Process>> processes;
     // Its spawner (null: none yet, or spawners are off). Once down it stays down: every later
     // process is a runsc exec, and `spawner_down` says why.
@@ -262,7 +270,8 @@ class SandboxHost {
   absl::StatusOr<CreatePlan> PlanCreate(const ValidatedCreate& request) const;
   // Create, after every check: the bundle, with its record, overlay and staged mounts.
   absl::Status WriteBundle(Sandbox& sb, const ValidatedCreate& request, const CreatePlan& plan);
-  // Create, asynchronously: `runsc create` and `runsc start`, or a teardown.
+  // Create, asynchronously: `runsc run --detach` (create and start in one runsc process), or
+  // a teardown.
   kj::Promise<void> StartContainer(const std::string& id, uint64_t generation);
   // After start (or adoption): finds the sentry and the gofer (runsc's state file) and watches
   // them (Sandbox::watch), marking the sandbox stopped when either exits; marks it stopped at
@@ -309,9 +318,21 @@ class SandboxHost {
                                                            const ProcessCommand& command,
                                                            const std::string& cwd);
 
-  // Kills and deletes the runsc container (if created), unmounts and removes the bundle, and
-  // forgets the sandbox. Processes still running are reaped in the background.
+  // Marks the record deleting, kills and deletes the runsc container (if created), unmounts and
+  // removes the bundle, and forgets the sandbox. Processes still running are reaped in the
+  // background. If runsc fails it keeps the sandbox deleting (teardown_failed).
   kj::Promise<void> Destroy(const std::string& id, uint64_t generation);
+  // Destroy's runsc part, as a Sequenced step: resume if frozen, kill its init, wait for the
+  // halt, `delete --force`; tried again after a failure until kTeardownTries.
+  kj::Promise<void> StopContainer(const std::string& id, uint64_t generation, int attempt);
+  // Destroy in the background, as Delete does it (sets answered and gone); resolves with the
+  // answer.
+  kj::Promise<void> StartTeardown(Sandbox& sb);
+  // Starts every teardown that failed again (gc).
+  void RetryFailedTeardowns();
+  // resource-exhausted if a create would pass the deployment's maxSandboxes, counting every
+  // sandbox that is not being deleted and those being deleted beyond maxSandboxes of them.
+  absl::Status CheckCapacity(const config::Deployment::Reader& deployment) const;
   // Resolves once the sandbox's sentry has exited, or after kHaltPatience; at once if its
   // sentry is not watched.
   kj::Promise<void> AwaitHalt(const std::string& id, uint64_t generation);

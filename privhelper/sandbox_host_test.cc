@@ -323,6 +323,23 @@ class SandboxHostTest : public ::testing::Test {
     EXPECT_EQ(host_->size(), 0u);
   }
 
+  // What the sandbox's record on disk says of a delete.
+  bool RecordSaysDeleting(const std::string& id) const {
+    std::ifstream record(Bundle(id) + "/sandbox.json");
+    std::stringstream text;
+    text << record.rdbuf();
+    return absl::StrContains(text.str(), "\"deleting\":true");
+  }
+
+  // Lets every teardown retry run out: the timer moves on until nothing waits on it.
+  void RunOutTeardownRetries() {
+    for (int i = 0; i < 4 * SandboxHost::kTeardownTries; ++i) {
+      ws_.poll();
+      timer_.advanceTo(timer_.now() + 10 * kj::SECONDS);
+    }
+    ws_.poll();
+  }
+
   struct Inventory {
     std::map<std::string, bool> unattached, oom_killed, stopped, paused;
     std::map<std::string, std::string> stop_reason;
@@ -1159,10 +1176,7 @@ TEST_F(SandboxHostTest, DeleteAnswersOnceNothingRunsAndTearsDownInTheBackground)
   EXPECT_TRUE(Await(std::move(*deleted)).ok());
   EXPECT_EQ(runsc_.CallsOf("kill"), (std::vector<std::vector<std::string>>{{"kill", "sb-1", "KILL"}}));
   // Deleting: marked on disk, out of the inventory, nothing starts, a second delete answers.
-  std::ifstream record(Bundle("sb-1") + "/sandbox.json");
-  std::stringstream text;
-  text << record.rdbuf();
-  EXPECT_THAT(text.str(), HasSubstr("\"deleting\":true"));
+  EXPECT_TRUE(RecordSaysDeleting("sb-1"));
   EXPECT_EQ(host_->size(), 1u);
   EXPECT_EQ(Listing().unattached.count("sb-1"), 0u);
   EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(), absl::StatusCode::kNotFound);
@@ -1180,22 +1194,49 @@ TEST_F(SandboxHostTest, DeleteAnswersOnceNothingRunsAndTearsDownInTheBackground)
   EXPECT_TRUE(Await(host_->AwaitGone({"sb-1"})).ok()) << "an unknown sandbox is gone";
 }
 
-TEST_F(SandboxHostTest, ABackgroundTeardownThatFailsIsStartedAgainByTheNextDelete) {
+// Regression (teardown review, finding 1): a failed teardown used to put the sandbox back as
+// running while its record on disk said deleting.
+TEST_F(SandboxHostTest, ABackgroundTeardownThatFailsIsRetriedThenStaysDeletingForTheNextDelete) {
   Adopt("sb-1");
   runsc_.results["delete"] = Failed("permission denied on the cgroup");
   EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok()) << "nothing runs in it any more";
-  EXPECT_EQ(Await(host_->AwaitGone({"sb-1"})).code(), absl::StatusCode::kInternal);
+  auto gone = host_->AwaitGone({"sb-1"});
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  ws_.poll();
+  EXPECT_FALSE(gone->poll(ws_)) << "reported failed without a retry";
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), 1u);
+  RunOutTeardownRetries();
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), size_t{SandboxHost::kTeardownTries});
+  EXPECT_EQ(Await(std::move(*gone)).code(), absl::StatusCode::kInternal);
+  // Still deleting, here as on disk: out of the inventory, nothing starts in it.
   EXPECT_EQ(host_->size(), 1u);
-  EXPECT_TRUE(fs::exists(Bundle("sb-1") + "/sandbox.json"));
+  EXPECT_TRUE(RecordSaysDeleting("sb-1"));
+  EXPECT_EQ(Listing().unattached.count("sb-1"), 0u);
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(), absl::StatusCode::kNotFound);
 
-  // A container that is already gone is what a delete wants.
+  // The next delete starts it again; a container that is already gone is what it wants.
   runsc_.results["delete"] = Failed("container \"sb-1\" does not exist");
   EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok());
-  EXPECT_EQ(runsc_.CallsOf("delete").size(), 2u);
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), size_t{SandboxHost::kTeardownTries} + 1);
   EXPECT_EQ(host_->size(), 0u);
+  EXPECT_FALSE(fs::exists(Bundle("sb-1")));
 }
 
-TEST_F(SandboxHostTest, ARunscThatCannotStopItKeepsTheSandboxForARetry) {
+TEST_F(SandboxHostTest, ATeardownRefusedOnceSucceedsOnItsRetry) {
+  Adopt("sb-1");
+  runsc_.results["delete"] = Failed("permission denied on the cgroup");
+  EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  auto gone = host_->AwaitGone({"sb-1"});
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  runsc_.results.erase("delete");
+  timer_.advanceTo(timer_.now() + SandboxHost::kTeardownRetryDelay);
+  EXPECT_TRUE(Await(std::move(*gone)).ok());
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), 2u);
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_FALSE(fs::exists(Bundle("sb-1")));
+}
+
+TEST_F(SandboxHostTest, ARunscThatCannotStopItKeepsTheSandboxDeletingForARetry) {
   Adopt("sb-1");
   kill_ends_sentry_ = false;  // its init's death did not end it
   runsc_.results["delete"] = Failed("permission denied on the cgroup");
@@ -1203,12 +1244,42 @@ TEST_F(SandboxHostTest, ARunscThatCannotStopItKeepsTheSandboxForARetry) {
   ASSERT_TRUE(deleted.ok());
   ws_.poll();
   EXPECT_FALSE(deleted->poll(ws_)) << "answered while its sentry still runs";
-  // `runsc delete --force` gets its chance after kHaltPatience, and fails: so does the delete.
-  timer_.advanceTo(timer_.now() + SandboxHost::kHaltPatience);
+  // `runsc delete --force` gets its chance after kHaltPatience, each time, and fails: so does
+  // the delete, once the retries have run out.
+  RunOutTeardownRetries();
   absl::Status st = Await(std::move(*deleted));
   EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << st;
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), size_t{SandboxHost::kTeardownTries});
   EXPECT_EQ(host_->size(), 1u);
-  EXPECT_EQ(Listing().unattached.count("sb-1"), 1u) << "still listed as running";
+  EXPECT_TRUE(RecordSaysDeleting("sb-1"));
+  EXPECT_EQ(Listing().unattached.count("sb-1"), 0u) << "listed as running again";
+  EXPECT_EQ(host_->StartProcess(Start("sb-1", "p-1")).status().code(), absl::StatusCode::kNotFound);
+  runsc_.results.erase("delete");
+  watcher_.Exit(kSentry);
+  EXPECT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  EXPECT_EQ(host_->size(), 0u);
+}
+
+// A leftover that a restart destroys, or a failed create, has no Delete to start it again: it
+// stays deleting (on disk too) and the next gc finishes it.
+TEST_F(SandboxHostTest, AFailedTeardownOfALeftoverIsFinishedByTheNextGc) {
+  LeaveBundle("sb-1");
+  WriteRunscStateFile("sb-1");
+  runsc_.results["list"] = Listed(R"([{"id": "sb-1", "status": "running"}])");
+  runsc_.results["delete"] = Failed("permission denied on the cgroup");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  RunOutTeardownRetries();
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), size_t{SandboxHost::kTeardownTries});
+  EXPECT_EQ(host_->size(), 1u);
+  EXPECT_TRUE(RecordSaysDeleting("sb-1")) << "a restart under policy keep would adopt it";
+  EXPECT_EQ(Listing().unattached.count("sb-1"), 0u);
+
+  runsc_.results.erase("delete");
+  runsc_.results["list"] = Listed("null");
+  ASSERT_TRUE(Reconcile(config::RestartPolicy::KILL).ok());
+  EXPECT_EQ(runsc_.CallsOf("delete").size(), size_t{SandboxHost::kTeardownTries} + 1);
+  EXPECT_EQ(host_->size(), 0u);
+  EXPECT_FALSE(fs::exists(Bundle("sb-1")));
 }
 
 TEST_F(SandboxHostTest, DeleteAllDestroysEverySandbox) {
@@ -1285,6 +1356,30 @@ TEST_F(SandboxHostTest, CreateRefusesPastTheDeploymentsMaxSandboxes) {
   EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted) << created.status();
   EXPECT_THAT(std::string(created.status().message()), HasSubstr("maxSandboxes"));
   EXPECT_FALSE(fs::exists(Bundle("sb-3")));
+}
+
+// Regression (teardown review, finding 2): sandboxes being deleted hold a /30, a namespace,
+// mounts and a cgroup; maxSandboxes of them are free, each one beyond counts.
+TEST_F(SandboxHostTest, SandboxesBeingDeletedCountBeyondMaxSandboxesOfThem) {
+  for (const char* id : {"sb-1", "sb-2", "sb-3", "sb-4"}) Adopt(id);
+  runsc_.results["delete"] = Failed("permission denied on the cgroup");
+  for (const char* id : {"sb-1", "sb-2", "sb-3"}) ASSERT_TRUE(Await(host_->Delete({id})).ok());
+  // One live and three deleting (maxSandboxes 2): the third deleting one counts.
+  auto created = host_->Create(Create("sb-5"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted) << created.status();
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("still being deleted"));
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("maxSandboxes"));
+  RunOutTeardownRetries();  // failed for good: they still hold what they held
+  EXPECT_EQ(host_->Create(Create("sb-5")).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(fs::exists(Bundle("sb-5")));
+
+  // One of them gone: one live and two deleting fit. (The create passes the count and fails
+  // further on, at the fixture's unmountable rootfs.)
+  runsc_.results.erase("delete");
+  ASSERT_TRUE(Await(host_->Delete({"sb-1"})).ok());
+  EXPECT_EQ(host_->size(), 3u);
+  created = host_->Create(Create("sb-5"));
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
 }
 
 TEST_F(SandboxHostTest, ABundleLeftUnderTheSameIdIsNotTakenOverNorRemoved) {

@@ -118,7 +118,8 @@ interface Helper {
   # Stops the sandbox: answers once nothing can run in it any more (its gVisor kernel has
   # exited), with its record marked deleting. Releasing the rest -- runsc's state, mounts,
   # cgroups, network, bundle -- goes on in the background (awaitGone). A second call while it is
-  # being deleted answers as the first does.
+  # being deleted answers as the first does; a call after its teardown failed (after retries;
+  # the sandbox stays deleting) starts it again. not-found: nothing of it is held any more.
 
   inventory @6 () -> (sandboxes :List(AdoptedSandbox), processes :List(KeptProcess));
   # Everything a starting broker must know: every sandbox, and every process started through
