@@ -122,7 +122,10 @@ std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_
   return parent + "/" + sandbox_id;
 }
 
-std::vector<std::string> SandboxInitArgv() { return {kShimPath, "init"}; }
+std::vector<std::string> SandboxInitArgv(bool spawner) {
+  if (spawner) return {kShimPath, "spawner", "--init"};
+  return {kShimPath, "init"};
+}
 
 std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
                                  const std::vector<std::string>& argv) {
@@ -197,7 +200,7 @@ std::string RenderOciConfig(const BundleSpec& spec) {
   w.Bool(false);
   WriteUser(w, spec.uid, spec.gid);
   w.Key("args");
-  w.StringArray(SandboxInitArgv());
+  w.StringArray(SandboxInitArgv(spec.init_is_spawner));
   w.Key("env");
   w.StringArray(ProcessEnv({}, false, {}, false, spec.home));
   w.Key("cwd");

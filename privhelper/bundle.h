@@ -36,6 +36,9 @@ struct BundleSpec {
   // Network mode "sandbox": the pinned namespace (<runDir>/netns/<id>) runsc joins, given as
   // the network namespace's "path". Empty: a new, empty one (mode "none").
   std::string netns_path;
+  // The sandbox's init is the spawner (`shim spawner --init`, its channel on the init's stdin
+  // and stdout) rather than the plain `shim init`.
+  bool init_is_spawner = false;
 };
 
 // Where every sandbox sees the shim (sandbox/shim.cc), its init and tty relay: read-only,
@@ -70,7 +73,7 @@ struct ExecSpec {
 // The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is
 // reparented to it and must be reaped, or it stays a zombie). Client processes all run
 // through `runsc exec`, so the sandbox outlives any one of them (docs/architecture.md).
-std::vector<std::string> SandboxInitArgv();
+std::vector<std::string> SandboxInitArgv(bool spawner);
 
 // The environment every sandbox process starts from; `env` entries override by key. A tty
 // process also gets TERM=xterm unless `env` sets TERM, and every process HOME=`home` (when not

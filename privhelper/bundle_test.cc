@@ -297,7 +297,7 @@ TEST(RenderOciConfigTest, ProcessRunsInitAsTheDeploymentUserWithNoPrivileges) {
   ASSERT_TRUE(process.isObject());
   ExpectUser(process, 1000, 1001);
   EXPECT_FALSE(Bool(Field(process, "terminal")));
-  EXPECT_EQ(Strings(Field(process, "args")), SandboxInitArgv());
+  EXPECT_EQ(Strings(Field(process, "args")), SandboxInitArgv(false));
   EXPECT_EQ(Strings(Field(process, "env")), ProcessEnv({}));
   EXPECT_EQ(Str(Field(process, "cwd")), "/");
   ExpectNoCapabilities(process);
@@ -328,7 +328,8 @@ TEST(RenderOciConfigTest, UserIdsAreRenderedExactly) {
 }
 
 TEST(SandboxInitArgvTest, IsTheShimsInit) {
-  EXPECT_EQ(SandboxInitArgv(), (std::vector<std::string>{"/.paseo/shim", "init"}));
+  EXPECT_EQ(SandboxInitArgv(false), (std::vector<std::string>{"/.paseo/shim", "init"}));
+  EXPECT_EQ(SandboxInitArgv(true), (std::vector<std::string>{"/.paseo/shim", "spawner", "--init"}));
 }
 
 TEST(RenderOciConfigTest, TheShimIsMountedReadOnlyFromTheHostCopy) {

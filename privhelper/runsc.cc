@@ -93,7 +93,7 @@ absl::StatusOr<kj::Promise<int>> RunscProcessRunner::Start(std::vector<std::stri
 }
 
 kj::Promise<RunscResult> RunscProcessRunner::Run(std::vector<std::string> args,
-                                                 RunscNetwork network) {
+                                                 RunscNetwork network, InitStdio init) {
   // stdout and stderr go to memfds, not pipes: `runsc create` passes its stdio on to the
   // sandbox's init, which would hold a pipe open forever and a reader waiting for EOF would hang.
   kj::AutoCloseFd err_fd(memfd_create("runsc-stderr", MFD_CLOEXEC));
@@ -102,7 +102,10 @@ kj::Promise<RunscResult> RunscProcessRunner::Run(std::vector<std::string> args,
     return StatusToException(ErrnoStatus("memfd_create", "runsc output"));
   kj::AutoCloseFd null_fd(open("/dev/null", O_RDWR | O_CLOEXEC));
   if (null_fd.get() < 0) return StatusToException(ErrnoStatus("open", "/dev/null"));
-  auto pid = Spawn(std::move(args), {null_fd.get(), out_fd.get(), err_fd.get()}, network);
+  auto pid = Spawn(std::move(args),
+                   {init.in >= 0 ? init.in : null_fd.get(), init.out >= 0 ? init.out : out_fd.get(),
+                    err_fd.get()},
+                   network);
   if (!pid.ok()) {
     return StatusToException(absl::InternalError(
         absl::StrCat("cannot start runsc: ", pid.status().message())));

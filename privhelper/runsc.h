@@ -44,6 +44,13 @@ struct RunscStdio {
   int log_fd = -1;
 };
 
+// The stdin and stdout `runsc run` passes on to the sandbox's init (-1: /dev/null in, runsc's
+// captured stdout out). The caller keeps ownership and may close them once Run returns.
+struct InitStdio {
+  int in = -1;
+  int out = -1;
+};
+
 class RunscRunner {
  public:
   virtual ~RunscRunner() = default;
@@ -54,7 +61,8 @@ class RunscRunner {
   // only for the `create` and `start` of a sandbox with network mode
   // "sandbox".
   virtual kj::Promise<RunscResult> Run(std::vector<std::string> args,
-                                       RunscNetwork network = RunscNetwork::kNone) = 0;
+                                       RunscNetwork network = RunscNetwork::kNone,
+                                       InitStdio init = {}) = 0;
 
   // Starts `runsc <fixed flags> <args...>` on `stdio` and returns at once; the promise
   // resolves to runsc's wait status when it ends.
@@ -75,7 +83,8 @@ class RunscProcessRunner final : public RunscRunner {
   static constexpr kj::Duration kTimeout = 60 * kj::SECONDS;
 
   kj::Promise<RunscResult> Run(std::vector<std::string> args,
-                               RunscNetwork network = RunscNetwork::kNone) override;
+                               RunscNetwork network = RunscNetwork::kNone,
+                               InitStdio init = {}) override;
   absl::StatusOr<kj::Promise<int>> Start(std::vector<std::string> args,
                                          const RunscStdio& stdio) override;
 

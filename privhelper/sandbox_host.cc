@@ -397,6 +397,7 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   spec.home_bytes = request.profile->getHomeBytes();
   spec.limits = config_.LimitsOf(*request.profile);
   spec.cgroups_path = SandboxCgroup(config_.helper().getCgroupParent().cStr(), sb.id);
+  spec.init_is_spawner = spawner_io_ != nullptr;
   // Recorded as soon as mounted, so the teardown unmounts exactly what exists.
   auto stage = [&](const ResolvedWorkspace& source, const std::string& staging,
                    const std::string& destination, bool read_only) -> absl::Status {
@@ -439,7 +440,23 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
   // same bundle: one runsc start-up (~25-45 ms of Go initialisation here) fewer per sandbox
   // (docs/performance.md, "One-shot command"). Debian's runsc 20221219 sets up the sandbox's
   // network at start, so this process gets the network flag too.
-  return runsc_.Run({"run", "--detach", "--bundle", bundle_dir, id}, network)
+  // The init is the spawner (WriteBundle): its channel is the init's stdin and stdout, which
+  // runsc passes on to it. runsc's copies are the only ones the sandbox keeps.
+  InitStdio init;
+  auto to = MakePipe();
+  auto from = MakePipe();
+  bool with_spawner = spawner_io_ != nullptr && to.ok() && from.ok();
+  if (with_spawner) {
+    fcntl(from->read.get(), F_SETPIPE_SZ, 1 << 20);  // as StartSpawner's
+    init = {to->read.get(), from->write.get()};
+  }
+  auto run = runsc_.Run({"run", "--detach", "--bundle", bundle_dir, id}, network, init);
+  if (with_spawner) {
+    to->read = nullptr;
+    from->write = nullptr;
+    OpenSpawnerChannel(*sb, kj::mv(to->write), kj::mv(from->read), true);
+  }
+  return kj::mv(run)
       .then([](RunscResult started) {
         return Settle(RunscStatus(started, absl::StatusCode::kInternal, "cannot start sandbox: "));
       })
@@ -451,9 +468,21 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
         // Watched before it is reported created, so no death goes unseen, nor its status.
         WatchHostProcesses(*sb);
         sb->running = true;
-        // Not waited for: until it says hello, processes are runsc execs.
-        StartSpawner(*sb);
-        return kj::READY_NOW;
+        if (sb->spawner.get() == nullptr) {
+          // Not waited for: until it says hello, processes are runsc execs.
+          StartSpawner(*sb);
+          return kj::READY_NOW;
+        }
+        // The init is the spawner: answered once it said hello (it does as it starts), so the
+        // first process already starts through it; one that stays silent is taken down.
+        return sb->spawner->Hello()
+            .exclusiveJoin(timer_.afterDelay(kSpawnerHelloPatience))
+            .then([this, id, generation] {
+              Sandbox* sb = Find(id, generation);
+              if (sb != nullptr && sb->spawner.get() != nullptr &&
+                  sb->spawner->state() == SpawnerChannel::State::kStarting)
+                sb->spawner->Fail("it did not say hello in time");
+            });
       })
       .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
         // Whatever failed (runsc, a spawn, a timeout): tear down what exists, then report.
@@ -607,18 +636,7 @@ void SandboxHost::StartSpawner(Sandbox& sb) {
   if (!runsc_exit.ok()) return fail(runsc_exit.status());
   std::string id = sb.id;
   uint64_t generation = sb.generation;
-  sb.spawner = kj::heap<SpawnerChannel>(
-      *spawner_io_, kj::mv(to->write), kj::mv(from->read),
-      [this, id, generation](std::string why) {
-        Sandbox* sb = Find(id, generation);
-        if (sb == nullptr) return;
-        sb->spawner_down = why;
-        // A spawner that broke the protocol may still run: it goes (its children with it).
-        if (sb->running && !sb->frozen && !sb->deleting) {
-          if (auto pid = ReadInternalPid(sb->spawner_pid_file); pid.ok())
-            reaper_.add(runsc_.Run({"kill", absl::StrCat("--pid=", *pid), id, "KILL"}).ignoreResult());
-        }
-      });
+  OpenSpawnerChannel(sb, kj::mv(to->write), kj::mv(from->read), false);
   // Reaped whatever becomes of the sandbox; its end takes the channel down with a reason.
   auto ended = runsc_exit->fork();
   reaper_.add(ended.addBranch().ignoreResult());
@@ -634,6 +652,27 @@ void SandboxHost::StartSpawner(Sandbox& sb) {
                                                            : absl::StrCat("exit status ", WEXITSTATUS(status)),
                                        ")", said.empty() ? "" : ": ", said));
       }));
+}
+
+void SandboxHost::OpenSpawnerChannel(Sandbox& sb, kj::AutoCloseFd to_spawner,
+                                     kj::AutoCloseFd from_spawner, bool is_init) {
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
+  sb.spawner_is_init = is_init;
+  sb.spawner = kj::heap<SpawnerChannel>(
+      *spawner_io_, kj::mv(to_spawner), kj::mv(from_spawner),
+      [this, id, generation, is_init](std::string why) {
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr) return;
+        sb->spawner_down = why;
+        // A spawner that broke the protocol may still run: it goes (its children with it). An
+        // init spawner stays: it sees its channel end, kills what it started and is a plain
+        // init from then on (killing it would end the sandbox).
+        if (!is_init && sb->running && !sb->frozen && !sb->deleting) {
+          if (auto pid = ReadInternalPid(sb->spawner_pid_file); pid.ok())
+            reaper_.add(runsc_.Run({"kill", absl::StrCat("--pid=", *pid), id, "KILL"}).ignoreResult());
+        }
+      });
 }
 
 std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawner(
@@ -1193,12 +1232,10 @@ kj::Promise<void> SandboxHost::StopContainer(const std::string& id, uint64_t gen
       else if (Sandbox* sb = Find(id, generation)) sb->frozen = false;
     });
   }
-  // SIGKILL to the sandbox's init (the shim) only: its pid namespace ends with it, every
-  // process in it is killed, and the sentry exits as for a container that ended by itself.
-  // That is the cheapest stop measured (decision 39); `delete --force` then finds nothing
-  // left to kill, and kills whatever is if the init's death did not end it.
-  return thawed.then([this, id] { return runsc_.Run({"kill", id, "KILL"}); })
-      .ignoreResult()
+  // The init ends (StopInit), and with it its pid namespace: every process in it is killed and
+  // the sentry exits as for a container that ended by itself (decision 39); `delete --force`
+  // then finds nothing left to kill, and kills whatever is if the init's end did not end it.
+  return thawed.then([this, id, generation] { return StopInit(id, generation); })
       .then([this, id, generation] { return AwaitHalt(id, generation); })
       .then([this, id] { return runsc_.Run({"delete", "--force", id}); })
       .then([](RunscResult deleted) {
@@ -1217,6 +1254,26 @@ kj::Promise<void> SandboxHost::StopContainer(const std::string& id, uint64_t gen
               return StopContainer(id, generation, attempt + 1);
             });
       });
+}
+
+kj::Promise<void> SandboxHost::StopInit(const std::string& id, uint64_t generation) {
+  Sandbox* sb = Find(id, generation);
+  if (sb != nullptr && sb->spawner_is_init && sb->spawner.get() != nullptr &&
+      sb->spawner->state() == SpawnerChannel::State::kUp && sb->halt_watched && !sb->frozen) {
+    // An init that is the spawner is asked to exit: no runsc is started, and the sentry sees
+    // its init return (decision 41). One that does not within kInitExitPatience (it is the
+    // sandbox's own code) is killed as any other init.
+    sb->spawner->ExitSpawner();
+    return sb->halted.addBranch()
+        .then([] { return true; })
+        .exclusiveJoin(timer_.afterDelay(kInitExitPatience).then([] { return false; }))
+        .then([this, id](bool halted) -> kj::Promise<void> {
+          if (halted) return kj::READY_NOW;
+          return runsc_.Run({"kill", id, "KILL"}).ignoreResult();
+        });
+  }
+  // SIGKILL to the sandbox's init only: the cheapest stop through runsc (decision 39).
+  return runsc_.Run({"kill", id, "KILL"}).ignoreResult();
 }
 
 kj::Promise<void> SandboxHost::AwaitHalt(const std::string& id, uint64_t generation) {

@@ -162,6 +162,9 @@ class SandboxHost {
   // How long a delete waits for the sentry to exit after its init was killed before it lets
   // `runsc delete --force` kill the rest (docs/decisions.md 39: measured 30-60 ms).
   static constexpr kj::Duration kHaltPatience = 2 * kj::SECONDS;
+  // How long a create waits for an init spawner's hello, and a delete for it to exit when told.
+  static constexpr kj::Duration kSpawnerHelloPatience = 2 * kj::SECONDS;
+  static constexpr kj::Duration kInitExitPatience = 500 * kj::MILLISECONDS;
   // How often a teardown tries runsc's part (resume, kill, delete) before it is reported
   // failed, and the wait before the first retry (doubled before each next one: 1, 2, 4 s).
   static constexpr int kTeardownTries = 4;
@@ -244,6 +247,7 @@ class SandboxHost {
     // Its spawner (null: none yet, or spawners are off). Once down it stays down: every later
     // process is a runsc exec, and `spawner_down` says why.
     kj::Own<SpawnerChannel> spawner;
+    bool spawner_is_init = false;  // it is the sandbox's init (started by `runsc run`)
     std::string spawner_pid_file;
     std::string spawner_down;
     // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
@@ -311,6 +315,9 @@ class SandboxHost {
   // Starts the sandbox's spawner with a `runsc exec` as its run-as user, unless spawners are off
   // or it has one (up, starting or down).
   void StartSpawner(Sandbox& sb);
+  // sb.spawner on the given ends of its channel; `is_init`: the spawner is the sandbox's init.
+  void OpenSpawnerChannel(Sandbox& sb, kj::AutoCloseFd to_spawner, kj::AutoCloseFd from_spawner,
+                          bool is_init);
   // A process through the sandbox's spawner; nullopt if the spawner cannot take it (then it is
   // a runsc exec).
   std::optional<absl::StatusOr<Stdio>> StartThroughSpawner(Sandbox& sb,
@@ -336,6 +343,8 @@ class SandboxHost {
   // Resolves once the sandbox's sentry has exited, or after kHaltPatience; at once if its
   // sentry is not watched.
   kj::Promise<void> AwaitHalt(const std::string& id, uint64_t generation);
+  // Ends the sandbox's init: an init spawner is told to exit, any other is SIGKILLed by runsc.
+  kj::Promise<void> StopInit(const std::string& id, uint64_t generation);
   // Sets the persisted marker (records.capnp SandboxRecord.deleting) in its record.
   absl::Status MarkDeleting(const Sandbox& sb);
   // Nothing can run in it any more: answers a delete waiting for that.

@@ -57,7 +57,8 @@ class FakeRunsc final : public RunscRunner {
   };
 
   kj::Promise<RunscResult> Run(std::vector<std::string> args,
-                               RunscNetwork network = RunscNetwork::kNone) override {
+                               RunscNetwork network = RunscNetwork::kNone,
+                               InitStdio = {}) override {
     calls.push_back(args);
     networks.push_back(network);
     if (on_run) on_run(args);

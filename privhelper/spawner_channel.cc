@@ -62,6 +62,9 @@ SpawnerChannel::SpawnerChannel(kj::LowLevelAsyncIoProvider& io, kj::AutoCloseFd 
                                kj::AutoCloseFd from_spawner,
                                kj::Function<void(std::string)> on_down)
     : io_(io), on_down_(kj::mv(on_down)) {
+  auto hello = kj::newPromiseAndFulfiller<void>();
+  hello_fulfiller_ = kj::mv(hello.fulfiller);
+  hello_ = hello.promise.fork();
   fcntl(to_spawner.get(), F_SETFL, fcntl(to_spawner.get(), F_GETFL) | O_NONBLOCK);
   fcntl(from_spawner.get(), F_SETFL, fcntl(from_spawner.get(), F_GETFL) | O_NONBLOCK);
   to_ = io_.wrapOutputFd(to_spawner.release(), kOwned);
@@ -145,6 +148,7 @@ absl::Status SpawnerChannel::Apply(const spawner::Frame& frame) {
     if (event->value != spawner::kVersion)
       return absl::InvalidArgumentError(absl::StrCat("protocol version ", event->value));
     state_ = State::kUp;
+    hello_fulfiller_->fulfill();
     return absl::OkStatus();
   }
   if (state_ != State::kUp) return absl::InvalidArgumentError("a frame before hello");
@@ -238,6 +242,9 @@ absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::Sta
   size_t running = 0;
   for (const auto& [id, proc] : procs_) running += proc->exit ? 0 : 1;
   if (running >= kMaxProcesses) return absl::ResourceExhaustedError("too many processes");
+  // Ids are never reused in a channel (a late frame for an old one would land on a new one):
+  // after 2^32 - 1 starts the sandbox's processes are runsc execs.
+  if (next_id_ == UINT32_MAX) return absl::UnavailableError("the spawner has used every id");
   uint32_t id = next_id_;
   std::optional<std::string> frame = spawner::EncodeStart(id, request);
   if (!frame) return absl::InvalidArgumentError("command too large for the spawner");
@@ -409,6 +416,8 @@ absl::Status SpawnerChannel::Signal(uint32_t id, int sig) {
 
 void SpawnerChannel::Fail(std::string reason) { Down(kj::mv(reason), true); }
 
+void SpawnerChannel::ExitSpawner() { Send(spawner::Encode(Type::kExitSpawner, 0, "")); }
+
 void SpawnerChannel::Release(uint32_t id) {
   auto it = procs_.find(id);
   if (it == procs_.end() || !it->second->exit) return;
@@ -430,6 +439,7 @@ void SpawnerChannel::Down(std::string reason, bool notify) {
   if (state_ == State::kDown) return;
   state_ = State::kDown;
   down_reason_ = reason;
+  if (hello_fulfiller_->isWaiting()) hello_fulfiller_->fulfill();
   KJ_LOG(WARNING, "a sandbox's spawner is down", reason);
   std::string notice = absl::StrCat("paseo-sandbox: the sandbox's process spawner went down (",
                                     reason, "); this process was killed with it\n");

@@ -16,7 +16,7 @@
 //
 //   SpawnerChannel channel(io, kj::mv(to_spawner), kj::mv(from_spawner),
 //                          [](std::string why) { ... });
-//   channel.Ready().then(...);  // the spawner said hello
+//   channel.Hello().then(...);  // the spawner said hello (or the channel went down)
 //   ASSIGN_OR_RETURN(SpawnerChannel::Started p, channel.Start(request));
 #pragma once
 
@@ -47,6 +47,11 @@ class SpawnerChannel {
 
   enum class State { kStarting, kUp, kDown };
   State state() const { return state_; }
+  // Resolves once the state is no longer kStarting.
+  kj::Promise<void> Hello() { return hello_.addBranch(); }
+  // Tells the spawner to kill its processes and exit (kExitSpawner): as the sandbox's init, it
+  // ends the sandbox. The channel then goes down when the spawner's end closes.
+  void ExitSpawner();
   const std::string& down_reason() const { return down_reason_; }
 
   struct Started {
@@ -146,6 +151,8 @@ class SpawnerChannel {
   kj::Promise<void> write_loop_ = nullptr;
   kj::Promise<void> read_loop_ = nullptr;
   uint32_t next_id_ = 1;
+  kj::Own<kj::PromiseFulfiller<void>> hello_fulfiller_;
+  kj::ForkedPromise<void> hello_ = nullptr;
   size_t extra_credit_ = 0;
   std::map<uint32_t, kj::Own<Proc>> procs_;
   LogErrors log_errors_;
