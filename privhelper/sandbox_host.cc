@@ -514,9 +514,6 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
 
   ExecSpec exec;
   ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
-  StartSpawner(*sb);  // an adopted sandbox gets its spawner at its first process
-  if (auto through = StartThroughSpawner(*sb, process_id, command, exec.cwd))
-    return kj::mv(*through);
   std::vector<std::string> argv =
       command.exact_env ? ExactEnvArgv(command.env, command.argv) : command.argv;
   exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
@@ -527,32 +524,43 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   exec.home = sb->home;
   exec.uid = sb->uid;
   exec.gid = sb->gid;
-  std::string process_json = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".json");
-  std::string pid_file = absl::StrCat(sb->bundle_dir, "/process-", process_id, ".pid");
-  RETURN_IF_ERROR(WriteNewFile(process_json, RenderProcessJson(exec)));
-  sb->files.push_back(process_json);
-  sb->files.push_back(pid_file);
+  StartSpawner(*sb);  // an adopted sandbox gets its spawner at its first process
+  if (auto through = StartThroughSpawner(*sb, process_id, command, exec))
+    return kj::mv(*through);
 
   auto in = MakePipe();
   auto out = MakePipe();
   auto err = MakePipe();
   if (!in.ok() || !out.ok() || !err.ok()) return absl::ResourceExhaustedError("out of pipes");
+  // A tty process has one stream: the relay's (and runsc's own) stderr joins the terminal's
+  // output, and the stderr pipe the broker gets is at end-of-file from the start.
+  ASSIGN_OR_RETURN(
+      RunscExecStarted started,
+      StartRunscExec(*sb, process_id, exec, in->read.get(), out->write.get(),
+                     command.tty ? out->write.get() : err->write.get()));
+  Process& p = Track(*sb, process_id, kj::mv(started.exit));
+  p.pid_file = started.pid_file;
+  p.process_json = started.process_json;
+  // Our copies of the child's ends close here.
+  return KeepCopies(p, command, Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)});
+}
+
+absl::StatusOr<SandboxHost::RunscExecStarted> SandboxHost::StartRunscExec(
+    Sandbox& sb, const std::string& process_id, const ExecSpec& exec, int in, int out, int err) {
+  std::string process_json = absl::StrCat(sb.bundle_dir, "/process-", process_id, ".json");
+  std::string pid_file = absl::StrCat(sb.bundle_dir, "/process-", process_id, ".pid");
+  RETURN_IF_ERROR(WriteNewFile(process_json, RenderProcessJson(exec)));
+  sb.files.push_back(process_json);
+  sb.files.push_back(pid_file);
   // runsc logs the process's raw wait status here (exit_status.h).
   kj::AutoCloseFd exec_log(memfd_create("runsc-exec-log", MFD_CLOEXEC));
   if (exec_log.get() < 0) return absl::ResourceExhaustedError("out of file descriptors");
-  // A tty process has one stream: the relay's (and runsc's own) stderr joins the terminal's
-  // output, and the stderr pipe the broker gets is at end-of-file from the start.
-  RunscStdio stdio{in->read.get(), out->write.get(),
-                   command.tty ? out->write.get() : err->write.get(), exec_log.get()};
   ASSIGN_OR_RETURN(kj::Promise<int> runsc_exit,
                    runsc_.Start({"exec", "--process", process_json, "--internal-pid-file",
-                                 pid_file, sb->id},
-                                stdio));
-  Process& p = Track(*sb, process_id, RunscExecEnd(kj::mv(runsc_exit), kj::mv(exec_log)));
-  p.pid_file = pid_file;
-  p.process_json = process_json;
-  // Our copies of the child's ends close here.
-  return KeepCopies(p, command, Stdio{kj::mv(in->write), kj::mv(out->read), kj::mv(err->read)});
+                                 pid_file, sb.id},
+                                RunscStdio{in, out, err, exec_log.get()}));
+  return RunscExecStarted{RunscExecEnd(kj::mv(runsc_exit), kj::mv(exec_log)), pid_file,
+                          process_json};
 }
 
 absl::StatusOr<SandboxHost::Stdio> SandboxHost::KeepCopies(Process& p, const ProcessCommand& command,
@@ -677,9 +685,10 @@ void SandboxHost::OpenSpawnerChannel(Sandbox& sb, kj::AutoCloseFd to_spawner,
 
 std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawner(
     Sandbox& sb, const std::string& process_id, const ProcessCommand& command,
-    const std::string& cwd) {
+    const ExecSpec& exec) {
   if (sb.spawner.get() == nullptr || sb.spawner->state() != SpawnerChannel::State::kUp)
     return std::nullopt;
+  const std::string& cwd = exec.cwd;
   // What runsc exec would have been given: the relay for a terminal, the environment
   // RenderProcessJson writes (the spawner adds nothing, so an exact one needs no `shim exec`).
   spawner::StartRequest request;
@@ -687,7 +696,24 @@ std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawn
   request.cwd = cwd;
   request.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
   request.env = ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home);
-  auto started = sb.spawner->Start(request);
+  // A working directory its user may not enter: runsc exec's sentry sets it all the same (no
+  // search check), the spawner's chdir cannot, so runsc exec starts it on the same pipes.
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
+  auto refused = [this, id, generation, process_id, exec](int in, int out, int err)
+      -> absl::StatusOr<kj::Promise<ProcessExit>> {
+    Sandbox* sb = Find(id, generation);
+    if (sb == nullptr || !sb->running) return absl::FailedPreconditionError("sandbox gone");
+    auto it = sb->processes.find(process_id);
+    if (it == sb->processes.end()) return absl::NotFoundError("process gone");
+    ASSIGN_OR_RETURN(RunscExecStarted started,
+                     StartRunscExec(*sb, process_id, exec, in, out, err));
+    it->second->spawner_id = 0;  // signals go through runsc from now on
+    it->second->pid_file = started.pid_file;
+    it->second->process_json = started.process_json;
+    return kj::mv(started.exit);
+  };
+  auto started = sb.spawner->Start(request, SpawnerChannel::ChdirRefused(kj::mv(refused)));
   if (!started.ok()) {
     // Too large for a frame, or the spawner went down just now: runsc exec starts it.
     if (started.status().code() == absl::StatusCode::kInvalidArgument ||

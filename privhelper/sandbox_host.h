@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/process_exit.h"
+#include "privhelper/bundle.h"
 #include "privhelper/config.h"
 #include "privhelper/netns_connect.h"
 #include "privhelper/network/dns_resolver.h"
@@ -315,6 +316,13 @@ class SandboxHost {
   // Starts the sandbox's spawner with a `runsc exec` as its run-as user, unless spawners are off
   // or it has one (up, starting or down).
   void StartSpawner(Sandbox& sb);
+  struct RunscExecStarted {
+    kj::Promise<ProcessExit> exit;
+    std::string pid_file, process_json;
+  };
+  // `runsc exec` of `exec` as process `process_id`, on the given stdio.
+  absl::StatusOr<RunscExecStarted> StartRunscExec(Sandbox& sb, const std::string& process_id,
+                                                  const ExecSpec& exec, int in, int out, int err);
   // sb.spawner on the given ends of its channel; `is_init`: the spawner is the sandbox's init.
   void OpenSpawnerChannel(Sandbox& sb, kj::AutoCloseFd to_spawner, kj::AutoCloseFd from_spawner,
                           bool is_init);
@@ -323,7 +331,7 @@ class SandboxHost {
   std::optional<absl::StatusOr<Stdio>> StartThroughSpawner(Sandbox& sb,
                                                            const std::string& process_id,
                                                            const ProcessCommand& command,
-                                                           const std::string& cwd);
+                                                           const ExecSpec& exec);
 
   // Marks the record deleting, kills and deletes the runsc container (if created), unmounts and
   // removes the bundle, and forgets the sandbox. Processes still running are reaped in the

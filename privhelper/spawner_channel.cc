@@ -1,6 +1,7 @@
 // See spawner_channel.h.
 #include "privhelper/spawner_channel.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -169,9 +170,16 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
     case Type::kStarted:
       if (p.started) return absl::InvalidArgumentError("started twice");
       p.started = true;
+      p.child_in = nullptr;
+      p.child_out = nullptr;
+      p.child_err = nullptr;
+      p.chdir_refused = nullptr;
       return absl::OkStatus();
     case Type::kFailed: {
       if (p.started) return absl::InvalidArgumentError("failed after it started");
+      uint32_t error = e.value & 0xffff;
+      if (e.stream == 1 && (error == EACCES || error == EPERM) && HandOver(p))
+        return absl::OkStatus();
       // As `runsc exec` does for a program it cannot start: a message on its error stream and
       // no exit status of its own.
       const char* what = e.stream == 1 ? "cannot enter the working directory for" : "cannot run";
@@ -237,7 +245,39 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
 
 // ---------------------------------------------------------------- processes
 
-absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::StartRequest& request) {
+bool SpawnerChannel::HandOver(Proc& p) {
+  KJ_IF_MAYBE(refused, p.chdir_refused) {
+    int err = p.merged ? p.child_out.get() : p.child_err.get();
+    auto exit = (*refused)(p.child_in.get(), p.child_out.get(), err);
+    if (!exit.ok()) {
+      KJ_LOG(WARNING, "cannot start a process the spawner could not", exit.status().ToString());
+      return false;
+    }
+    // Its pipes are the runsc exec's now: this channel lets go of its ends, and the exit is
+    // the runsc exec's.
+    p.chdir_refused = nullptr;
+    p.child_in = nullptr;
+    p.child_out = nullptr;
+    p.child_err = nullptr;
+    p.input = nullptr;
+    p.stdin_r = nullptr;
+    for (Stream* s : {&p.out, &p.err}) {
+      s->pipe = nullptr;
+      s->ended = true;
+    }
+    p.started = true;
+    p.exit = ProcessExit::Unknown();  // nothing more comes from the spawner for it
+    deferred_.add(exit->then([f = kj::mv(p.exit_fulfiller)](ProcessExit x) mutable {
+      f->fulfill(kj::mv(x));
+    }));
+    MaybeFinish(p);
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::StartRequest& request,
+                                                              kj::Maybe<ChdirRefused> chdir_refused) {
   if (state_ != State::kUp) return absl::UnavailableError("the spawner is not running");
   size_t running = 0;
   for (const auto& [id, proc] : procs_) running += proc->exit ? 0 : 1;
@@ -268,6 +308,14 @@ absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::Sta
   Proc& p = *proc;
   p.id = id;
   p.merged = request.merge_stderr;
+  KJ_IF_MAYBE(refused, chdir_refused) {
+    p.child_in = kj::AutoCloseFd(fcntl(in->read.get(), F_DUPFD_CLOEXEC, 3));
+    p.child_out = kj::AutoCloseFd(fcntl(out->write.get(), F_DUPFD_CLOEXEC, 3));
+    if (!p.merged) p.child_err = kj::AutoCloseFd(fcntl(err->write.get(), F_DUPFD_CLOEXEC, 3));
+    // Non-blocking file descriptions, as the privhelper's: runsc imports host fds either way.
+    if (p.child_in.get() >= 0 && p.child_out.get() >= 0 && (p.merged || p.child_err.get() >= 0))
+      p.chdir_refused = kj::mv(*refused);
+  }
   p.stdin_r = io_.wrapInputFd(in->read.release(), kOwned);
   p.out.pipe = io_.wrapOutputFd(out->write.release(), kOwned);
   if (p.merged) {

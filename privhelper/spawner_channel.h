@@ -59,9 +59,15 @@ class SpawnerChannel {
     kj::AutoCloseFd stdin_w, stdout_r, stderr_r;  // the broker's ends, as from a runsc exec
     kj::Promise<ProcessExit> exit;
   };
+  // Given the process's ends of its stdin, stdout and stderr (the same fd twice for a terminal)
+  // when the spawner could not enter its working directory: starts it another way (runsc exec)
+  // and returns its exit, or an error (then the process ends as one that could not start).
+  using ChdirRefused =
+      kj::Function<absl::StatusOr<kj::Promise<ProcessExit>>(int in, int out, int err)>;
   // Starts a process (only while kUp). invalid-argument if the command does not fit in a frame
   // (the caller uses runsc exec for it); resource-exhausted without pipes.
-  absl::StatusOr<Started> Start(const spawner::StartRequest& request);
+  absl::StatusOr<Started> Start(const spawner::StartRequest& request,
+                                kj::Maybe<ChdirRefused> chdir_refused = nullptr);
   // failed-precondition once the process has ended (or the channel is down).
   absl::Status Signal(uint32_t id, int sig);
   // Ends the channel (a protocol violation, the spawner's runsc exec ended, ...).
@@ -111,7 +117,13 @@ class SpawnerChannel {
     kj::Promise<void> input = nullptr;
     std::optional<ProcessExit> exit;  // reported, delivered once the output before it is written
     kj::Own<kj::PromiseFulfiller<ProcessExit>> exit_fulfiller;
+    // Until it started: copies of the process's ends of its pipes, and who takes it over if
+    // the spawner cannot enter its working directory.
+    kj::AutoCloseFd child_in, child_out, child_err;
+    kj::Maybe<ChdirRefused> chdir_refused;
   };
+  // The process could not enter its working directory: `chdir_refused` starts it instead.
+  bool HandOver(Proc& p);
 
   void Send(std::string frame);
   kj::Promise<void> WriteLoop();

@@ -892,9 +892,11 @@ TEST_F(ProcessIoTest, TtyExitStatusesAndSignalsPassThroughTheRelay) {
   Delete(sandbox);
 }
 
-// The spawner (docs/decisions.md): with it on, a process is forked by the shim's spawner
-// inside the sandbox; killed from inside mid-run, its running process is reported ended with
-// the reason on its stderr, `inspect` says it is down, and new processes run through runsc exec.
+// The spawner (docs/decisions.md 41): with it on, a process is forked by the shim's spawner,
+// the sandbox's init. Broken from inside mid-run (a forged frame written into its channel; a
+// SIGKILL from inside ends the init and so the sandbox, as it did the plain init), its running
+// process is reported ended with the reason on its stderr, `inspect` says it is down, the
+// sandbox lives on, and new processes run through runsc exec.
 TEST_F(ProcessIoTest, ASpawnerKilledFromInsideFallsBackToRunscExec) {
   client::Connection conn(Io(), svc.socket());
   auto [sandbox, id] = NewSandbox(conn);
@@ -913,16 +915,19 @@ TEST_F(ProcessIoTest, ASpawnerKilledFromInsideFallsBackToRunscExec) {
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << spawner_state();
     usleep(20000);
   }
-  // Forked by the spawner: its parent is `/.paseo/shim spawner`.
-  auto probe = Start(sandbox, {"sh", "-c", "tr '\\0' ' ' < /proc/$PPID/cmdline"});
+  // Forked by the spawner: its parent is `/.paseo/shim spawner --init`, pid 1.
+  auto probe = Start(sandbox, {"sh", "-c", "echo $PPID; tr '\\0' ' ' < /proc/$PPID/cmdline"});
   auto probe_out = Subscribe(probe, api::Stream::STDOUT, 0, nullptr);
   EXPECT_EQ(Wait(probe).getExitCode(), 0);
   Await(kj::mv(probe_out.done), "stdout to end");
-  EXPECT_EQ(probe_out.sink->bytes_, "/.paseo/shim spawner ");
+  EXPECT_EQ(probe_out.sink->bytes_, "1\n/.paseo/shim spawner --init ");
 
   auto victim = Start(sandbox, {"sleep", "1000"});
   auto victim_err = Subscribe(victim, api::Stream::STDERR, 0, nullptr);
-  auto killer = Start(sandbox, {"sh", "-c", "kill -9 $PPID; sleep 1000"});
+  // A frame of an unknown type, written where the spawner writes its own.
+  auto killer = Start(sandbox, {"sh", "-c",
+                                "printf 'Y\\000\\000\\000\\001\\000\\000\\000\\000' "
+                                "> /proc/$PPID/fd/1; sleep 1000"});
   EXPECT_EQ(Wait(victim).which(), api::ExitStatus::UNKNOWN);
   Await(kj::mv(victim_err.done), "the victim's stderr to end");
   EXPECT_NE(victim_err.sink->bytes_.find("spawner went down"), std::string::npos)

@@ -1627,11 +1627,8 @@ void Oneshot(Env& env) {
   std::vector<std::string> info = socket;
   info.push_back("info");
   Result r{"oneshot", "ms", "paseo-sandbox run -- true: spawn -> exit (create, run, delete)",
-           // Issue 14's target (ratio <= 1.30) is not met yet (1.39-1.48 measured after decision
-           // 40, was 1.44-1.76): reported, not checked, until it is (docs/performance.md: the
-           // rest is the `runsc exec` and the delete's `runsc kill`).
-           "runsc run (same rootfs, true): spawn -> exit", {}, {},
-           "report only (issue 14 target: ratio <= 1.30, not met yet)", nullptr, {}};
+           "runsc run (same rootfs, true): spawn -> exit", {}, {}, "ratio <= 1.30",
+           [](double ratio, double, double) { return ratio <= 1.30; }, {}};
   std::vector<double> info_ms;
   for (int i = 0; i < n; ++i) {
     r.ours.push_back(RunRuntime(cli, run, "", "").ms);
