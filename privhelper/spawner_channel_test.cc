@@ -3,6 +3,7 @@
 // channel down with every running process reported ended.
 #include "privhelper/spawner_channel.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -327,6 +328,51 @@ TEST_F(SpawnerChannelTest, StuckStreamsHoldNoMoreThanTheBudget) {
   }
   for (int i = 0; i < 50; ++i) Turn();
   EXPECT_EQ(TakeGrants().size(), static_cast<size_t>(kProcs));
+}
+
+// The spawner could not enter the process's working directory (its user may not search it;
+// runsc exec's sentry sets it all the same): the process is handed over, with its own ends of
+// its pipes, and its exit is the one the taker reports. Any other failure is reported as one.
+TEST_F(SpawnerChannelTest, AWorkingDirectoryItCannotEnterIsHandedOver) {
+  StartOne();
+  int handed_out = -1;
+  auto taker = kj::newPromiseAndFulfiller<ProcessExit>();
+  auto p = channel_->Start(
+      {false, "/locked", {"true"}, {}},
+      SpawnerChannel::ChdirRefused(
+          [&](int, int out, int) -> absl::StatusOr<kj::Promise<ProcessExit>> {
+            handed_out = dup(out);
+            return kj::mv(taker.promise);
+          }));
+  ASSERT_TRUE(p.ok());
+  Turn();
+  std::string failed = spawner::EncodeU32(Type::kFailed, p->id, EACCES).substr(spawner::kHeaderBytes);
+  failed.push_back('\1');  // stage: chdir
+  Say(spawner::Encode(Type::kFailed, p->id, failed));
+  ASSERT_GE(handed_out, 0);
+  ASSERT_EQ(write(handed_out, "from the taker", 14), 14);
+  close(handed_out);
+  taker.fulfiller->fulfill(ProcessExit::Exited(7));
+  EXPECT_EQ(p->exit.wait(io_.waitScope), ProcessExit::Exited(7));
+  Turn();
+  EXPECT_EQ(ReadAll(p->stdout_r.get()), "from the taker");  // and end-of-file: nobody else writes
+  EXPECT_EQ(ReadAll(p->stderr_r.get()), "");
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp);
+
+  // Not found is no reason to hand over: it fails as runsc exec would.
+  auto q = channel_->Start({false, "/gone", {"true"}, {}},
+                           SpawnerChannel::ChdirRefused(
+                               [&](int, int, int) -> absl::StatusOr<kj::Promise<ProcessExit>> {
+                                 ADD_FAILURE() << "handed over";
+                                 return absl::InternalError("no");
+                               }));
+  ASSERT_TRUE(q.ok());
+  Turn();
+  std::string gone = spawner::EncodeU32(Type::kFailed, q->id, ENOENT).substr(spawner::kHeaderBytes);
+  gone.push_back('\1');
+  Say(spawner::Encode(Type::kFailed, q->id, gone));
+  EXPECT_EQ(q->exit.wait(io_.waitScope), ProcessExit::Unknown());
+  EXPECT_NE(ReadAll(q->stderr_r.get()).find("working directory"), std::string::npos);
 }
 
 }  // namespace
