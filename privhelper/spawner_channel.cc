@@ -464,7 +464,10 @@ absl::Status SpawnerChannel::Signal(uint32_t id, int sig) {
 
 void SpawnerChannel::Fail(std::string reason) { Down(kj::mv(reason), true); }
 
-void SpawnerChannel::ExitSpawner() { Send(spawner::Encode(Type::kExitSpawner, 0, "")); }
+void SpawnerChannel::ExitSpawner() {
+  told_to_exit_ = true;
+  Send(spawner::Encode(Type::kExitSpawner, 0, ""));
+}
 
 void SpawnerChannel::Release(uint32_t id) {
   auto it = procs_.find(id);
@@ -488,7 +491,12 @@ void SpawnerChannel::Down(std::string reason, bool notify) {
   state_ = State::kDown;
   down_reason_ = reason;
   if (hello_fulfiller_->isWaiting()) hello_fulfiller_->fulfill();
-  KJ_LOG(WARNING, "a sandbox's spawner is down", reason);
+  // Told to exit, it ending is the expected news, not a warning.
+  if (told_to_exit_) {
+    KJ_LOG(INFO, "a sandbox's spawner exited", reason);
+  } else {
+    KJ_LOG(WARNING, "a sandbox's spawner is down", reason);
+  }
   std::string notice = absl::StrCat("paseo-sandbox: the sandbox's process spawner went down (",
                                     reason, "); this process was killed with it\n");
   for (auto& [id, proc] : procs_) {

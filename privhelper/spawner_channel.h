@@ -166,6 +166,7 @@ class SpawnerChannel {
   kj::Own<kj::PromiseFulfiller<void>> hello_fulfiller_;
   kj::ForkedPromise<void> hello_ = nullptr;
   size_t extra_credit_ = 0;
+  bool told_to_exit_ = false;
   std::map<uint32_t, kj::Own<Proc>> procs_;
   LogErrors log_errors_;
   kj::TaskSet deferred_{log_errors_};  // declared last: cancelled first
