@@ -477,11 +477,16 @@ kj::Promise<void> SandboxHost::StartContainer(const std::string& id, uint64_t ge
         // first process already starts through it; one that stays silent is taken down.
         return sb->spawner->Hello()
             .exclusiveJoin(timer_.afterDelay(kSpawnerHelloPatience))
-            .then([this, id, generation] {
+            .then([this, id, generation]() -> kj::Promise<void> {
               Sandbox* sb = Find(id, generation);
-              if (sb != nullptr && sb->spawner.get() != nullptr &&
+              // A delete that came during the wait: the create does not answer success.
+              if (sb == nullptr || sb->deleting)
+                return StatusToException(
+                    absl::FailedPreconditionError("sandbox was deleted while being created"));
+              if (sb->spawner.get() != nullptr &&
                   sb->spawner->state() == SpawnerChannel::State::kStarting)
                 sb->spawner->Fail("it did not say hello in time");
+              return kj::READY_NOW;
             });
       })
       .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {

@@ -85,7 +85,14 @@ void SpawnerChannel::Send(std::string frame) {
   if (state_ == State::kDown) return;
   // Bounded whatever the spawner does: one frame (a start may be large) always fits.
   if (!outbox_.empty() && outbox_bytes_ + frame.size() > kMaxOutboxBytes) {
-    Down(absl::StrCat("it stopped reading (", outbox_bytes_, " bytes queued for it)"), true);
+    // Down after this turn: Send runs inside continuations of a process's own promises (its
+    // input pump), which Down destroys.
+    if (!overflowed_) {
+      overflowed_ = true;
+      deferred_.add(kj::evalLater([this, queued = outbox_bytes_] {
+        Down(absl::StrCat("it stopped reading (", queued, " bytes queued for it)"), true);
+      }));
+    }
     return;
   }
   outbox_bytes_ += frame.size();
@@ -170,6 +177,7 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
     case Type::kStarted:
       if (p.started) return absl::InvalidArgumentError("started twice");
       p.started = true;
+      StartInput(p);
       p.child_in = nullptr;
       p.child_out = nullptr;
       p.child_err = nullptr;
@@ -309,10 +317,14 @@ absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::Sta
   p.id = id;
   p.merged = request.merge_stderr;
   KJ_IF_MAYBE(refused, chdir_refused) {
-    p.child_in = kj::AutoCloseFd(fcntl(in->read.get(), F_DUPFD_CLOEXEC, 3));
-    p.child_out = kj::AutoCloseFd(fcntl(out->write.get(), F_DUPFD_CLOEXEC, 3));
-    if (!p.merged) p.child_err = kj::AutoCloseFd(fcntl(err->write.get(), F_DUPFD_CLOEXEC, 3));
-    // Non-blocking file descriptions, as the privhelper's: runsc imports host fds either way.
+    // New open file descriptions of the same pipes, blocking as a runsc exec's stdio is (gVisor
+    // shows the program a host fd's flags): not dups of the privhelper's non-blocking ones.
+    auto reopen = [](int fd, int mode) {
+      return kj::AutoCloseFd(open(absl::StrCat("/proc/self/fd/", fd).c_str(), mode | O_CLOEXEC));
+    };
+    p.child_in = reopen(in->read.get(), O_RDONLY);
+    p.child_out = reopen(out->write.get(), O_WRONLY);
+    if (!p.merged) p.child_err = reopen(err->write.get(), O_WRONLY);
     if (p.child_in.get() >= 0 && p.child_out.get() >= 0 && (p.merged || p.child_err.get() >= 0))
       p.chdir_refused = kj::mv(*refused);
   }
@@ -328,13 +340,18 @@ absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::Sta
   p.exit_fulfiller = kj::mv(exit.fulfiller);
   procs_.emplace(id, kj::mv(proc));
   Send(kj::mv(*frame));
+  // Its input is relayed once it started (StartInput): until then it may still be handed over.
+  return Started{id, kj::mv(in->write), kj::mv(out->read), kj::mv(err->read),
+                 kj::mv(exit.promise)};
+}
+
+void SpawnerChannel::StartInput(Proc& p) {
+  uint32_t id = p.id;
   p.input = PumpInput(p).eagerlyEvaluate([this, id](kj::Exception&& e) {
     // The broker's stdin pipe failed: the process sees end-of-file.
     KJ_LOG(WARNING, "a spawned process's input failed", e);
     Send(spawner::Encode(Type::kCloseInput, id, ""));
   });
-  return Started{id, kj::mv(in->write), kj::mv(out->read), kj::mv(err->read),
-                 kj::mv(exit.promise)};
 }
 
 kj::Promise<void> SpawnerChannel::PumpInput(Proc& p) {

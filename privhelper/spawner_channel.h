@@ -132,6 +132,7 @@ class SpawnerChannel {
   absl::Status Apply(const spawner::Frame& frame);
   absl::Status ApplyToProcess(const spawner::UpEvent& event);
   kj::Promise<void> PumpInput(Proc& p);
+  void StartInput(Proc& p);
   void PumpOutput(Proc& p, Stream& s, uint8_t which);
   kj::Promise<void> WriteQueued(Proc& p, Stream& s, uint8_t which);
   // Grants `s` credit up to its window once some of its queue has left (written or dropped);
@@ -167,6 +168,7 @@ class SpawnerChannel {
   kj::ForkedPromise<void> hello_ = nullptr;
   size_t extra_credit_ = 0;
   bool told_to_exit_ = false;
+  bool overflowed_ = false;  // the outbox passed its bound: the channel goes down next turn
   std::map<uint32_t, kj::Own<Proc>> procs_;
   LogErrors log_errors_;
   kj::TaskSet deferred_{log_errors_};  // declared last: cancelled first

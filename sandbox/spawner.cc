@@ -48,12 +48,20 @@ struct Child {
   int status = 0;
 };
 
+bool g_channel_broken = false;
+
 void WriteChannel(const std::string& frame) {
+  if (g_channel_broken) return;
   size_t done = 0;
   while (done < frame.size()) {
     ssize_t n = write(STDOUT_FILENO, frame.data() + done, frame.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) _exit(0);  // the privhelper is gone; PDEATHSIG takes the children
+    if (n <= 0) {
+      // The privhelper is gone (or dropped the channel): the loop ends at its next turn, and
+      // the children go. Not _exit: as the sandbox's init, that would end the sandbox.
+      g_channel_broken = true;
+      return;
+    }
     done += static_cast<size_t>(n);
   }
 }
@@ -142,6 +150,7 @@ class Spawner {
     std::vector<std::pair<uint32_t, int>> owners;  // (child id, which: 0 in, 1 out, 2 err)
     char buf[64 * 1024];
     for (;;) {
+      if (g_channel_broken) return Shutdown();
       fds.assign({{STDIN_FILENO, POLLIN, 0}, {sfd_, POLLIN, 0}});
       owners.clear();
       for (auto& [id, c] : children_) {
