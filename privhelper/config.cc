@@ -276,8 +276,8 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
   if (!IsHexSha256(runsc.getSha256().cStr()))
     return Bad(file, "runsc.sha256", "must be 64 lowercase hex digits");
   std::string platform = runsc.getPlatform();
-  if (platform != "ptrace" && platform != "kvm")
-    return Bad(file, "runsc.platform", "must be \"ptrace\" or \"kvm\"");
+  if (platform != "auto" && platform != "systrap" && platform != "ptrace" && platform != "kvm")
+    return Bad(file, "runsc.platform", "must be \"auto\", \"systrap\", \"ptrace\" or \"kvm\"");
   if (!IsNormalizedAbsolutePath(h.getCgroupParent().cStr()) || h.getCgroupParent() == "/")
     return Bad(file, "cgroupParent", "must be a normalized absolute path other than /");
   if (!IsValidId(h.getRootfsVersion().cStr()))

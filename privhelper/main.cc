@@ -49,6 +49,7 @@
 #include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
+#include "privhelper/runsc_platform.h"
 #include "privhelper/sandbox_host.h"
 
 namespace paseo {
@@ -306,6 +307,16 @@ int Serve(const Options& options, const std::string& program) {
     Log(std::string(runsc_fd.status().message()));
     return 1;
   }
+  // The platform: what helper.json asks for, among what the pinned runsc has.
+  absl::StatusOr<PlatformChoice> platform = [&]() -> absl::StatusOr<PlatformChoice> {
+    ASSIGN_OR_RETURN(std::vector<std::string> available, RunscPlatforms(*runsc_fd));
+    return ChoosePlatform(helper.getRunsc().getPlatform().cStr(), available);
+  }();
+  if (!platform.ok()) {
+    Log(std::string(platform.status().message()));
+    return 1;
+  }
+  Log("runsc platform: " + platform->why);
   passwd* broker_pw = getpwnam(helper.getBrokerUser().cStr());
   group* socket_gr = getgrnam(helper.getSocketGroup().cStr());
   if (broker_pw == nullptr || socket_gr == nullptr || broker_pw->pw_uid == 0 ||
@@ -456,7 +467,7 @@ int Serve(const Options& options, const std::string& program) {
   std::move(remove_socket).Cancel();
 
   RunscProcessRunner runsc(events, *runsc_fd,
-                           {run_dir + "/runsc", helper.getRunsc().getPlatform().cStr()});
+                           {run_dir + "/runsc", platform->platform});
   PidfdWatcher watcher(events);
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
   NetnsPortConnector ports(events, events.getTimer(), kConnectPatience, network::kInboundMark);

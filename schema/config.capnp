@@ -14,8 +14,10 @@ struct RunscPin {
   sha256 @1 :Text;
   # Hex sha256 of the runsc binary; required. The privhelper refuses to start on a mismatch
   # and executes the very file it hashed (execveat on the open fd).
-  platform @2 :Text = "ptrace";
-  # gVisor platform: "ptrace" or "kvm".
+  platform @2 :Text = "auto";
+  # gVisor platform: "auto" (systrap where the pinned runsc has it, else ptrace; never kvm),
+  # "systrap", "ptrace" or "kvm". A platform the pinned runsc lacks refuses the start
+  # (privhelper/runsc_platform.h).
 }
 
 struct HelperConfig {

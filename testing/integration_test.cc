@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <cstddef>
@@ -228,6 +229,44 @@ TEST_F(IntegrationTest, TheSandboxIsGvisorAndSeesItsOwnRootfs) {
   EXPECT_TRUE(absl::StrContains(r.out, "paseo-sandbox minimal rootfs")) << r.out;
   EXPECT_FALSE(absl::StrContains(r.out, ReadFile("/etc/os-release").substr(0, 20))) << r.out;
   EXPECT_TRUE(absl::EndsWith(r.out, "4242\n")) << "runs as the workspace owner: " << r.out;
+}
+
+// helper.json leaves runsc.platform at "auto": the privhelper logs what it chose among what the
+// pinned runsc has (systrap where it has it, else ptrace; never kvm), and the sandbox's sentry
+// runs on exactly that platform.
+TEST_F(IntegrationTest, TheSandboxRunsOnThePlatformThePrivhelperChose) {
+  std::string log = svc.Log();
+  auto at = log.find("runsc platform: ");
+  ASSERT_NE(at, std::string::npos) << log;
+  std::string platform = log.substr(at + 16, log.find(' ', at + 16) - (at + 16));
+  EXPECT_TRUE(platform == "systrap" || platform == "ptrace") << "auto chose " << platform;
+  auto r = svc.Cli(Alpha(), {"run", "--keep", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto pos = r.err.find("sb-");
+  ASSERT_NE(pos, std::string::npos) << r.err;
+  std::string id = r.err.substr(pos, 27);
+  absl::Cleanup rm = [&] { svc.Cli(Alpha(), {"rm", id}); };
+  pid_t sentry = svc.SandboxProcess("runsc-sandbox", id);
+  ASSERT_GT(sentry, 0);
+  // runsc passes --platform on to the sentry only when it is not runsc's own default, so the
+  // platform is told by what it does: on ptrace the sentry's threads trace its stub processes,
+  // on systrap nothing is traced.
+  std::set<std::string> sentry_threads;
+  for (const std::string& t : ListDir("/proc/" + std::to_string(sentry) + "/task")) sentry_threads.insert(t);
+  int traced_by_sentry = 0;
+  for (const std::string& p : ListDir("/proc")) {
+    if (p.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string status = ReadFile("/proc/" + p + "/status");
+    auto tp = status.find("TracerPid:\t");
+    if (tp == std::string::npos) continue;
+    std::string tracer = status.substr(tp + 11, status.find('\n', tp) - (tp + 11));
+    if (sentry_threads.count(tracer) > 0) ++traced_by_sentry;
+  }
+  if (platform == "ptrace") {
+    EXPECT_GT(traced_by_sentry, 0) << "ptrace: the sentry traces its stubs";
+  } else {
+    EXPECT_EQ(traced_by_sentry, 0) << platform << ": nothing is traced";
+  }
 }
 
 TEST_F(IntegrationTest, FilesWrittenInARwWorkspaceBelongToTheRunAsUser) {
