@@ -313,14 +313,17 @@ struct Options {
 // Drives /usr/bin/runsc directly, with the privhelper's fixed flags, on a root of its own.
 class RawRunsc {
  public:
-  RawRunsc(std::string base, std::string rootfs, std::string workspace)
-      : base_(std::move(base)), rootfs_(std::move(rootfs)), workspace_(std::move(workspace)) {
+  // `platform`: the one the service's privhelper chose (its log says), so both sides run on it.
+  RawRunsc(std::string base, std::string rootfs, std::string workspace, std::string platform)
+      : base_(std::move(base)), rootfs_(std::move(rootfs)), workspace_(std::move(workspace)),
+        platform_(std::move(platform)) {
     Check(mkdir(base_.c_str(), 0700) == 0, "mkdir " + base_);
     Check(mkdir(Root().c_str(), 0700) == 0, "mkdir runsc root");
     Check(mkdir(Bundles().c_str(), 0700) == 0, "mkdir raw bundles");
   }
 
   std::string Root() const { return base_ + "/runsc"; }
+  const std::string& platform() const { return platform_; }
   std::string Bundles() const { return base_ + "/bundles"; }
 
   // Network "sandbox" in the namespace pinned at `netns_path` (the privhelper's flag for mode
@@ -332,7 +335,7 @@ class RawRunsc {
   }
 
   std::vector<std::string> Argv(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv = {"/usr/bin/runsc", "--root=" + Root(), "--platform=ptrace",
+    std::vector<std::string> argv = {"/usr/bin/runsc", "--root=" + Root(), "--platform=" + platform_,
                                      netns_path_.empty() ? "--network=none" : "--network=sandbox"};
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
@@ -510,7 +513,7 @@ class RawRunsc {
            "}}";
   }
 
-  std::string base_, rootfs_, workspace_;
+  std::string base_, rootfs_, workspace_, platform_;
   std::string netns_path_;
   bool hide_proc_sys_net_ = false;
   int seq_ = 0;
@@ -1783,8 +1786,8 @@ class RawNet {
  public:
   // The namespace is pinned in `pin_dir`; runsc's root and bundles go in `raw_base`.
   RawNet(const std::string& pin_dir, const std::string& raw_base, const std::string& rootfs,
-         const std::string& ws)
-      : pin_(pin_dir + "/raw-netns"), raw_(raw_base, rootfs, ws) {
+         const std::string& ws, const std::string& platform)
+      : pin_(pin_dir + "/raw-netns"), raw_(raw_base, rootfs, ws, platform) {
     absl::StatusOr<bool> hide = network::ProbeRunscNeedsProcSysNetHidden();
     Check(hide.ok(), "probe /proc/sys/net");
     Check(network::CreateNetns(pin_).ok(), "raw netns");
@@ -1832,7 +1835,7 @@ void NetBulk(Env& env, const std::string& dir) {
            "the same by runsc exec in a raw runsc --network=sandbox sandbox, veth to the internet",
            {}, {}, "report only", nullptr, {}};
   std::string rootfs = env.base + "/state/rootfs/" + env.service->rootfs_version() + "/rootfs";
-  RawNet raw(dir, env.base + "/raw-net", rootfs, env.ws);
+  RawNet raw(dir, env.base + "/raw-net", rootfs, env.ws, env.raw->platform());
   std::string raw_id = raw.raw().CreateIdle();
   auto sandbox = env.CreateSandbox(kNetProfile);
   auto& ws = env.ws_();
@@ -1941,9 +1944,14 @@ int Main(int argc, char** argv) {
     Service service(std::move(service_options));
     std::string base = service.base();
     std::string version = service.rootfs_version();
-    RawRunsc raw(base + "/raw", base + "/state/rootfs/" + version + "/rootfs", base + "/ws");
+    std::string log = service.Log();
+    size_t at = log.find("runsc platform: ");
+    if (at == std::string::npos) Die("the privhelper's log names no runsc platform:\n" + log);
+    std::string platform = log.substr(at + 16, log.find(' ', at + 16) - (at + 16));
+    RawRunsc raw(base + "/raw", base + "/state/rootfs/" + version + "/rootfs", base + "/ws",
+                 platform);
     Progress(std::string(opts.quick ? "quick" : "full") + " run; work area " + base +
-             ", rootfs " + version);
+             ", rootfs " + version + ", platform " + platform);
     try {
       auto io = kj::setupAsyncIo();
       client::Connection conn(io, service.socket());
