@@ -80,7 +80,7 @@ TEST_F(ConfigTest, MinimalConfigLoadsWithDefaults) {
   EXPECT_EQ(std::string(h.getSocketGroup().cStr()), "paseo-sandbox");
   EXPECT_EQ(std::string(h.getRunsc().getPath().cStr()), "/usr/bin/runsc");
   EXPECT_EQ(std::string(h.getRunsc().getSha256().cStr()), kSha);
-  EXPECT_EQ(std::string(h.getRunsc().getPlatform().cStr()), "ptrace");
+  EXPECT_EQ(std::string(h.getRunsc().getPlatform().cStr()), "auto");
   EXPECT_EQ(std::string(h.getRootfsVersion().cStr()), "v1");
   EXPECT_EQ(c.BrokerBinary("/usr/libexec/paseo-sandbox/paseo-sandbox-privhelper"),
             "/usr/libexec/paseo-sandbox/paseo-sandbox-broker");
