@@ -200,7 +200,8 @@ absl::Status DockerEngine::Launch() {
     int status;
     if (waitpid(dockerd_pid_, &status, WNOHANG) == dockerd_pid_) {
       dockerd_pid_ = -1;
-      return absl::UnavailableError("dockerd exited at start: " + Tail(Log(), 1500));
+      return absl::UnavailableError(absl::StrCat(dockerd, " exited at start (exit status ",
+                                                 ExitCode(status), "): ", Tail(Log(), 1500)));
     }
     if (CanConnect(dir_ + "/run/docker.sock") &&
         Docker({"version", "--format", "{{.Server.Version}}"}, std::chrono::seconds(20))
@@ -215,9 +216,10 @@ std::string DockerEngine::CgroupParent() const {
   return "paseo-docker-" + dir_.substr(dir_.rfind('.') + 1);
 }
 
-DockerEngine::~DockerEngine() { Shutdown(); }
+DockerEngine::~DockerEngine() { Stop(); }
 
-void DockerEngine::Shutdown() {
+std::vector<std::string> DockerEngine::Stop() {
+  std::vector<std::string> left;
   if (dockerd_pid_ > 0) {
     CliResult ids = Docker({"ps", "-aq"}, std::chrono::seconds(60));
     std::vector<std::string> rm = {"rm", "-f", "-v"};
@@ -230,20 +232,26 @@ void DockerEngine::Shutdown() {
     if (rm.size() > 3) Docker(rm, std::chrono::seconds(60));
     kill(dockerd_pid_, SIGTERM);
     int status;
-    if (!WaitPidWithin(dockerd_pid_, 60, &status))
-      std::fprintf(stderr, "dockerd did not stop in 60 s; killed\n");
+    if (!WaitPidWithin(dockerd_pid_, 60, &status)) left.push_back("dockerd (killed after 60 s)");
     dockerd_pid_ = -1;
   }
-  if (dir_.empty()) return;
+  if (dir_.empty()) return left;
   // Whatever survived dockerd (a containerd or shim): by pid, from our exec root only.
   for (pid_t pid : Processes()) {
-    std::fprintf(stderr, "killing %d left by dockerd: %s\n", pid, Cmdline(pid).c_str());
+    left.push_back(absl::StrCat("process ", pid, ": ", Cmdline(pid)));
     kill(pid, SIGKILL);
   }
-  umount2(dir_.c_str(), MNT_DETACH);
-  rmdir(dir_.c_str());
+  if (umount2(dir_.c_str(), MNT_DETACH) != 0 || rmdir(dir_.c_str()) != 0)
+    left.push_back(absl::StrCat(dir_, ": ", strerror(errno)));
   RemoveCgroup("/" + CgroupParent());
+  std::vector<std::string> parents = {"/sys/fs/cgroup/" + CgroupParent()};  // cgroup v2
+  for (const auto& hierarchy : ListDir("/sys/fs/cgroup"))  // v1 hierarchies
+    parents.push_back("/sys/fs/cgroup/" + hierarchy + "/" + CgroupParent());
+  for (const auto& parent : parents) {
+    if (access(parent.c_str(), F_OK) == 0) left.push_back("cgroup " + parent);
+  }
   dir_.clear();
+  return left;
 }
 
 std::vector<pid_t> DockerEngine::Processes() const {

@@ -57,8 +57,10 @@ class DockerEngine {
   // overlay or cgroup support, ...): the caller skips with it. Must be called after the
   // harness made the process's namespaces (a Service exists).
   static absl::StatusOr<std::unique_ptr<DockerEngine>> Start();
-  // Removes every container, stops dockerd and its containerd, unmounts and removes its data.
-  ~DockerEngine();
+  // Removes every container, stops dockerd and its containerd, unmounts and removes its data;
+  // returns what had to be killed or could not be removed (empty when it all went cleanly).
+  std::vector<std::string> Stop();
+  ~DockerEngine();  // Stop(), if not done yet
   DockerEngine(const DockerEngine&) = delete;
   DockerEngine& operator=(const DockerEngine&) = delete;
 
@@ -84,7 +86,6 @@ class DockerEngine {
  private:
   DockerEngine() = default;
   absl::Status Launch();
-  void Shutdown();
   std::string CgroupParent() const;  // containers' cgroups, removed at the end
   std::string dir_;
   std::string docker_;  // the CLI

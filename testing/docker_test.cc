@@ -164,16 +164,6 @@ std::string SandboxIn(const std::string& ps, const std::string& sandbox) {
   return ps.substr(at, end == std::string::npos ? std::string::npos : end - at);
 }
 
-// After a supervisor restart, as docker/README.md tells operators: Paseo's containers restart
-// so that their socket bind mount is made again from the new socket.
-void RestartContainers() {
-  if (engine == nullptr) return;
-  for (const char* name : {"paseo-a", "paseo-b"}) {
-    CliResult r = engine->Docker({"restart", "-t", "0", name});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-  }
-}
-
 class DualDeploymentTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override {
@@ -407,9 +397,9 @@ TEST_P(DualDeploymentTest, Item6_PaseoRestartKeepsTheSession) {
 // Item 7: the supervisor (privhelper and broker) is killed and restarts with onRestart keep:
 // the sandbox is adopted as running-unattached; the process it ran is gone with its I/O (the
 // in-sandbox spawner ends what it started when its channel to the old privhelper ends;
-// docs/operations.md); new processes run. A Docker client reaches the restarted service only
-// once its container restarts: the new privhelper's socket is a new file, and a bind mount of a
-// single file keeps the old one (docker/README.md).
+// docs/operations.md); new processes run. The socket is socket-activated (as
+// installer/systemd/paseo-sandbox.socket makes it), so the container's bind mount of the socket
+// file reaches the restarted service without the container restarting.
 TEST_P(DualDeploymentTest, Item7_SupervisorRestartReconciles) {
   Paseo me = Me();
   std::string id = Create(me);
@@ -421,12 +411,6 @@ TEST_P(DualDeploymentTest, Item7_SupervisorRestartReconciles) {
   CliResult lost = exec->Finish();
   EXPECT_EQ(lost.exit_code, 125) << lost.err;
   service->Restart();
-  if (me.mode() == Mode::kDocker) {
-    CliResult stale = me.Cli({"ps"});
-    EXPECT_EQ(stale.exit_code, 125) << "the container's socket still reached the service";
-    EXPECT_TRUE(absl::StrContains(stale.err, "Connection refused")) << stale.err;
-  }
-  RestartContainers();  // in both modes: the Docker half of later tests needs the new socket
   CliResult ps = me.Cli({"--json", "ps"});
   ASSERT_EQ(ps.exit_code, 0) << ps.err;
   std::string mine = SandboxIn(ps.out, id);
@@ -564,6 +548,32 @@ TEST(DockerContainerTest, HasOnlyTheSocketAndItsWorkspace) {
   EXPECT_EQ(Trim(sockets.out), kSocketInContainer);
 }
 
+// Why the official deployment socket-activates the socket: without it, a privhelper restart
+// makes a new socket file, and a container that bind-mounted the old one is cut off
+// (`Connection refused`) until it restarts (docker/README.md).
+TEST(DockerSocketTest, WithoutSocketActivationTheContainerMustRestart) {
+  if (engine == nullptr) GTEST_SKIP() << "Docker cannot run on this machine: " << docker_unavailable;
+  Service plain(ServiceOptions{});  // makes its own socket file, as with no paseo-sandbox.socket
+  CliResult run = engine->Docker(
+      {"run", "-d", "--name", "paseo-plain", "--user", "1000:1000", "--group-add",
+       std::to_string(plain.socket_gid()), "--network", "none", "-v",
+       plain.socket() + ":" + kSocketInContainer, kImage, "/bin/busybox", "sleep", "1000000"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto info = [] { return engine->Docker({"exec", "paseo-plain", "/bin/paseo-sandbox", "info"}); };
+  EXPECT_EQ(info().exit_code, 0) << info().err;
+  plain.Crash();
+  plain.Restart();
+  CliResult cut_off = info();
+  EXPECT_EQ(cut_off.exit_code, 125);
+  EXPECT_TRUE(absl::StrContains(cut_off.err, "Connection refused")) << cut_off.err;
+  EXPECT_EQ(engine->Docker({"restart", "-t", "0", "paseo-plain"}).exit_code, 0);
+  CliResult again = info();
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(engine->Docker({"rm", "-f", "paseo-plain"}).exit_code, 0);
+  plain.Stop();
+  EXPECT_EQ(plain.Leaks(), std::vector<std::string>{});
+}
+
 // docker/deployment.example.json is a deployment the privhelper loads as it is, beside this
 // service's own helper.json and default profile.
 TEST(DockerExampleTest, TheExampleDeploymentLoads) {
@@ -620,7 +630,10 @@ class DockerEnvironment : public ::testing::Environment {
   }
   void TearDown() override {
     engine = nullptr;
-    engine_.reset();  // removes the containers, stops dockerd, removes its data
+    if (engine_ == nullptr) return;
+    // Removes the containers, stops dockerd, removes its data: nothing may be left.
+    EXPECT_EQ(engine_->Stop(), std::vector<std::string>{});
+    engine_.reset();
   }
 
  private:
@@ -633,8 +646,10 @@ class DockerEnvironment : public ::testing::Environment {
 int main(int argc, char** argv) {
   using namespace paseo::testing;
   ServiceOptions options;
-  // Item 7 needs sandboxes to survive a supervisor restart.
+  // Item 7 needs sandboxes to survive a supervisor restart, and the Docker clients the socket
+  // file to survive it (as installer/systemd/paseo-sandbox.socket does).
   options.helper_json_extra = ", \"onRestart\": \"keep\"";
+  options.socket_activation = true;
   // A second Docker deployment (uid 1001, its own root, also seen as /workspace).
   options.before_start = [](const std::string& base) {
     Check(mkdir((base + "/ws-docker-b").c_str(), 0755) == 0 &&
