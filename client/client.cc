@@ -22,6 +22,11 @@ std::string DefaultSocketPath() {
   return env != nullptr && *env != '\0' ? env : kDefaultSocket;
 }
 
+std::string DefaultDeployment() {
+  const char* env = std::getenv("PASEO_SANDBOX_DEPLOYMENT");
+  return env != nullptr ? env : "";
+}
+
 namespace {
 
 [[noreturn]] void ThrowCannotConnect(const std::string& message) {

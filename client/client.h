@@ -20,6 +20,9 @@ inline constexpr char kDefaultSocket[] = "/run/paseo-sandbox/supervisor.sock";
 
 // $PASEO_SANDBOX_SOCKET if set, else kDefaultSocket.
 std::string DefaultSocketPath();
+// $PASEO_SANDBOX_DEPLOYMENT if set and not empty, else "": the deployment a command uses when
+// it names none (a Docker image sets it once for every client in the container).
+std::string DefaultDeployment();
 
 class Connection {
  public:

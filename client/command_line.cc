@@ -185,7 +185,8 @@ constexpr char kLogsExitStatus[] =
     "message gives the offset to resume from); 125 if the service refused or could not be "
     "reached; 2 for a command line paseo-sandbox does not understand.";
 constexpr char kJsonHelp[] = "Machine-readable output.";
-constexpr char kDeploymentHelp[] = "Deployment to use (default: the only one you may use).";
+constexpr char kDeploymentHelp[] =
+    "Deployment to use (default: $PASEO_SANDBOX_DEPLOYMENT, else the only one you may use).";
 
 // Ends parsing from inside MainBuilder (help, --version, a usage error): kj's exit() must not
 // return, and a test must not lose its process.

@@ -536,15 +536,16 @@ class Commands {
   }
 
  private:
-  // The deployment a command names, or the only one the caller may use; nullopt (said) if
-  // there is more than one to choose from.
+  // The deployment a command names, else $PASEO_SANDBOX_DEPLOYMENT, else the only one the
+  // caller may use; nullopt (said) if there is more than one to choose from.
   std::optional<std::string> ChooseDeployment(const std::string& command,
                                               const std::string& named) {
     if (!named.empty()) return named;
+    if (std::string env = DefaultDeployment(); !env.empty()) return env;
     auto info = conn_->supervisor().infoRequest().send().wait(ws_);
     if (info.getDeployments().size() == 1) return std::string(info.getDeployments()[0].cStr());
     Fail(command + ": you may use " + std::to_string(info.getDeployments().size()) +
-         " deployments; choose one with --deployment");
+         " deployments; choose one with --deployment or $PASEO_SANDBOX_DEPLOYMENT");
     return std::nullopt;
   }
 

@@ -4,8 +4,10 @@
 #include "client/commands.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <unistd.h>
 
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,10 +124,27 @@ TEST_F(CommandsTest, RunWithSeveralDeploymentsNeedsOneNamed) {
   service_.deployments = {"alpha", "beta"};
   Outcome r = Cli({"run", "--", "true"});
   EXPECT_EQ(r.exit_code, kServiceError);
-  EXPECT_EQ(r.err, "paseo-sandbox: run: you may use 2 deployments; choose one with --deployment\n");
+  EXPECT_EQ(r.err,
+            "paseo-sandbox: run: you may use 2 deployments; choose one with --deployment or "
+            "$PASEO_SANDBOX_DEPLOYMENT\n");
   EXPECT_TRUE(service_.sandboxes.empty());
   EXPECT_EQ(Cli({"run", "--deployment", "beta", "--", "true"}).exit_code, 0);
   EXPECT_EQ(service_.sandboxes.begin()->second.deployment, "beta");
+}
+
+// Paseo's Docker image sets the deployment once for every client in the container; a
+// --deployment on the command line still wins.
+TEST_F(CommandsTest, TheDeploymentComesFromTheEnvironmentUnlessNamed) {
+  service_.deployments = {"alpha", "beta"};
+  setenv("PASEO_SANDBOX_DEPLOYMENT", "beta", 1);
+  EXPECT_EQ(Cli({"run", "--keep", "--", "true"}).exit_code, 0);
+  EXPECT_EQ(Cli({"run", "--keep", "--deployment", "alpha", "--", "true"}).exit_code, 0);
+  setenv("PASEO_SANDBOX_DEPLOYMENT", "", 1);  // empty: as if unset
+  EXPECT_EQ(Cli({"run", "--", "true"}).exit_code, kServiceError);
+  unsetenv("PASEO_SANDBOX_DEPLOYMENT");
+  std::multiset<std::string> used;
+  for (const auto& [id, sb] : service_.sandboxes) used.insert(sb.deployment);
+  EXPECT_EQ(used, (std::multiset<std::string>{"alpha", "beta"}));
 }
 
 TEST_F(CommandsTest, ARefusalIs125WithTheReasonFirst) {

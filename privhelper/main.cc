@@ -194,6 +194,34 @@ absl::StatusOr<int> ListenOnSocket(const std::string& path, gid_t group) {
   return fd;
 }
 
+// The client socket from systemd socket activation (installer/systemd/paseo-sandbox.socket:
+// LISTEN_FDS=1), or -1 if none was passed. systemd keeps it open across restarts of the
+// service, so the socket file stays the same inode: a client holding it by a bind mount of the
+// file (Paseo's Docker container, docker/README.md) keeps reaching the service. It must be what
+// this privhelper would have made: a listening stream socket bound to `path`, root:<group> 0660.
+absl::StatusOr<int> InheritedListener(const std::string& path, gid_t group) {
+  int n = sd_listen_fds(1);  // unsets LISTEN_*: the broker and runsc never see them
+  if (n < 0) return ErrnoStatus("sd_listen_fds", path);
+  if (n == 0) return -1;
+  if (n != 1)
+    return absl::FailedPreconditionError(
+        absl::StrCat("systemd passed ", n, " sockets; expected one, listening on ", path));
+  const int fd = SD_LISTEN_FDS_START;
+  if (sd_is_socket_unix(fd, SOCK_STREAM, 1, path.c_str(), 0) <= 0)
+    return absl::FailedPreconditionError(
+        "the socket systemd passed is not a listening stream socket bound to " + path +
+        " (ListenStream= in paseo-sandbox.socket must name it)");
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return ErrnoStatus("lstat", path);
+  if (!S_ISSOCK(st.st_mode) || st.st_uid != 0 || st.st_gid != group ||
+      (st.st_mode & 07777) != 0660)
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": the socket systemd made must be root:", group,
+        " 0660 (SocketUser=root, SocketGroup=<socketGroup>, SocketMode=0660)"));
+  if (fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) return ErrnoStatus("fcntl(FD_CLOEXEC)", path);
+  return fd;
+}
+
 // Runs in the forked broker child before exec: its own empty network namespace (it needs no
 // network, and must never share the control netns where runsc's control sockets live), the
 // bounding and ambient sets emptied while still root, then the broker user's ids (which
@@ -346,13 +374,24 @@ int Serve(const Options& options, const std::string& program) {
     return 1;
   }
   std::string socket_path = run_dir + "/supervisor.sock";
-  auto listen_fd = ListenOnSocket(socket_path, socket_gid);
+  auto inherited = InheritedListener(socket_path, socket_gid);
+  if (!inherited.ok()) {
+    Log(std::string(inherited.status().message()));
+    return 1;
+  }
+  // A socket systemd holds is systemd's: never unlinked here (its file must outlive us).
+  const bool socket_activated = *inherited >= 0;
+  auto listen_fd = socket_activated ? absl::StatusOr<int>(*inherited)
+                                    : ListenOnSocket(socket_path, socket_gid);
   if (!listen_fd.ok()) {
     Log(std::string(listen_fd.status().message()));
     return 1;
   }
+  if (socket_activated) Log("serving the socket systemd passed: " + socket_path);
   // Until serving starts, a failure removes the socket it made (see the Cancel below).
-  absl::Cleanup remove_socket = [&socket_path] { unlink(socket_path.c_str()); };
+  absl::Cleanup remove_socket = [&socket_path, socket_activated] {
+    if (!socket_activated) unlink(socket_path.c_str());
+  };
   // Each process costs the broker three fds and each client one: use the hard limit.
   struct rlimit nofile;
   if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
@@ -619,7 +658,7 @@ int Serve(const Options& options, const std::string& program) {
                  .wait(io.waitScope);
   Log(absl::StrCat("shutting down: ", why));
   sd_notify(0, "STOPPING=1");
-  unlink(socket_path.c_str());
+  if (!socket_activated) unlink(socket_path.c_str());
   unlink(pid_file.c_str());
   if (link.get() != nullptr && link->pid > 0) {
     // Closing the socketpair ends the broker (it serves only while the privhelper is there);

@@ -94,6 +94,8 @@ absl::StatusOr<std::string> ResolveDeployment(kj::WaitScope& wait_scope,
                                               api::Supervisor::Client& supervisor,
                                               const Options& options) {
   if (options.deployment) return *options.deployment;
+  // Paseo's Docker image sets it for every client in the container (docker/README.md).
+  if (std::string env = client::DefaultDeployment(); !env.empty()) return env;
   std::vector<std::string> deployments;
   absl::Status st = Rpc([&] {
     auto info = supervisor.infoRequest().send().wait(wait_scope);
@@ -104,7 +106,8 @@ absl::StatusOr<std::string> ResolveDeployment(kj::WaitScope& wait_scope,
   return absl::FailedPreconditionError(absl::StrCat(
       "options.deployment is not set and this user may use ", deployments.size(),
       " deployments (", absl::StrJoin(deployments, ", "),
-      "); set options.deployment in Paseo's workspaceRuntimes entry"));
+      "); set options.deployment in Paseo's workspaceRuntimes entry or "
+      "$PASEO_SANDBOX_DEPLOYMENT"));
 }
 
 absl::StatusOr<std::string> SandboxKey(const std::string& workspace_id) {

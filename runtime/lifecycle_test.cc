@@ -1,6 +1,8 @@
 // The lifecycle operations against the in-process fake of the API (client/fake_service.h).
 #include "runtime/lifecycle.h"
 
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include "client/client.h"
@@ -207,6 +209,21 @@ TEST_F(LifecycleTest, DeploymentComesFromOptionsOrTheOnlyOneAllowed) {
   EXPECT_FALSE(ResolveDeployment(io_.waitScope, conn_.supervisor(), options).ok());
   options.deployment = "beta";
   EXPECT_EQ(*ResolveDeployment(io_.waitScope, conn_.supervisor(), options), "beta");
+}
+
+// The Docker image's environment names the deployment; options.deployment still wins.
+TEST_F(LifecycleTest, DeploymentComesFromTheEnvironmentWhenOptionsNameNone) {
+  service_.deployments = {"alpha", "beta"};
+  setenv("PASEO_SANDBOX_DEPLOYMENT", "beta", 1);
+  Options options;
+  auto from_env = ResolveDeployment(io_.waitScope, conn_.supervisor(), options);
+  options.deployment = "alpha";
+  auto from_options = ResolveDeployment(io_.waitScope, conn_.supervisor(), options);
+  unsetenv("PASEO_SANDBOX_DEPLOYMENT");
+  ASSERT_TRUE(from_env.ok()) << from_env.status();
+  EXPECT_EQ(*from_env, "beta");
+  ASSERT_TRUE(from_options.ok()) << from_options.status();
+  EXPECT_EQ(*from_options, "alpha");
 }
 
 TEST_F(LifecycleTest, SignalFindsTheExecByKey) {

@@ -11,6 +11,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/spawn.h"
 #include "gtest/gtest.h"
 #include "privhelper/network/firewall.h"
 
@@ -52,6 +54,8 @@ Service::~Service() {
 }
 
 void Service::RemoveWorkArea() {
+  if (activation_fd_ >= 0) close(activation_fd_);
+  activation_fd_ = -1;
   if (base_.empty()) return;
   umount2(base_.c_str(), MNT_DETACH);
   rmdir(base_.c_str());
@@ -163,6 +167,20 @@ void Service::Start() {
                 base_ + "/ws-beta\"}]}");
 
   if (options_.before_start) options_.before_start(base_);
+  if (options_.socket_activation) {
+    // What systemd makes from paseo-sandbox.socket: root:<socket group> 0660, listening.
+    std::string path = socket();
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    Check(path.size() < sizeof(addr.sun_path), "socket path too long: " + path);
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    activation_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    Check(activation_fd_ >= 0, "socket");
+    Check(bind(activation_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+              chown(path.c_str(), 0, socket_gid_) == 0 && chmod(path.c_str(), 0660) == 0 &&
+              listen(activation_fd_, 128) == 0,
+          "bind/chown/chmod/listen " + path);
+  }
   Launch();
 }
 
@@ -175,7 +193,22 @@ void Service::Launch() {
   args.insert(args.end(), options_.privhelper_args.begin(), options_.privhelper_args.end());
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
-  pid_t pid = SpawnStdio(args, STDIN_FILENO, fd, fd, env);
+  pid_t pid;
+  if (activation_fd_ >= 0) {
+    // LISTEN_PID must be the privhelper's own pid: a shell learns it ($$) and execs it.
+    env.push_back("LISTEN_FDS=1");
+    SpawnRequest request;
+    request.path = "/bin/sh";
+    request.argv = {"/bin/sh", "-c", "LISTEN_PID=$$ exec \"$0\" \"$@\""};
+    request.argv.insert(request.argv.end(), args.begin(), args.end());
+    request.env = env;
+    request.fds = {{0, STDIN_FILENO}, {1, fd}, {2, fd}, {3, activation_fd_}};
+    auto spawned = Spawn(request);
+    if (!spawned.ok()) Die(std::string(spawned.status().message()));
+    pid = *spawned;
+  } else {
+    pid = SpawnStdio(args, STDIN_FILENO, fd, fd, env);
+  }
   close(fd);
   privhelper_pid_ = pid;
   if (!options_.wait_for_socket) return;
@@ -281,10 +314,17 @@ void Service::RemoveCgroupParent() const {
 
 void Service::Crash() {
   if (privhelper_pid_ <= 0) return;
+  pid_t broker = broker_pid();
   kill(privhelper_pid_, SIGKILL);
   WaitPid(privhelper_pid_);
   privhelper_pid_ = -1;
-  // The broker ends when its helper socket closes; wait until nothing serves the socket.
+  // The broker ends when its helper socket closes; wait until nothing serves the socket (with
+  // socket activation the socket always accepts: wait for the broker itself to be gone).
+  if (activation_fd_ >= 0) {
+    const std::string cmdline = "/proc/" + std::to_string(broker) + "/cmdline";
+    for (int i = 0; i < 100 && broker > 0 && !ReadFile(cmdline).empty(); ++i) usleep(50000);
+    return;
+  }
   for (int i = 0; i < 100 && CanConnect(socket()); ++i) usleep(50000);
 }
 

@@ -44,6 +44,10 @@ struct ServiceOptions {
   bool wait_for_socket = true;
   // Size of the work area's tmpfs (used as needed).
   std::string tmpfs_size = "512m";
+  // Socket activation as systemd does it (installer/systemd/paseo-sandbox.socket): the harness
+  // makes the listening socket once and passes it to every privhelper it starts (fd 3,
+  // LISTEN_FDS=1, LISTEN_PID), so the socket file survives Crash/Stop and Restart.
+  bool socket_activation = false;
   // A rootfs version built elsewhere (<out>/<version> of rootfs/build-rootfs, e.g. the agent
   // rootfs testing/run-tests builds once per machine): bind-mounted read-only at
   // base/state/rootfs/<version>, so a profile can name <version>. Empty: none.
@@ -115,6 +119,7 @@ class Service {
   std::string base_;
   std::string rootfs_version_;
   pid_t privhelper_pid_ = -1;
+  int activation_fd_ = -1;  // the socket held for socket activation, or -1
   gid_t socket_gid_ = 0;
   uid_t broker_uid_ = 0;
 };

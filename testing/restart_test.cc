@@ -6,12 +6,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -208,6 +210,60 @@ TEST(RestartTest, NotifiesSystemdWhenReady) {
   EXPECT_TRUE(absl::StrContains(buf, svc.socket())) << buf;
   svc.Stop();
   close(notify);
+}
+
+// Socket activation (installer/systemd/paseo-sandbox.socket): the privhelper serves the socket
+// systemd passes, the file stays the same inode across restarts (a Docker container's bind
+// mount of it keeps working: testing/docker_test.cc) and is never removed by the privhelper;
+// a passed socket that is not root:<socketGroup> 0660 is refused and nothing is served.
+TEST(RestartTest, ASocketFromSystemdIsServedKeptAndChecked) {
+  ServiceOptions options;
+  options.socket_activation = true;
+  options.wait_for_socket = false;  // the socket accepts from the start: wait for the broker
+  Service svc(options);
+  auto serving = [&svc] {
+    for (int i = 0; i < 200 && svc.broker_pid() <= 0; ++i) usleep(50000);
+    return svc.broker_pid() > 0;
+  };
+  ASSERT_TRUE(serving()) << svc.Log();
+  struct stat first, second;
+  ASSERT_EQ(stat(svc.socket().c_str(), &first), 0);
+  EXPECT_EQ(svc.Cli(Alpha(svc), {"info"}).exit_code, 0);
+  svc.Crash();
+  svc.Restart();
+  ASSERT_TRUE(serving()) << svc.Log();
+  ASSERT_EQ(stat(svc.socket().c_str(), &second), 0);
+  EXPECT_EQ(first.st_ino, second.st_ino) << "the socket file was made again";
+  auto info = svc.Cli(Alpha(svc), {"info"});
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_TRUE(absl::StrContains(svc.Log(), "serving the socket systemd passed")) << svc.Log();
+  int stopped = svc.Stop();
+  EXPECT_TRUE(WIFEXITED(stopped) && WEXITSTATUS(stopped) == 0) << stopped;
+  EXPECT_EQ(access(svc.socket().c_str(), F_OK), 0) << "the privhelper removed systemd's socket";
+
+  // Not what the privhelper would make itself: refused at start.
+  struct Mutation {
+    const char* what;
+    std::function<int()> apply, undo;
+  };
+  const std::string path = svc.socket();
+  const gid_t group = svc.socket_gid();
+  for (const Mutation& m :
+       {Mutation{"mode 0666", [&] { return chmod(path.c_str(), 0666); },
+                 [&] { return chmod(path.c_str(), 0660); }},
+        Mutation{"group 0", [&] { return chown(path.c_str(), 0, 0); },
+                 [&] { return chown(path.c_str(), 0, group); }}}) {
+    ASSERT_EQ(m.apply(), 0) << m.what;
+    svc.Restart();
+    const std::string stat_file = "/proc/" + std::to_string(svc.privhelper_pid()) + "/stat";
+    // Until it has exited by itself (a zombie): then Stop reaps it and returns how it ended.
+    for (int i = 0; i < 600 && !absl::StrContains(ReadFile(stat_file), ") Z "); ++i) usleep(50000);
+    int status = svc.Stop();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << m.what << ": " << status;
+    EXPECT_TRUE(absl::StrContains(svc.Log(), "the socket systemd made must be root:")) << svc.Log();
+    ASSERT_EQ(m.undo(), 0) << m.what;
+  }
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
 }  // namespace
