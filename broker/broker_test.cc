@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include <capnp/rpc-twoparty.h>
+#include <capnp/schema.h>
 #include <kj/async-io.h>
 
 #include "broker/api_servers.h"
@@ -321,6 +322,14 @@ TEST_F(BrokerTest, EveryCallLeavesExactlyOneAuditLine) {
   EXPECT_EQ(field(audit_lines_[9], "operation"), "Sandbox.delete");
   EXPECT_EQ(field(audit_lines_[9], "result"), "ok");
   for (const auto& line : audit_lines_) EXPECT_EQ(line.back(), '\n');
+}
+
+// Every method of Supervisor, Sandbox and Process is audited through AuditedDispatch; the
+// API's other server-side interfaces must stay without methods, or a method added to them
+// would not be (give its server a dispatchCall through AuditedDispatch first).
+TEST(AuditCoverageTest, TheOtherServedInterfacesHaveNoMethods) {
+  EXPECT_EQ(capnp::Schema::from<api::Subscription>().getMethods().size(), 0u);
+  EXPECT_EQ(capnp::Schema::from<api::Socket>().getMethods().size(), 0u);
 }
 
 // The network the privhelper set up is what list and inspect show.
