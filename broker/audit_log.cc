@@ -132,6 +132,7 @@ RotatingFileSink::~RotatingFileSink() {
 
 absl::Status RotatingFileSink::OpenCurrent() {
   if (fd_ >= 0) close(fd_);
+  fd_ = -1;
   // O_NOFOLLOW: the directory is the broker's alone, but a link there is never followed.
   fd_ = open(path_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd_ < 0) return ErrnoStatus("open", path_);
@@ -146,12 +147,13 @@ absl::Status RotatingFileSink::OpenCurrent() {
   return absl::OkStatus();
 }
 
+// Called with the current file open.
 absl::Status RotatingFileSink::Rotate() {
   if (max_files_ == 1) {
     // No older file to keep: start the one file again.
-    if (fd_ >= 0 && ftruncate(fd_, 0) != 0) return ErrnoStatus("ftruncate", path_);
+    if (ftruncate(fd_, 0) != 0) return ErrnoStatus("ftruncate", path_);
     size_ = 0;
-    return fd_ >= 0 ? absl::OkStatus() : OpenCurrent();
+    return absl::OkStatus();
   }
   // The oldest is overwritten by the rename before it.
   for (uint32_t k = max_files_ - 1; k >= 1; --k) {
@@ -172,7 +174,12 @@ void RotatingFileSink::Complain(const absl::Status& status) {
 }
 
 void RotatingFileSink::Append(absl::string_view line) {
-  if (fd_ < 0 || size_ + line.size() > max_bytes_) {
+  if (fd_ < 0) {
+    // A rotation that could not open its new file: open it now (renaming nothing again).
+    absl::Status opened = OpenCurrent();
+    if (!opened.ok()) return Complain(opened);
+  }
+  if (size_ + line.size() > max_bytes_) {
     absl::Status rotated = Rotate();
     if (!rotated.ok()) return Complain(rotated);
   }

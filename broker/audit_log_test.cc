@@ -330,6 +330,30 @@ TEST_F(RotatingFileSinkTest, ASymlinkInPlaceOfTheFileIsNotFollowed) {
   EXPECT_EQ(Read(target), "");
 }
 
+// A rotation that fails (here: the directory turned read-only; on a host, a full disk or no
+// fds) drops lines and renames nothing more, so the older files survive; once it can, it
+// goes on.
+TEST_F(RotatingFileSinkTest, AFailedRotationDropsLinesAndKeepsTheOlderFiles) {
+  if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
+  auto opened = RotatingFileSink::Open(dir_ + "/audit.log", 65536, 3);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  RotatingFileSink* sink = opened->get();
+  AuditLog log(std::move(*opened), 1000000);
+  for (int i = 0; i < 100000 && Names().size() < 2; ++i) log.Write(Refusal(i));  // rotated once
+  ASSERT_EQ(Names(), (std::vector<std::string>{"audit.log", "audit.log.1"}));
+  std::string older = Read(dir_ + "/audit.log.1");
+  ASSERT_EQ(chmod(dir_.c_str(), 0500), 0);
+  for (int i = 0; i < 2000; ++i) log.Write(Refusal(i));
+  ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+  EXPECT_GT(sink->dropped(), 0u);
+  EXPECT_EQ(Names(), (std::vector<std::string>{"audit.log", "audit.log.1"}));
+  EXPECT_EQ(Read(dir_ + "/audit.log.1"), older);
+  log.Write(Refusal(424242));
+  EXPECT_EQ(Names(), (std::vector<std::string>{"audit.log", "audit.log.1", "audit.log.2"}));
+  EXPECT_EQ(Field(Read(dir_ + "/audit.log"), "uid"), "424242");
+  EXPECT_LE(TotalBytes(), 3u * 65536u);
+}
+
 TEST(StderrAuditSinkTest, EachLineIsPrefixed) {
   int p[2];
   ASSERT_EQ(pipe(p), 0);
