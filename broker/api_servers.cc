@@ -64,8 +64,9 @@ struct Caller {
   Peer peer;
   kj::Own<CallLimiter::Connection> calls;
   AuditLog* audit;
+  bool authorized;  // may use some deployment (decided at connect, as the connection limits are)
 
-  Caller Copy() { return {peer, kj::addRef(*calls), audit}; }
+  Caller Copy() { return {peer, kj::addRef(*calls), audit, authorized}; }
   // A call that may wait holds a ticket until it ends (refused past the connection's bound).
   kj::Own<CallLimiter::Ticket> Ticket() { return ValueOrThrow(calls->Acquire()); }
   // Takes the ticket first, so a refused call starts nothing.
@@ -147,6 +148,7 @@ DispatchResult AuditedDispatch(const Caller& caller, uint64_t interface_id, uint
   record.uid = caller.peer.uid;
   record.gid = caller.peer.gids.empty() ? -1 : static_cast<int64_t>(caller.peer.gids[0]);
   record.pid = caller.peer.pid;
+  record.unauthorized_peer = !caller.authorized;
   kj::runCatchingExceptions([&] { before(record, context.getParams()); });
   auto call = kj::heap<AuditedCall>(*caller.audit, std::move(record));
   kj::Maybe<DispatchResult> result;
@@ -491,7 +493,9 @@ class SupervisorImpl final : public api::Supervisor::Server {
 
 api::Supervisor::Client NewSupervisor(Broker& broker, AuditLog& audit, Peer peer,
                                       kj::Own<CallLimiter::Connection> calls) {
-  return kj::heap<SupervisorImpl>(broker, Caller{std::move(peer), kj::mv(calls), &audit});
+  bool authorized = !broker.registry().DeploymentsFor(peer).empty();
+  return kj::heap<SupervisorImpl>(broker,
+                                  Caller{std::move(peer), kj::mv(calls), &audit, authorized});
 }
 
 }  // namespace paseo

@@ -267,7 +267,9 @@ void AuditLog::Summarize(int64_t uid, const Window& w) {
   j.Key("error");
   j.String(SanitizedUtf8(w.last_error, kMaxAuditFieldBytes));
   j.Key("reason");
-  j.String(absl::StrCat(w.suppressed, " more refused or failed requests from this uid in the second from ",
+  j.String(absl::StrCat(w.suppressed,
+                        " more requests from this uid (refused, failed, or from a uid no "
+                        "deployment allows) in the second from ",
                         Rfc3339(w.second * 1000), ", past ", refusals_per_second_,
                         " written one by one (the last: ", w.last_operation, ")"));
   j.EndObject();
@@ -278,7 +280,7 @@ void AuditLog::Summarize(int64_t uid, const Window& w) {
 
 void AuditLog::Write(const AuditRecord& record) {
   int64_t now = clock_();
-  if (record.result == AuditResult::kOk) {
+  if (record.result == AuditResult::kOk && !record.unauthorized_peer) {
     sink_->Append(Line(record, now));
     return;
   }

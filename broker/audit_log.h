@@ -5,7 +5,7 @@
 //   AuditLog log(std::make_unique<StderrAuditSink>(), /*refusals_per_second=*/20);
 //   AuditRecord r;
 //   r.operation = "Supervisor.listSandboxes"; r.uid = 1000; r.gid = 1000; r.pid = 42;
-//   log.Write(r);        // result kOk: always written
+//   log.Write(r);        // result kOk of an authorized peer: always written
 //   log.Flush();         // once a second: the summaries of coalescing windows that ended
 #pragma once
 
@@ -40,6 +40,9 @@ struct AuditRecord {
   AuditResult result = AuditResult::kOk;
   std::string error;   // the reason token ("permission-denied"); empty when ok
   std::string reason;  // what the client was told
+  // From a peer that may use no deployment: even its allowed calls (info) are coalesced like
+  // refusals, since such a peer can only ask info() and be refused.
+  bool unauthorized_peer = false;
 };
 
 // Where lines go. `line` is one complete JSON document ending in '\n'.
@@ -104,9 +107,10 @@ class AuditLog {
   using Clock = std::function<int64_t()>;
   static int64_t SystemClockMs();
 
-  // `refusals_per_second`: non-ok records of one uid written one by one per wall-clock second;
-  // the rest of that second are counted and written as one "coalesced" line (by Flush, or by
-  // the uid's next record after the second ended).
+  // `refusals_per_second`: records of one uid that are not ok, or come from an unauthorized
+  // peer, written one by one per wall-clock second; the rest of that second are counted and
+  // written as one "coalesced" line (by Flush, or by the uid's next such record after the
+  // second ended). Allowed calls of authorized peers are always written.
   AuditLog(std::unique_ptr<AuditSink> sink, uint32_t refusals_per_second,
            Clock clock = SystemClockMs);
   ~AuditLog();

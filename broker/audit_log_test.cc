@@ -164,6 +164,26 @@ TEST(AuditLogTest, AllowedCallsAreNeverCoalesced) {
   EXPECT_EQ(lines.size(), 100u);
 }
 
+// A uid no deployment allows may still ask info(): those allowed calls are coalesced too, or
+// such a uid could flood the journal with them.
+TEST(AuditLogTest, AllowedCallsOfAnUnauthorizedPeerAreCoalesced) {
+  std::vector<std::string> lines;
+  int64_t now = 1000000;
+  AuditLog log(std::make_unique<MemorySink>(&lines), 2, [&] { return now; });
+  AuditRecord info;
+  info.operation = "Supervisor.info";
+  info.uid = 5;
+  info.unauthorized_peer = true;
+  for (int i = 0; i < 100; ++i) log.Write(info);
+  now += 1000;
+  log.Flush();
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(Field(lines[0], "result"), "ok");
+  EXPECT_EQ(Field(lines[2], "result"), "coalesced");
+  EXPECT_EQ(Field(lines[2], "count"), "98");
+  EXPECT_EQ(Field(lines[2], "operation"), "Supervisor.info");
+}
+
 TEST(AuditLogTest, AFloodOfRefusalsFromOneUidIsCountedNotWritten) {
   std::vector<std::string> lines;
   int64_t now = 1000000;  // ms
