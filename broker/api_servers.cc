@@ -1,11 +1,18 @@
 // See api_servers.h.
 #include "broker/api_servers.h"
 
+#include <capnp/schema.h>
+#include <capnp/stream.capnp.h>
+
+#include "absl/strings/str_cat.h"
 #include "common/request_checks.h"
 #include "common/rpc_errors.h"
 
 namespace paseo {
 namespace {
+
+using AnyContext = capnp::CallContext<capnp::AnyPointer, capnp::AnyPointer>;
+using DispatchResult = capnp::Capability::Server::DispatchCallResult;
 
 void FillProcessInfo(const ProcessRecord& p, api::ProcessInfo::Builder out) {
   out.setId(p.id);
@@ -52,12 +59,14 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   }
 }
 
-// Who is calling: the connection's peer and its budget of waiting calls.
+// Who is calling: the connection's peer, its budget of waiting calls and the audit log.
 struct Caller {
   Peer peer;
   kj::Own<CallLimiter::Connection> calls;
+  AuditLog* audit;
+  bool authorized;  // may use some deployment (decided at connect, as the connection limits are)
 
-  Caller Copy() { return {peer, kj::addRef(*calls)}; }
+  Caller Copy() { return {peer, kj::addRef(*calls), audit, authorized}; }
   // A call that may wait holds a ticket until it ends (refused past the connection's bound).
   kj::Own<CallLimiter::Ticket> Ticket() { return ValueOrThrow(calls->Acquire()); }
   // Takes the ticket first, so a refused call starts nothing.
@@ -67,6 +76,107 @@ struct Caller {
     return start().attach(kj::mv(ticket));
   }
 };
+
+// ---------------------------------------------------------------- audit
+
+// One call's audit line, written exactly once: when the call succeeds or fails, or -- if its
+// promise is dropped unanswered (the connection went away) -- as cancelled.
+class AuditedCall {
+ public:
+  AuditedCall(AuditLog& log, AuditRecord record) : log_(log), record_(std::move(record)) {}
+  ~AuditedCall() {
+    if (written_) return;
+    record_.result = AuditResult::kCancelled;
+    record_.error = "cancelled";
+    record_.reason = "the call ended without an answer";
+    log_.Write(record_);
+  }
+  AuditRecord& record() { return record_; }
+  void Succeeded(bool write = true) {
+    written_ = true;
+    record_.result = AuditResult::kOk;
+    if (write) log_.Write(record_);
+  }
+  void Failed(const kj::Exception& e) {
+    written_ = true;
+    absl::Status status = StatusFromException(e);
+    record_.result =
+        status.code() == absl::StatusCode::kInternal ? AuditResult::kFailed : AuditResult::kRefused;
+    record_.error = std::string(ReasonToken(status.code()));
+    record_.reason = ClientFacingDescription(e);
+    log_.Write(record_);
+  }
+
+ private:
+  AuditLog& log_;
+  AuditRecord record_;
+  bool written_ = false;
+};
+
+// "Supervisor.createSandbox"; whether the method is declared `-> stream`.
+template <typename Interface>
+std::pair<std::string, bool> MethodOf(uint64_t interface_id, uint16_t method_id) {
+  capnp::InterfaceSchema schema = capnp::Schema::from<Interface>();
+  auto methods = schema.getMethods();
+  if (schema.getProto().getId() != interface_id || method_id >= methods.size())
+    return {absl::StrCat(schema.getShortDisplayName().cStr(), ".unknown(", interface_id, "/",
+                         method_id, ")"),
+            false};
+  auto method = methods[method_id];
+  bool streaming =
+      method.getResultType().getProto().getId() == capnp::typeId<capnp::StreamResult>();
+  return {absl::StrCat(schema.getShortDisplayName().cStr(), ".",
+                       method.getProto().getName().cStr()),
+          streaming};
+}
+
+// Every server's dispatchCall comes here, so every method -- including one added to the schema
+// later -- leaves exactly one audit line when its call ends, from this one place: ok, or the
+// refusal with the reason the client got. The exception is a streaming call (`-> stream`,
+// Process.writeInput): its chunks are bytes of one stream, written only when refused.
+// `before(record, params)` names the deployment, sandbox and process the call is about, and
+// `after(record, results)` what a successful call made (a new sandbox's or process's id); both
+// must not throw (a malformed message is the method's to refuse: what they read is
+// best-effort). `dispatch()` is the generated dispatchCall.
+template <typename Interface, typename Before, typename After, typename Dispatch>
+DispatchResult AuditedDispatch(const Caller& caller, uint64_t interface_id, uint16_t method_id,
+                               AnyContext context, Before&& before, After&& after,
+                               Dispatch&& dispatch) {
+  auto [operation, streaming] = MethodOf<Interface>(interface_id, method_id);
+  AuditRecord record;
+  record.operation = std::move(operation);
+  record.uid = caller.peer.uid;
+  record.gid = caller.peer.gids.empty() ? -1 : static_cast<int64_t>(caller.peer.gids[0]);
+  record.pid = caller.peer.pid;
+  record.unauthorized_peer = !caller.authorized;
+  kj::runCatchingExceptions([&] { before(record, context.getParams()); });
+  auto call = kj::heap<AuditedCall>(*caller.audit, std::move(record));
+  kj::Maybe<DispatchResult> result;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { result = dispatch(); })) {
+    // Refused before the method returned a promise (a ValueOrThrow in its body).
+    call->Failed(*e);
+    return {kj::Promise<void>(kj::mv(*e)), streaming};
+  }
+  KJ_IF_MAYBE(r, result) {
+    bool is_streaming = r->isStreaming;
+    AuditedCall& audited = *call;
+    auto promise = r->promise.then(
+        [&audited, context, is_streaming, after = kj::fwd<After>(after)]() mutable {
+          if (!is_streaming) {
+            kj::runCatchingExceptions([&] { after(audited.record(), context.getResults()); });
+          }
+          audited.Succeeded(/*write=*/!is_streaming);
+        },
+        [&audited](kj::Exception&& e) {
+          audited.Failed(e);
+          kj::throwFatalException(kj::mv(e));
+        });
+    return {promise.attach(kj::mv(call)), is_streaming};
+  }
+  KJ_UNREACHABLE;
+}
+
+void NoResults(AuditRecord&, capnp::AnyPointer::Builder) {}
 
 class SubscriptionImpl final : public api::Subscription::Server {
  public:
@@ -84,6 +194,20 @@ class ProcessImpl final : public api::Process::Server {
  public:
   ProcessImpl(Broker& broker, Caller caller, kj::Own<ProcessRecord> p)
       : broker_(broker), caller_(kj::mv(caller)), p_(kj::mv(p)) {}
+
+  DispatchResult dispatchCall(uint64_t interface_id, uint16_t method_id,
+                              AnyContext context) override {
+    return AuditedDispatch<api::Process>(
+        caller_, interface_id, method_id, context,
+        [this](AuditRecord& r, capnp::AnyPointer::Reader) {
+          r.sandbox_id = p_->sandbox_id;
+          r.process_id = p_->id;
+          if (SandboxRecord* sb = broker_.registry().Find(p_->sandbox_id))
+            r.deployment = sb->deployment_id;
+        },
+        NoResults,
+        [&] { return api::Process::Server::dispatchCall(interface_id, method_id, context); });
+  }
 
  protected:
   kj::Promise<void> info(InfoContext context) override {
@@ -172,6 +296,27 @@ class SandboxImpl final : public api::Sandbox::Server {
   SandboxImpl(Broker& broker, Caller caller, std::string id)
       : broker_(broker), caller_(kj::mv(caller)), peer_(caller_.peer), id_(std::move(id)) {}
 
+  DispatchResult dispatchCall(uint64_t interface_id, uint16_t method_id,
+                              AnyContext context) override {
+    using Methods = api::Sandbox;
+    return AuditedDispatch<api::Sandbox>(
+        caller_, interface_id, method_id, context,
+        [this](AuditRecord& r, capnp::AnyPointer::Reader params) {
+          r.sandbox_id = id_;
+          if (SandboxRecord* sb = broker_.registry().Find(id_)) r.deployment = sb->deployment_id;
+          if (r.operation == "Sandbox.getProcess")  // the id asked for, found or not
+            r.process_id = params.getAs<Methods::GetProcessParams>().getId().cStr();
+        },
+        [](AuditRecord& r, capnp::AnyPointer::Builder results) {
+          // startProcess and findProcess: the process they answer with.
+          if (r.operation == "Sandbox.startProcess")
+            r.process_id = results.getAs<Methods::StartProcessResults>().getInfo().getId().cStr();
+          if (r.operation == "Sandbox.findProcess")
+            r.process_id = results.getAs<Methods::FindProcessResults>().getInfo().getId().cStr();
+        },
+        [&] { return api::Sandbox::Server::dispatchCall(interface_id, method_id, context); });
+  }
+
  protected:
   kj::Promise<void> startProcess(StartProcessContext context) override {
     auto started = caller_.Charged([&] {
@@ -258,6 +403,33 @@ class SupervisorImpl final : public api::Supervisor::Server {
   SupervisorImpl(Broker& broker, Caller caller)
       : broker_(broker), caller_(kj::mv(caller)), peer_(caller_.peer) {}
 
+  DispatchResult dispatchCall(uint64_t interface_id, uint16_t method_id,
+                              AnyContext context) override {
+    using Methods = api::Supervisor;
+    return AuditedDispatch<api::Supervisor>(
+        caller_, interface_id, method_id, context,
+        [this](AuditRecord& r, capnp::AnyPointer::Reader params) {
+          if (r.operation == "Supervisor.createSandbox")
+            r.deployment =
+                params.getAs<Methods::CreateSandboxParams>().getSpec().getDeploymentId().cStr();
+          if (r.operation == "Supervisor.findSandbox")
+            r.deployment = params.getAs<Methods::FindSandboxParams>().getDeploymentId().cStr();
+          if (r.operation == "Supervisor.getSandbox") {  // the id asked for, found or not
+            r.sandbox_id = params.getAs<Methods::GetSandboxParams>().getId().cStr();
+            if (SandboxRecord* sb = broker_.registry().Find(r.sandbox_id))
+              r.deployment = sb->deployment_id;
+          }
+        },
+        [](AuditRecord& r, capnp::AnyPointer::Builder results) {
+          // createSandbox and findSandbox: the sandbox they answer with.
+          if (r.operation == "Supervisor.createSandbox")
+            r.sandbox_id = results.getAs<Methods::CreateSandboxResults>().getInfo().getId().cStr();
+          if (r.operation == "Supervisor.findSandbox")
+            r.sandbox_id = results.getAs<Methods::FindSandboxResults>().getInfo().getId().cStr();
+        },
+        [&] { return api::Supervisor::Server::dispatchCall(interface_id, method_id, context); });
+  }
+
  protected:
   kj::Promise<void> createSandbox(CreateSandboxContext context) override {
     auto created = caller_.Charged(
@@ -319,9 +491,11 @@ class SupervisorImpl final : public api::Supervisor::Server {
 
 }  // namespace
 
-api::Supervisor::Client NewSupervisor(Broker& broker, Peer peer,
+api::Supervisor::Client NewSupervisor(Broker& broker, AuditLog& audit, Peer peer,
                                       kj::Own<CallLimiter::Connection> calls) {
-  return kj::heap<SupervisorImpl>(broker, Caller{std::move(peer), kj::mv(calls)});
+  bool authorized = !broker.registry().DeploymentsFor(peer).empty();
+  return kj::heap<SupervisorImpl>(broker,
+                                  Caller{std::move(peer), kj::mv(calls), &audit, authorized});
 }
 
 }  // namespace paseo

@@ -14,6 +14,7 @@ bool ReadPeer(int fd, Peer* peer) {
     return false;
   peer->uid = cred.uid;
   peer->gids = {cred.gid};
+  peer->pid = cred.pid;
   std::vector<gid_t> groups(256);
   socklen_t glen = static_cast<socklen_t>(groups.size() * sizeof(gid_t));
   if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) == 0) {

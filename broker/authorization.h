@@ -13,6 +13,7 @@ namespace paseo {
 struct Peer {
   uid_t uid = static_cast<uid_t>(-1);
   std::vector<gid_t> gids;  // primary first
+  pid_t pid = 0;            // at connect time; for the audit log only, never for a decision
 };
 
 // Reads SO_PEERCRED and SO_PEERGROUPS of a connected Unix socket. False if unavailable.

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 
 #include <capnp/rpc-twoparty.h>
+#include <capnp/schema.h>
 #include <kj/async-io.h>
 
 #include "broker/api_servers.h"
@@ -71,6 +72,15 @@ std::string Description(kj::Maybe<kj::Exception>& e) {
   return "(no error)";
 }
 
+class LineSink : public AuditSink {
+ public:
+  explicit LineSink(std::vector<std::string>* lines) : lines_(lines) {}
+  void Append(absl::string_view line) override { lines_->emplace_back(line); }
+
+ private:
+  std::vector<std::string>* lines_;
+};
+
 class BrokerTest : public ::testing::Test {
  protected:
   ~BrokerTest() noexcept override {}
@@ -88,7 +98,7 @@ class BrokerTest : public ::testing::Test {
   kj::WaitScope& ws() { return io_.waitScope; }
   api::Supervisor::Client Connect(Peer peer) {
     uid_t uid = peer.uid;
-    return NewSupervisor(*broker_, std::move(peer), calls_.Open(uid));
+    return NewSupervisor(*broker_, audit_, std::move(peer), calls_.Open(uid));
   }
 
   struct Created {
@@ -176,6 +186,9 @@ class BrokerTest : public ::testing::Test {
   // The release rules' clock, advanced by the tests (ReleaseRules, registry.h).
   kj::TimerImpl timer_{kj::origin<kj::TimePoint>()};
   CallLimiter calls_{4, 6};
+  // Every audit line the API servers write, in order (no coalescing here).
+  std::vector<std::string> audit_lines_;
+  AuditLog audit_{std::make_unique<LineSink>(&audit_lines_), 1000000};
   std::string dir_;
   FakeHelper* helper_ = nullptr;
   helper::Helper::Client helper_client_ = nullptr;
@@ -214,6 +227,109 @@ TEST_F(BrokerTest, CreateListInspectDelete) {
   EXPECT_EQ(sup.listSandboxesRequest().send().wait(ws()).getSandboxes().size(), 0u);
   struct stat st;
   EXPECT_NE(stat((dir_ + "/" + sb.id).c_str(), &st), 0) << "its state dir is removed";
+}
+
+// The audit log (audit_log.h): every call on every interface leaves exactly one line when it
+// ends, with who asked, what about and how it ended -- allowed or refused, refused before or
+// after the method body -- and a stream's accepted chunks none.
+TEST_F(BrokerTest, EveryCallLeavesExactlyOneAuditLine) {
+  auto field = [](const std::string& line, const std::string& key) -> std::string {
+    std::string k = "\"" + key + "\":";
+    size_t at = line.find(k);
+    if (at == std::string::npos) return "<absent>";
+    at += k.size();
+    if (line[at] != '"') return line.substr(at, line.find_first_of(",}", at) - at);
+    return line.substr(at + 1, line.find('"', at + 1) - at - 1);
+  };
+  auto sup = Connect(Peer{1000, {1000}, 4321});
+  Created sb = Create(sup);
+  ASSERT_EQ(audit_lines_.size(), 1u);
+  EXPECT_EQ(field(audit_lines_[0], "operation"), "Supervisor.createSandbox");
+  EXPECT_EQ(field(audit_lines_[0], "uid"), "1000");
+  EXPECT_EQ(field(audit_lines_[0], "gid"), "1000");
+  EXPECT_EQ(field(audit_lines_[0], "pid"), "4321");
+  EXPECT_EQ(field(audit_lines_[0], "deployment"), "work");
+  EXPECT_EQ(field(audit_lines_[0], "sandboxId"), sb.id);
+  EXPECT_EQ(field(audit_lines_[0], "result"), "ok");
+  EXPECT_EQ(field(audit_lines_[0], "reason"), "<absent>");
+
+  Started p = Start(sb.sandbox);
+  ASSERT_EQ(audit_lines_.size(), 2u);
+  EXPECT_EQ(field(audit_lines_[1], "operation"), "Sandbox.startProcess");
+  EXPECT_EQ(field(audit_lines_[1], "deployment"), "work");
+  EXPECT_EQ(field(audit_lines_[1], "sandboxId"), sb.id);
+  EXPECT_EQ(field(audit_lines_[1], "processId"), p.id);
+
+  // A stream's accepted chunks are not audited one by one; closing it is.
+  for (int i = 0; i < 3; ++i) {
+    auto w = p.process.writeInputRequest();
+    w.setData(kj::StringPtr("x").asBytes());
+    w.send().wait(ws());
+  }
+  p.process.closeInputRequest().send().wait(ws());
+  ASSERT_EQ(audit_lines_.size(), 3u);
+  EXPECT_EQ(field(audit_lines_[2], "operation"), "Process.closeInput");
+  EXPECT_EQ(field(audit_lines_[2], "processId"), p.id);
+
+  // Refused inside the method body (a synchronous throw) and by a later promise.
+  auto sig = p.process.signalRequest();
+  sig.setSignal(0);
+  EXPECT_NE(kj::runCatchingExceptions([&] { sig.send().wait(ws()); }), nullptr);
+  ASSERT_EQ(audit_lines_.size(), 4u);
+  EXPECT_EQ(field(audit_lines_[3], "operation"), "Process.signal");
+  EXPECT_EQ(field(audit_lines_[3], "result"), "refused");
+  EXPECT_EQ(field(audit_lines_[3], "error"), "invalid-argument");
+  EXPECT_EQ(field(audit_lines_[3], "reason").rfind("invalid-argument: ", 0), 0u)
+      << audit_lines_[3];
+
+  // Someone else's: refused, with the ids asked for.
+  auto other = Connect(other_);
+  auto get = other.getSandboxRequest();
+  get.setId(sb.id);
+  EXPECT_NE(kj::runCatchingExceptions([&] { get.send().wait(ws()); }), nullptr);
+  ASSERT_EQ(audit_lines_.size(), 5u);
+  EXPECT_EQ(field(audit_lines_[4], "operation"), "Supervisor.getSandbox");
+  EXPECT_EQ(field(audit_lines_[4], "uid"), "2000");
+  EXPECT_EQ(field(audit_lines_[4], "sandboxId"), sb.id);
+  EXPECT_EQ(field(audit_lines_[4], "error"), "not-found");
+
+  // A deployment the peer may not use, and the info anyone may ask for.
+  auto stranger = Connect(nobody_);
+  auto create = stranger.createSandboxRequest();
+  create.initSpec().setDeploymentId("work");
+  EXPECT_NE(kj::runCatchingExceptions([&] { create.send().wait(ws()); }), nullptr);
+  stranger.infoRequest().send().wait(ws());
+  ASSERT_EQ(audit_lines_.size(), 7u);
+  EXPECT_EQ(field(audit_lines_[5], "operation"), "Supervisor.createSandbox");
+  EXPECT_EQ(field(audit_lines_[5], "deployment"), "work");
+  EXPECT_EQ(field(audit_lines_[5], "error"), "permission-denied");
+  EXPECT_EQ(field(audit_lines_[6], "operation"), "Supervisor.info");
+  EXPECT_EQ(field(audit_lines_[6], "result"), "ok");
+
+  // A call that waits is written when it ends.
+  auto waited = p.process.waitRequest().send();
+  for (int i = 0; i < 3; ++i) io_.provider->getTimer().afterDelay(1 * kj::MILLISECONDS).wait(ws());
+  EXPECT_EQ(audit_lines_.size(), 7u);
+  helper_->Exit(p.id, 0);
+  waited.wait(ws());
+  ASSERT_EQ(audit_lines_.size(), 8u);
+  EXPECT_EQ(field(audit_lines_[7], "operation"), "Process.wait");
+
+  sb.sandbox.listProcessesRequest().send().wait(ws());
+  sb.sandbox.deleteRequest().send().wait(ws());
+  ASSERT_EQ(audit_lines_.size(), 10u);
+  EXPECT_EQ(field(audit_lines_[8], "operation"), "Sandbox.listProcesses");
+  EXPECT_EQ(field(audit_lines_[9], "operation"), "Sandbox.delete");
+  EXPECT_EQ(field(audit_lines_[9], "result"), "ok");
+  for (const auto& line : audit_lines_) EXPECT_EQ(line.back(), '\n');
+}
+
+// Every method of Supervisor, Sandbox and Process is audited through AuditedDispatch; the
+// API's other server-side interfaces must stay without methods, or a method added to them
+// would not be (give its server a dispatchCall through AuditedDispatch first).
+TEST(AuditCoverageTest, TheOtherServedInterfacesHaveNoMethods) {
+  EXPECT_EQ(capnp::Schema::from<api::Subscription>().getMethods().size(), 0u);
+  EXPECT_EQ(capnp::Schema::from<api::Socket>().getMethods().size(), 0u);
 }
 
 // The network the privhelper set up is what list and inspect show.

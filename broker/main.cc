@@ -13,7 +13,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include <capnp/rpc-twoparty.h>
@@ -21,6 +23,7 @@
 #include <kj/debug.h>
 #include <kj/main.h>
 
+#include "broker/audit_log.h"
 #include "broker/authorization.h"
 #include "broker/api_servers.h"
 #include "broker/broker.h"
@@ -55,9 +58,14 @@ bool HasAnyCapability() {
 
 class Listener {
  public:
-  Listener(Broker& broker, kj::LowLevelAsyncIoProvider& low,
+  Listener(Broker& broker, AuditLog& audit, kj::LowLevelAsyncIoProvider& low,
            kj::Own<kj::ConnectionReceiver> receiver, kj::Timer& timer)
-      : broker_(broker), low_(low), receiver_(kj::mv(receiver)), timer_(timer), tasks_(handler_) {}
+      : broker_(broker),
+        audit_(audit),
+        low_(low),
+        receiver_(kj::mv(receiver)),
+        timer_(timer),
+        tasks_(handler_) {}
 
   kj::Promise<void> Run() {
     return receiver_->accept().then(
@@ -80,6 +88,7 @@ class Listener {
     KJ_IF_MAYBE(f, stream->getFd()) { fd = *f; }
     if (fd < 0 || !ReadPeer(fd, &peer)) {
       Log("dropping a connection without peer credentials");
+      AuditRefusedConnection(peer, "permission-denied", "no peer credentials");
       return;
     }
     // A peer that may use no deployment needs only info() and a refusal: it gets the small
@@ -90,6 +99,9 @@ class Listener {
     if (open_ >= kMaxConnections || mine >= pool.connections_per_uid) {
       if (mine == 0) per_uid_.erase(peer.uid);
       LogDropped(peer.uid);
+      AuditRefusedConnection(peer, "unavailable",
+                             open_ >= kMaxConnections ? "too many connections"
+                                                      : "too many connections from this uid");
       return;
     }
     // kj's receiver hands out a plain stream; fds travel only on a capability stream, so the
@@ -97,6 +109,7 @@ class Listener {
     int socket = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (socket < 0) {
       Log(std::string("dropping a connection: dup: ") + strerror(errno));
+      AuditRefusedConnection(peer, "unavailable", std::string("dup: ") + strerror(errno));
       return;
     }
     stream = nullptr;
@@ -110,7 +123,7 @@ class Listener {
       raw.Abort(absl::UnavailableError("too many refused calls; connection closed"));
     });
     auto conn = kj::heap<ClientConnection>(kj::mv(metered), pool.per_message / 8,
-                                           NewSupervisor(broker_, peer, kj::mv(calls)),
+                                           NewSupervisor(broker_, audit_, peer, kj::mv(calls)),
                                            kClientFlowLimitBytes);
     auto done = conn->network.onDisconnect().attach(kj::mv(conn));
     tasks_.add(done.then([this, uid] {
@@ -118,6 +131,19 @@ class Listener {
       if (--per_uid_[uid] == 0) per_uid_.erase(uid);
       GiveBackMemory();
     }));
+  }
+
+  // A connection closed before any call: one audit line "connect" (coalesced per uid).
+  void AuditRefusedConnection(const Peer& peer, const char* error, const std::string& why) {
+    AuditRecord r;
+    r.operation = "connect";
+    r.uid = peer.uid == static_cast<uid_t>(-1) ? -1 : static_cast<int64_t>(peer.uid);
+    r.gid = peer.gids.empty() ? -1 : static_cast<int64_t>(peer.gids[0]);
+    r.pid = peer.pid;
+    r.result = AuditResult::kRefused;
+    r.error = error;
+    r.reason = std::string(error) + ": " + why;
+    audit_.Write(r);
   }
 
   // At most one line a second, so a flood of refused connections cannot fill the log.
@@ -147,6 +173,7 @@ class Listener {
     void taskFailed(kj::Exception&& e) override { KJ_LOG(INFO, "client connection ended", e); }
   };
   Broker& broker_;
+  AuditLog& audit_;
   kj::LowLevelAsyncIoProvider& low_;
   kj::Own<kj::ConnectionReceiver> receiver_;
   kj::Timer& timer_;
@@ -160,6 +187,23 @@ class Listener {
   kj::TimePoint last_drop_log_ = kj::origin<kj::TimePoint>();
   bool trim_pending_ = false;
 };
+
+// The audit log the privhelper's policy asks for (helper.capnp AuditPolicy): the rotating file
+// in the directory the privhelper made ours, or lines on stderr.
+absl::StatusOr<std::unique_ptr<AuditLog>> OpenAuditLog(helper::AuditPolicy::Reader policy) {
+  std::unique_ptr<AuditSink> sink;
+  if (policy.getToFile()) {
+    auto file = RotatingFileSink::Open(policy.getPath().cStr(), policy.getMaxBytes(),
+                                       policy.getMaxFiles());
+    if (!file.ok()) return file.status();
+    sink = std::move(*file);
+  } else {
+    sink = std::make_unique<StderrAuditSink>();
+  }
+  // An older privhelper sends no audit policy: its refusals are then coalesced at the default.
+  uint32_t per_second = policy.getRefusalsPerSecond() > 0 ? policy.getRefusalsPerSecond() : 20;
+  return std::make_unique<AuditLog>(std::move(sink), per_second);
+}
 
 // The command line: only the privhelper starts the broker, always with exactly these.
 struct Options {
@@ -239,14 +283,29 @@ int Main(int argc, char** argv) {
   capnp::MallocMessageBuilder policy_message;
   policy_message.setRoot(policy_response.getPolicy());
 
-  Broker broker(low, io.unixEventPort, io.provider->getTimer(), helper,
-                policy_message.getRoot<helper::BrokerPolicy>().asReader(), log_dir);
+  auto policy = policy_message.getRoot<helper::BrokerPolicy>().asReader();
+  auto audit = OpenAuditLog(policy.getAudit());
+  if (!audit.ok()) {
+    Log(std::string(audit.status().message()));
+    return 1;
+  }
+  // Once a second: the summaries of coalesced refusals whose second has ended.
+  kj::Timer& timer = io.provider->getTimer();
+  std::function<kj::Promise<void>()> flush_every_second = [&]() -> kj::Promise<void> {
+    return timer.afterDelay(1 * kj::SECONDS).then([&] {
+      (*audit)->Flush();
+      return flush_every_second();
+    });
+  };
+  auto flushing = flush_every_second().eagerlyEvaluate(nullptr);
+
+  Broker broker(low, io.unixEventPort, io.provider->getTimer(), helper, policy, log_dir);
   // Rebuild the registry from the privhelper's inventory: after a broker crash, every sandbox
   // and process is taken over (its output continues in its log at the same offsets); after a
   // full restart with policy keep, adopted sandboxes appear as running-unattached.
   auto inventory = helper.inventoryRequest().send().wait(io.waitScope);
   broker.Restore(inventory, io.waitScope);
-  Listener listener(broker, low,
+  Listener listener(broker, **audit, low,
                     low.wrapListenSocketFd(listen_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
                     io.provider->getTimer());
   Log("serving");

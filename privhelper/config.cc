@@ -256,6 +256,7 @@ absl::Status CheckToolsRegistered(const std::string& file, const Config& config,
 }
 
 absl::Status ValidateHelperNetwork(const std::string& file, config::HelperNetwork::Reader n);
+absl::Status ValidateAudit(const std::string& file, config::AuditConfig::Reader a);
 
 absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reader h) {
   if (!IsNormalizedAbsolutePath(h.getStateDir().cStr()))
@@ -282,7 +283,29 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
     return Bad(file, "cgroupParent", "must be a normalized absolute path other than /");
   if (!IsValidId(h.getRootfsVersion().cStr()))
     return Bad(file, "rootfsVersion", "must be an id ([a-z0-9-], 1..64 bytes)");
+  RETURN_IF_ERROR(ValidateAudit(file, h.getAudit()));
   return ValidateHelperNetwork(file, h.getNetwork());
+}
+
+// HelperConfig.audit: the file's directory must be a dedicated one below another directory (the
+// privhelper makes it the broker's), and the bounds must make maxBytes * maxFiles meaningful.
+absl::Status ValidateAudit(const std::string& file, config::AuditConfig::Reader a) {
+  std::string path = a.getPath().cStr();
+  if (!path.empty()) {
+    size_t slash = path.rfind('/');
+    if (!IsNormalizedAbsolutePath(path) || slash == 0 || slash == std::string::npos ||
+        slash + 1 == path.size())
+      return Bad(file, "audit.path",
+                 "must be a normalized absolute path of a file in a directory other than /");
+  }
+  if (a.getMaxBytes() < kMinAuditFileBytes || a.getMaxBytes() > (uint64_t{1} << 40))
+    return Bad(file, "audit.maxBytes", absl::StrCat("must be between ", kMinAuditFileBytes,
+                                                    " and 2^40"));
+  if (a.getMaxFiles() < 1 || a.getMaxFiles() > 100)
+    return Bad(file, "audit.maxFiles", "must be between 1 and 100");
+  if (a.getRefusalsPerSecond() < 1 || a.getRefusalsPerSecond() > 1000000)
+    return Bad(file, "audit.refusalsPerSecond", "must be between 1 and 1000000");
+  return absl::OkStatus();
 }
 
 // The home: a fixed destination that can stand in /etc/passwd (no ':' or newline), which
@@ -498,6 +521,11 @@ std::string Config::RootfsPath(const config::LaunchProfile::Reader& profile) con
   std::string version = profile.getRootfsVersion().size() > 0 ? profile.getRootfsVersion().cStr()
                                                               : helper_.getRootfsVersion().cStr();
   return absl::StrCat(helper_.getStateDir().cStr(), "/rootfs/", version, "/rootfs");
+}
+
+std::string Config::AuditPath() const {
+  if (helper_.getAudit().getPath().size() > 0) return helper_.getAudit().getPath();
+  return absl::StrCat(helper_.getStateDir().cStr(), "/audit/audit.log");
 }
 
 std::string Config::BrokerBinary(absl::string_view privhelper_path) const {

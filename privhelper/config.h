@@ -24,6 +24,9 @@ inline constexpr size_t kMaxToolMounts = 8;
 // At most this many CIDR rules, name rules, ports of one rule, inbound ports and DNS upstreams.
 inline constexpr size_t kMaxNetworkRules = 256;
 
+// The smallest audit.maxBytes: room for many of the broker's longest audit lines (about 2 KiB).
+inline constexpr uint64_t kMinAuditFileBytes = 65536;
+
 class Config {
  public:
   config::HelperConfig::Reader helper() const { return helper_; }
@@ -42,6 +45,9 @@ class Config {
   const HostResources& host() const { return host_; }
   std::string BrokerBinary(absl::string_view privhelper_path) const;
   std::string SandboxShimBinary(absl::string_view privhelper_path) const;
+  // The audit log's current file (audit.path, or <stateDir>/audit/audit.log when empty); only
+  // meaningful with audit.destination "file".
+  std::string AuditPath() const;
   // True if a profile has network mode "sandbox" (only then is any network state made).
   bool UsesSandboxNetwork() const;
 

@@ -446,6 +446,30 @@ std::vector<BadCase> BadCases() {
        "brokerUser: "},
       {"SocketGroupEmpty", {{"helper.json", HelperWith(R"("socketGroup": "")")}}, "helper.json",
        {}, "socketGroup: "},
+      {"AuditUnknownDestination",
+       {{"helper.json", HelperWith(R"("audit": {"destination": "syslog"})")}}, "helper.json", {}},
+      {"AuditUnknownField", {{"helper.json", HelperWith(R"("audit": {"file": "/x"})")}},
+       "helper.json", {"file"}},
+      {"AuditPathRelative", {{"helper.json", HelperWith(R"("audit": {"path": "log/audit"})")}},
+       "helper.json", {}, "audit.path: "},
+      {"AuditPathInRoot", {{"helper.json", HelperWith(R"("audit": {"path": "/audit.log"})")}},
+       "helper.json", {}, "audit.path: "},
+      {"AuditPathDotDot",
+       {{"helper.json", HelperWith(R"("audit": {"path": "/var/log/../etc/x"})")}}, "helper.json",
+       {}, "audit.path: "},
+      {"AuditPathTrailingSlash",
+       {{"helper.json", HelperWith(R"("audit": {"path": "/var/log/paseo/"})")}}, "helper.json",
+       {}, "audit.path: "},
+      {"AuditMaxBytesTooSmall",
+       {{"helper.json", HelperWith(R"("audit": {"maxBytes": 65535})")}}, "helper.json", {},
+       "audit.maxBytes: "},
+      {"AuditMaxFilesZero", {{"helper.json", HelperWith(R"("audit": {"maxFiles": 0})")}},
+       "helper.json", {}, "audit.maxFiles: "},
+      {"AuditMaxFilesTooMany", {{"helper.json", HelperWith(R"("audit": {"maxFiles": 101})")}},
+       "helper.json", {}, "audit.maxFiles: "},
+      {"AuditRefusalsZero",
+       {{"helper.json", HelperWith(R"("audit": {"refusalsPerSecond": 0})")}}, "helper.json", {},
+       "audit.refusalsPerSecond: "},
       {"RootfsVersionMissing",
        {{"helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", kSha, R"("}})")}},
        "helper.json", {}, "rootfsVersion: "},
@@ -819,6 +843,33 @@ TEST_F(ConfigTest, BadNetworkPolicyIsRefused) {
     EXPECT_TRUE(absl::StrContains(config.status().message(), "profiles/p.json: " + field + ":"))
         << config.status();
   }
+}
+
+TEST_F(ConfigTest, AuditDefaultsToTheJournalAndAFileUnderTheStateDir) {
+  WriteMinimal();
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto audit = (*config)->helper().getAudit();
+  EXPECT_EQ(audit.getDestination(), config::AuditDestination::JOURNAL);
+  EXPECT_EQ(audit.getMaxBytes(), 16u << 20);
+  EXPECT_EQ(audit.getMaxFiles(), 4u);
+  EXPECT_EQ(audit.getRefusalsPerSecond(), 20u);
+  EXPECT_EQ((*config)->AuditPath(), "/var/lib/paseo-sandbox/audit/audit.log");
+}
+
+TEST_F(ConfigTest, AuditToAFileLoads) {
+  WriteMinimal();
+  Write("helper.json", HelperWith(R"("audit": {"destination": "file",
+      "path": "/var/log/paseo-sandbox/audit.log", "maxBytes": 1048576, "maxFiles": 8,
+      "refusalsPerSecond": 5})"));
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto audit = (*config)->helper().getAudit();
+  EXPECT_EQ(audit.getDestination(), config::AuditDestination::FILE);
+  EXPECT_EQ(audit.getMaxBytes(), 1u << 20);
+  EXPECT_EQ(audit.getMaxFiles(), 8u);
+  EXPECT_EQ(audit.getRefusalsPerSecond(), 5u);
+  EXPECT_EQ((*config)->AuditPath(), "/var/log/paseo-sandbox/audit.log");
 }
 
 TEST(IsNormalizedAbsolutePathTest, Accepts) {

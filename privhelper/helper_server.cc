@@ -37,6 +37,13 @@ void DescribePolicy(const Config& config, helper::BrokerPolicy::Builder out) {
     }
     o.setOutputBufferBytes(config.FindProfile(names[0])->getOutputBufferBytes());
   }
+  auto audit = config.helper().getAudit();
+  auto a = out.initAudit();
+  a.setToFile(audit.getDestination() == config::AuditDestination::FILE);
+  if (a.getToFile()) a.setPath(config.AuditPath());
+  a.setMaxBytes(audit.getMaxBytes());
+  a.setMaxFiles(audit.getMaxFiles());
+  a.setRefusalsPerSecond(audit.getRefusalsPerSecond());
 }
 
 }  // namespace

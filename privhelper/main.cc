@@ -145,6 +145,30 @@ absl::Status MakeDir(const std::string& path, mode_t mode, uid_t uid, gid_t gid)
   return absl::OkStatus();
 }
 
+// The audit log's directory (HelperConfig.audit.path's): the broker's own, so it can create and
+// rotate its files there without any privilege. Made here 0700 and handed to the broker user; an
+// existing directory must already be the broker's -- a directory someone else owns (/var/log,
+// /etc) is never handed over, and a symlink is refused (O_NOFOLLOW).
+absl::Status MakeAuditDir(const std::string& file_path, uid_t uid, gid_t gid) {
+  std::string dir = file_path.substr(0, file_path.rfind('/'));
+  bool created = mkdir(dir.c_str(), 0700) == 0;
+  if (!created && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open (a directory, not a symlink)", dir);
+  absl::Cleanup close_fd = [fd] { close(fd); };
+  struct stat st;
+  if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", dir);
+  if (created) {
+    if (fchown(fd, uid, gid) != 0) return ErrnoStatus("fchown", dir);
+  } else if (st.st_uid != uid) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "audit.path: ", dir, " exists and is not owned by the broker user; name a directory "
+        "of its own (the privhelper creates it)"));
+  }
+  if (fchmod(fd, 0700) != 0) return ErrnoStatus("fchmod", dir);
+  return absl::OkStatus();
+}
+
 // The listen backlog: the system's maximum (net.core.somaxconn, 4096 by default since Linux
 // 5.4). A pending Unix-socket connect beyond the backlog fails with EAGAIN for a non-blocking
 // client instead of waiting, so with the old 128 a burst of 300 clients (Paseo's daemon
@@ -372,6 +396,13 @@ int Serve(const Options& options, const std::string& program) {
   if (!broker_dir.ok()) {
     Log(std::string(broker_dir.message()));
     return 1;
+  }
+  if (helper.getAudit().getDestination() == config::AuditDestination::FILE) {
+    absl::Status audit_dir = MakeAuditDir((*config)->AuditPath(), broker_uid, broker_gid);
+    if (!audit_dir.ok()) {
+      Log(std::string(audit_dir.message()));
+      return 1;
+    }
   }
   std::string socket_path = run_dir + "/supervisor.sock";
   auto inherited = InheritedListener(socket_path, socket_gid);

@@ -49,6 +49,32 @@ struct HelperConfig {
   # Start a sandbox's processes through a spawner inside it (the shim's spawner mode: a
   # fork/exec, about 7 ms) rather than a `runsc exec` each (about 30 ms); false: always runsc
   # exec. A sandbox whose spawner fails falls back to runsc exec (docs/decisions.md).
+  audit @12 :AuditConfig;
+  # Where the broker writes its audit log: one JSON line per client call and per refused
+  # connection (docs/operations.md, "Audit log").
+}
+
+enum AuditDestination {
+  journal @0;
+  # Lines on the broker's stderr, prefixed "paseo-sandbox-audit: " (the journal under systemd).
+  file @1;
+  # A size-bounded set of rotating files: path, path.1 ... path.<maxFiles-1>.
+}
+
+struct AuditConfig {
+  destination @0 :AuditDestination = journal;
+  path @1 :Text;
+  # destination "file": the current file; empty = <stateDir>/audit/audit.log. Its directory is
+  # the broker's: the privhelper creates it (0700, owned by brokerUser) and refuses to start if
+  # it exists owned by anyone else.
+  maxBytes @2 :UInt64 = 16777216;
+  # destination "file": each file is at most this long (65536 .. 2^40); with maxFiles, the log
+  # never holds more than maxBytes * maxFiles bytes.
+  maxFiles @3 :UInt32 = 4;
+  # destination "file": the current file plus maxFiles-1 older ones (1 .. 100).
+  refusalsPerSecond @4 :UInt32 = 20;
+  # Refused calls and connections of one uid written one by one per second (1 .. 1000000); the
+  # rest of that second are counted and written as one "coalesced" line.
 }
 
 struct HelperNetwork {

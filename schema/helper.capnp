@@ -22,8 +22,20 @@ struct DeploymentPolicy {
   # outputBufferBytes of each profile in `profiles`, in the same order.
 }
 
+struct AuditPolicy {
+  # Where and how the broker writes its audit log (config.capnp AuditConfig, checked and with
+  # the path resolved by the privhelper, which also made the file's directory the broker's).
+  toFile @0 :Bool;
+  # false: lines on the broker's stderr.
+  path @1 :Text;
+  maxBytes @2 :UInt64;
+  maxFiles @3 :UInt32;
+  refusalsPerSecond @4 :UInt32;
+}
+
 struct BrokerPolicy {
   deployments @0 :List(DeploymentPolicy);
+  audit @1 :AuditPolicy;
 }
 
 struct CreateSandboxRequest {

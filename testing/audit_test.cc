@@ -1,0 +1,338 @@
+// Root suite for the broker's audit log (docs/operations.md, "Audit log"): real operations
+// through the CLI each leave exactly one line with the right fields (on the default
+// destination, the broker's stderr), and 100,000 refused connections leave the log within its
+// configured bound -- every one of them accounted for when coalesced, and the rotating files
+// never past maxBytes * maxFiles when not.
+#include <dirent.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <capnp/compat/json.h>
+#include <capnp/message.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "testing/harness.h"
+
+namespace paseo::testing {
+
+Service* g_service = nullptr;
+
+namespace {
+
+constexpr int kFlood = 100000;
+
+// One parsed audit line: its fields as text (numbers in decimal).
+using Line = std::map<std::string, std::string>;
+
+Line Parse(const std::string& text) {
+  Line out;
+  capnp::JsonCodec codec;
+  capnp::MallocMessageBuilder message;
+  auto value = message.initRoot<capnp::JsonValue>();
+  auto error = kj::runCatchingExceptions(
+      [&] { codec.decodeRaw(kj::ArrayPtr<const char>(text.data(), text.size()), value); });
+  if (error != nullptr || !value.isObject()) {
+    out["<invalid>"] = text;
+    return out;
+  }
+  for (auto f : value.getObject()) {
+    auto v = f.getValue();
+    if (v.isString()) out[f.getName().cStr()] = v.getString().cStr();
+    else if (v.isNumber()) out[f.getName().cStr()] = absl::StrCat(static_cast<int64_t>(v.getNumber()));
+  }
+  return out;
+}
+
+std::vector<Line> ParseLines(const std::string& text, const std::string& prefix = "") {
+  std::vector<Line> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (!prefix.empty()) {
+      if (l.rfind(prefix, 0) != 0) continue;
+      l = l.substr(prefix.size());
+    }
+    lines.push_back(Parse(l));
+  }
+  return lines;
+}
+
+std::string AuditDir(const Service& svc) { return svc.base() + "/state/audit"; }
+
+constexpr char kPrefix[] = "paseo-sandbox-audit: ";
+
+// The audit lines of a service with the default destination: the broker's stderr, which the
+// harness keeps in Log() (the journal under systemd).
+std::vector<Line> JournalLines(const Service& svc) { return ParseLines(svc.Log(), kPrefix); }
+
+std::vector<Line> FileLines(const Service& svc) {
+  std::string text;
+  // Oldest first: audit.log.N-1 ... audit.log.1, audit.log.
+  for (int k = 99; k >= 1; --k) text += ReadFile(AuditDir(svc) + "/audit.log." + std::to_string(k));
+  text += ReadFile(AuditDir(svc) + "/audit.log");
+  return ParseLines(text);
+}
+
+uint64_t AuditBytes(const Service& svc) {
+  uint64_t total = 0;
+  for (const auto& name : ListDir(AuditDir(svc))) {
+    struct stat st;
+    if (stat((AuditDir(svc) + "/" + name).c_str(), &st) == 0) total += st.st_size;
+  }
+  return total;
+}
+
+// The lines that matched `keep`.
+template <typename Pred>
+std::vector<Line> Where(const std::vector<Line>& lines, Pred keep) {
+  std::vector<Line> out;
+  for (const auto& l : lines)
+    if (keep(l)) out.push_back(l);
+  return out;
+}
+
+size_t OpenFds(pid_t pid) {
+  return ListDir("/proc/" + std::to_string(pid) + "/fd").size();
+}
+
+// Connects to `socket` as uid:gid (in the socket's group) from a child process: first `hold`
+// connections it keeps open (the broker's limit for a uid no deployment allows is 16; the
+// parent waits until the broker has accepted them, by its open fds), then `flood` connections
+// it closes at once, each refused at accept. Returns the child's exit status (0: every connect
+// succeeded).
+int FloodConnections(const Service& svc, uid_t uid, int hold, int flood) {
+  int ready[2], go[2];
+  if (pipe(ready) != 0 || pipe(go) != 0) return -1;
+  pid_t broker = svc.broker_pid();
+  size_t fds_before = OpenFds(broker);
+  std::string path = svc.socket();
+  gid_t groups[] = {static_cast<gid_t>(uid), svc.socket_gid()};
+  pid_t child = fork();
+  if (child == 0) {
+    close(ready[0]);
+    close(go[1]);
+    if (setgroups(2, groups) != 0 || setgid(uid) != 0 || setuid(uid) != 0) _exit(2);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    auto connect_one = [&]() -> int {
+      for (;;) {
+        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (s < 0) _exit(3);
+        if (connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) return s;
+        int err = errno;
+        close(s);
+        if (err != EAGAIN && err != EINTR) _exit(4);
+        usleep(1000);  // the backlog is full: the broker catches up
+      }
+    };
+    for (int i = 0; i < hold; ++i) connect_one();
+    char c = 'r';
+    if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(5);
+    for (int i = 0; i < flood; ++i) close(connect_one());
+    _exit(0);
+  }
+  close(ready[1]);
+  close(go[0]);
+  char c;
+  bool held = read(ready[0], &c, 1) == 1;
+  // Until the broker holds the kept connections (so that every later one is over the limit).
+  for (int i = 0; held && i < 1000 && OpenFds(broker) < fds_before + hold; ++i) usleep(10000);
+  held = held && OpenFds(broker) >= fds_before + hold;
+  if (!held) kill(child, SIGKILL);
+  else if (write(go[1], "g", 1) != 1) kill(child, SIGKILL);
+  close(ready[0]);
+  close(go[1]);
+  int status = WaitPid(child);
+  return held ? status : -1;
+}
+
+class AuditTest : public ::testing::Test {
+ protected:
+  Service& svc = *g_service;
+  Identity Alpha() const { return {4242, 4242, {4242, svc.socket_gid()}}; }
+  Identity Stranger() const { return {4999, 4999, {4999, svc.socket_gid()}}; }
+
+  // The lines written since `since` lines.
+  std::vector<Line> Since(size_t since) {
+    auto all = JournalLines(svc);
+    return std::vector<Line>(all.begin() + std::min(since, all.size()), all.end());
+  }
+  // Exactly one line of `operation` among `lines` (and its fields), else a failure.
+  Line One(const std::vector<Line>& lines, const std::string& operation,
+           const std::string& result) {
+    auto found = Where(lines, [&](const Line& l) {
+      return l.count("operation") && l.at("operation") == operation;
+    });
+    EXPECT_EQ(found.size(), 1u) << operation;
+    if (found.size() != 1) return {};
+    EXPECT_EQ(found[0].at("result"), result) << operation;
+    return found[0];
+  }
+};
+
+TEST_F(AuditTest, EveryOperationLeavesExactlyOneLineWithItsFields) {
+  const std::string uid = "4242";
+  size_t mark = JournalLines(svc).size();
+  CliResult created = svc.Cli(Alpha(), {"create", "--deployment=alpha"});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  std::string id(absl::StripAsciiWhitespace(created.out));
+  auto lines = Since(mark);
+  for (const auto& l : lines) {
+    ASSERT_FALSE(l.count("<invalid>")) << l.at("<invalid>");
+    EXPECT_EQ(l.at("uid"), uid);
+    EXPECT_EQ(l.at("gid"), uid);
+    EXPECT_GT(std::stoll(l.at("pid")), 0);
+    EXPECT_TRUE(absl::EndsWith(l.at("time"), "Z")) << l.at("time");
+  }
+  Line create = One(lines, "Supervisor.createSandbox", "ok");
+  EXPECT_EQ(create["deployment"], "alpha");
+  EXPECT_EQ(create["sandboxId"], id);
+  EXPECT_EQ(create.count("reason"), 0u);
+
+  mark += lines.size();
+  CliResult exec = svc.Cli(Alpha(), {"exec", id, "--", "sh", "-c", "echo audited"});
+  ASSERT_EQ(exec.exit_code, 0) << exec.err;
+  EXPECT_EQ(exec.out, "audited\n");
+  lines = Since(mark);
+  Line start = One(lines, "Sandbox.startProcess", "ok");
+  EXPECT_EQ(start["deployment"], "alpha");
+  EXPECT_EQ(start["sandboxId"], id);
+  ASSERT_TRUE(absl::StartsWith(start["processId"], "p-")) << start["processId"];
+  Line waited = One(lines, "Process.wait", "ok");
+  EXPECT_EQ(waited["processId"], start["processId"]);
+
+  // A bad argument, refused by the broker with its reason.
+  mark += lines.size();
+  CliResult bad = svc.Cli(Alpha(), {"exec", "--cwd=relative/dir", id, "--", "true"});
+  EXPECT_NE(bad.exit_code, 0);
+  lines = Since(mark);
+  Line refused = One(lines, "Sandbox.startProcess", "refused");
+  EXPECT_EQ(refused["error"], "invalid-argument");
+  EXPECT_TRUE(absl::StrContains(refused["reason"], "cwd")) << refused["reason"];
+  EXPECT_EQ(refused["sandboxId"], id);
+  EXPECT_EQ(refused.count("processId"), 0u);
+
+  mark += lines.size();
+  CliResult ps = svc.Cli(Alpha(), {"--json", "ps"});
+  ASSERT_EQ(ps.exit_code, 0) << ps.err;
+  lines = Since(mark);
+  One(lines, "Supervisor.listSandboxes", "ok");
+
+  // A uid no deployment allows: refused, and its uid is what the line says.
+  mark += lines.size();
+  CliResult stranger = svc.Cli(Stranger(), {"create", "--deployment=alpha"});
+  EXPECT_NE(stranger.exit_code, 0);
+  lines = Since(mark);
+  Line denied = One(lines, "Supervisor.createSandbox", "refused");
+  EXPECT_EQ(denied["uid"], "4999");
+  EXPECT_EQ(denied["deployment"], "alpha");
+  EXPECT_EQ(denied["error"], "permission-denied");
+
+  mark += lines.size();
+  CliResult rm = svc.Cli(Alpha(), {"rm", id});
+  ASSERT_EQ(rm.exit_code, 0) << rm.err;
+  lines = Since(mark);
+  Line deleted = One(lines, "Sandbox.delete", "ok");
+  EXPECT_EQ(deleted["sandboxId"], id);
+  EXPECT_EQ(deleted["deployment"], "alpha");
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
+  struct stat st;
+  EXPECT_NE(stat(AuditDir(svc).c_str(), &st), 0) << "no audit directory without a file log";
+}
+
+// Coalesced (the default: 20 a second per uid), 100,000 refused connections are a few lines a
+// second on the journal -- and the counts in them add up to every refusal.
+TEST_F(AuditTest, AHundredThousandRefusedConnectionsAreAllCountedInAFewLines) {
+  const uid_t flooder = 4998;
+  auto from_flooder = [](const Line& l) { return l.count("uid") && l.at("uid") == "4998"; };
+  size_t before = Where(JournalLines(svc), from_flooder).size();
+  ASSERT_EQ(before, 0u);
+  auto started = std::chrono::steady_clock::now();
+  ASSERT_EQ(FloodConnections(svc, flooder, 16, kFlood), 0);
+  int64_t counted = 0;
+  std::vector<Line> lines;
+  // The last second's summary is written by the broker's once-a-second flush.
+  for (int i = 0; i < 100 && counted < kFlood; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    lines = Where(JournalLines(svc), from_flooder);
+    counted = 0;
+    for (const auto& l : lines)
+      counted += l.at("result") == "coalesced" ? std::stoll(l.at("count")) : 1;
+  }
+  EXPECT_EQ(counted, kFlood);
+  // From the first connect until every refusal was counted (connects that the backlog queued
+  // are refused after the flooder has finished; the last summary comes with the next flush).
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  for (const auto& l : lines) {
+    ASSERT_FALSE(l.count("<invalid>"));
+    EXPECT_EQ(l.at("operation"), "connect");
+    EXPECT_EQ(l.at("error"), "unavailable");
+  }
+  size_t bytes = 0;
+  std::istringstream log(svc.Log());
+  for (std::string l; std::getline(log, l);)
+    if (l.rfind(kPrefix, 0) == 0 && absl::StrContains(l, "\"uid\":4998,")) bytes += l.size() + 1;
+  std::printf("100000 refused connections in %.1f s: %zu lines, %zu bytes on the journal\n",
+              seconds, lines.size(), bytes);
+  // At most refusalsPerSecond (20) + 1 summary per wall-clock second the refusals touched
+  // (at most seconds + 2 of them), however fast or slow this machine is.
+  EXPECT_LE(lines.size(), static_cast<size_t>(21 * (seconds + 2)));
+}
+
+// Not coalesced at all (refusalsPerSecond 1000000), the same flood overflows a 64 KiB x 3 log
+// many times over: it rotates, and never holds more than maxBytes * maxFiles.
+TEST(AuditBoundTest, AHundredThousandRefusedConnectionsStayWithinMaxBytesTimesMaxFiles) {
+  ServiceOptions options;
+  options.helper_json_extra =
+      R"(, "audit": {"destination": "file", "maxBytes": 65536, "maxFiles": 3,
+                     "refusalsPerSecond": 1000000})";
+  Service svc(options);
+  ASSERT_EQ(FloodConnections(svc, 4998, 16, kFlood), 0);
+  uint64_t bytes = AuditBytes(svc);
+  std::printf("100000 uncoalesced refused connections: %llu bytes of audit log in %zu files\n",
+              static_cast<unsigned long long>(bytes), ListDir(AuditDir(svc)).size());
+  EXPECT_LE(bytes, 3u * 65536u);
+  // audit.log.1 and .2 were each filled until the next line did not fit.
+  EXPECT_GT(bytes, 2u * (65536u - 8192u)) << "it rotated";
+  std::vector<std::string> names = ListDir(AuditDir(svc));
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"audit.log", "audit.log.1", "audit.log.2"}));
+  auto lines = FileLines(svc);
+  ASSERT_FALSE(lines.empty());
+  for (const auto& l : lines) ASSERT_FALSE(l.count("<invalid>")) << l.at("<invalid>");
+  EXPECT_EQ(lines.back().at("operation"), "connect");
+  EXPECT_EQ(lines.back().at("uid"), "4998");
+  // The files are the broker's alone.
+  struct stat st;
+  ASSERT_EQ(stat(AuditDir(svc).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, svc.broker_uid());
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+  svc.RemoveWorkArea();
+}
+
+}  // namespace
+}  // namespace paseo::testing
+
+// The shared service has the default destination (the journal: prefixed lines on the broker's
+// stderr); AuditBoundTest makes a service of its own with a file log.
+int main(int argc, char** argv) {
+  return paseo::testing::RunTestsWithOwnService(argc, argv, paseo::testing::ServiceOptions{},
+                                                &paseo::testing::g_service);
+}
