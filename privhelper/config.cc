@@ -1,6 +1,8 @@
 // See config.h.
 #include "absl/strings/string_view.h"
 #include "privhelper/config.h"
+
+#include <capnp/any.h>
 #include "privhelper/network/sandbox_network.h"
 
 #include <dirent.h>
@@ -526,6 +528,22 @@ SandboxLimits Config::LimitsOf(const config::LaunchProfile::Reader& profile) con
   limits.max_processes = profile.getMaxProcesses();
   limits.max_host_tasks = profile.getMaxHostTasks();
   return limits;
+}
+
+absl::Status Config::ReplaceWith(std::unique_ptr<Config> next) {
+  // capnp's structural equality: an explicit default and an omitted field compare equal.
+  if (capnp::AnyStruct::Reader(helper_) != capnp::AnyStruct::Reader(next->helper_))
+    return absl::FailedPreconditionError(
+        "helper.json changed: its settings apply only when the service restarts");
+  // Swapping moves whole vectors (their element storage stays where it is), so every reader
+  // and pointer into the old generation now lives on in `next`, which is retired, not freed.
+  std::swap(host_, next->host_);
+  std::swap(messages_, next->messages_);
+  std::swap(helper_, next->helper_);
+  std::swap(deployments_, next->deployments_);
+  std::swap(profiles_, next->profiles_);
+  retired_.push_back(std::move(next));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {

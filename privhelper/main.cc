@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
-#include <openssl/evp.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,6 +48,7 @@
 #include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
+#include "privhelper/runsc_pin.h"
 #include "privhelper/sandbox_host.h"
 
 namespace paseo {
@@ -56,54 +56,6 @@ namespace {
 
 void Log(const std::string& message) {
   std::fprintf(stderr, "paseo-sandbox-privhelper: %s\n", message.c_str());
-}
-
-absl::StatusOr<std::string> Sha256OfFd(int fd) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  char buf[1 << 16];
-  off_t off = 0;
-  ssize_t n;
-  while ((n = pread(fd, buf, sizeof(buf), off)) > 0) {
-    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
-    off += n;
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  if (n < 0) return ErrnoStatus("read", "runsc");
-  std::string hex;
-  for (unsigned i = 0; i < len; ++i) absl::StrAppend(&hex, absl::Hex(md[i], absl::kZeroPad2));
-  return hex;
-}
-
-// Opens an executable the privhelper will run, refusing one that anyone but root could have
-// replaced: it must be a root-owned regular file, not writable by group or others.
-absl::StatusOr<int> OpenRootOwnedExecutable(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open", path);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
-    close(fd);
-    return absl::FailedPreconditionError(
-        path + ": must be a regular file owned by root and not group/other writable");
-  }
-  return fd;
-}
-
-// Opens the pinned runsc and checks its digest. The returned fd is what every runsc call
-// executes (execveat), so replacing the file on disk later changes nothing.
-absl::StatusOr<int> OpenPinnedRunsc(const config::RunscPin::Reader& pin) {
-  ASSIGN_OR_RETURN(int fd, OpenRootOwnedExecutable(pin.getPath().cStr()));
-  auto digest = Sha256OfFd(fd);
-  if (!digest.ok() || *digest != pin.getSha256().cStr()) {
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        pin.getPath().cStr(), ": sha256 ", digest.ok() ? *digest : "unreadable",
-        " does not match the pinned ", pin.getSha256().cStr()));
-  }
-  return fd;
 }
 
 // Copies the verified shim (from its open fd) to <runDir>/paseo-sandbox-shim, root:root
