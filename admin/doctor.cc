@@ -20,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "admin/service_state.h"
@@ -234,7 +235,7 @@ CheckResult CheckSocket(const std::string& run_dir, const std::string& socket_gr
   if (gr == nullptr || st.st_gid != gr->gr_gid)
     wrong.push_back(absl::StrCat("group gid ", st.st_gid, " is not ", socket_group));
   if ((st.st_mode & 07777) != 0660)
-    wrong.push_back(absl::StrCat("mode ", absl::Hex(st.st_mode & 07777), " is not 660"));
+    wrong.push_back(absl::StrFormat("mode %o is not 660", st.st_mode & 07777));
   if (st.st_uid != 0) wrong.push_back(absl::StrCat("owner uid ", st.st_uid, " is not root"));
   if (!wrong.empty())
     return Fail(name, absl::StrCat(path, ": ", absl::StrJoin(wrong, "; ")),
