@@ -220,4 +220,18 @@ absl::StatusOr<std::string> FileOfDeployment(const std::string& config_dir,
   return absl::NotFoundError(absl::StrCat("no file under ", dir, " defines deployment \"", id, "\""));
 }
 
+absl::StatusOr<HelperDirs> ReadHelperDirs(const std::string& config_dir) {
+  std::string path = config_dir + "/helper.json";
+  ASSIGN_OR_RETURN(std::string text, ReadWhole(path));
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<config::HelperConfig>();
+  capnp::JsonCodec codec;
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions(
+      [&] { codec.decode(kj::ArrayPtr<const char>(text.data(), text.size()), root); });
+  KJ_IF_MAYBE(e, error) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e->getDescription().cStr()));
+  }
+  return HelperDirs{root.getStateDir().cStr(), root.getRunDir().cStr()};
+}
+
 }  // namespace paseo::admin

@@ -72,4 +72,12 @@ absl::StatusOr<std::string> DeploymentIdOf(const std::string& json, const std::s
 // .json), or NotFound.
 absl::StatusOr<std::string> FileOfDeployment(const std::string& config_dir, const std::string& id);
 
+// helper.json's stateDir and runDir (schema defaults where it leaves them out), read on their
+// own so that status and gc still find the service when another config file is broken.
+struct HelperDirs {
+  std::string state_dir;
+  std::string run_dir;
+};
+absl::StatusOr<HelperDirs> ReadHelperDirs(const std::string& config_dir);
+
 }  // namespace paseo::admin

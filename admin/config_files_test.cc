@@ -169,6 +169,19 @@ TEST_F(ConfigFilesTest, FileOfDeploymentFindsItWhateverTheFileIsCalled) {
   EXPECT_EQ(FileOfDeployment(config_, "four").status().code(), absl::StatusCode::kNotFound);
 }
 
+// status and gc find the service even when a deployment file is broken.
+TEST_F(ConfigFilesTest, HelperDirsAreReadOnTheirOwn) {
+  Write("etc/deployments/broken.json", "{not json");
+  auto dirs = ReadHelperDirs(config_);
+  ASSERT_TRUE(dirs.ok()) << dirs.status();
+  EXPECT_EQ(dirs->state_dir, "/var/lib/paseo-sandbox");
+  EXPECT_EQ(dirs->run_dir, "/run/paseo-sandbox");
+  Write("etc/helper.json", R"({"runDir": "/srv/run", "stateDir": "/srv/state"})");
+  EXPECT_EQ(ReadHelperDirs(config_)->run_dir, "/srv/run");
+  EXPECT_EQ(ReadHelperDirs(config_)->state_dir, "/srv/state");
+  EXPECT_FALSE(ReadHelperDirs(dir_ + "/nowhere").ok());
+}
+
 TEST(ParseRootTest, SplitsAtTheFirstColon) {
   EXPECT_EQ(ParseRoot("/a").host_path, "/a");
   EXPECT_EQ(ParseRoot("/a").client_path, "");

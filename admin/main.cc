@@ -39,7 +39,10 @@ using Validity = kj::MainBuilder::Validity;
 
 class AdminMain {
  public:
-  explicit AdminMain(kj::ProcessContext& context) : context_(context) {}
+  explicit AdminMain(kj::ProcessContext& context) : context_(context) {
+    // kj ends the process with _exit(), which flushes nothing: every line goes out as printed.
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+  }
 
   kj::MainFunc getMain() {
     kj::MainBuilder builder(context_, "paseo-sandbox-admin",
@@ -78,15 +81,15 @@ class AdminMain {
   Validity SetRunDir(kj::StringPtr v) { run_dir_ = v.cStr(); return true; }
   Validity SetCgroupRoot(kj::StringPtr v) { cgroup_root_ = v.cStr(); return true; }
 
-  // helper.json's directories unless given; the defaults if the config does not load (status
-  // and gc still work on a broken config).
+  // helper.json's directories unless given; the defaults if it does not decode (status and gc
+  // still work when another config file is broken).
   void ResolveDirs() {
     if (!state_dir_.empty() && !run_dir_.empty()) return;
     std::string state = "/var/lib/paseo-sandbox", run = "/run/paseo-sandbox";
-    auto config = LoadConfig(config_dir_);
-    if (config.ok()) {
-      state = (*config)->helper().getStateDir().cStr();
-      run = (*config)->helper().getRunDir().cStr();
+    auto dirs = ReadHelperDirs(config_dir_);
+    if (dirs.ok()) {
+      state = dirs->state_dir;
+      run = dirs->run_dir;
     }
     if (state_dir_.empty()) state_dir_ = state;
     if (run_dir_.empty()) run_dir_ = run;
