@@ -546,6 +546,17 @@ absl::Status Config::ReplaceWith(std::unique_ptr<Config> next) {
   return absl::OkStatus();
 }
 
+bool Config::SameAs(const Config& other) const {
+  auto same = [](const auto& a, const auto& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (capnp::AnyStruct::Reader(a[i]) != capnp::AnyStruct::Reader(b[i])) return false;
+    return true;
+  };
+  return capnp::AnyStruct::Reader(helper_) == capnp::AnyStruct::Reader(other.helper_) &&
+         same(deployments_, other.deployments_) && same(profiles_, other.profiles_);
+}
+
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {
   ASSIGN_OR_RETURN(HostResources host, ReadHostResources());
   return LoadConfig(dir, host);

@@ -51,6 +51,9 @@ class Config {
   // alive for the process's life: readers handed out earlier (a create in flight holds its
   // profile's) stay valid. Reloads are rare and a config is a few KiB.
   absl::Status ReplaceWith(std::unique_ptr<Config> next);
+  // True if `other` has the same helper.json, deployments and profiles (structurally, in
+  // order): a reload that changes nothing need not restart the broker.
+  bool SameAs(const Config& other) const;
 
  private:
   friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,

@@ -142,6 +142,26 @@ TEST_F(ConfigTest, ReplaceWithSwapsDeploymentsAndKeepsOldReadersValid) {
   EXPECT_EQ((*config)->FindDeployment("second"), nullptr);
 }
 
+// `paseo-sandbox-admin gc` reloads too: an unchanged config must be recognized as such, so the
+// broker is not restarted for nothing.
+TEST_F(ConfigTest, SameAsTellsAnUnchangedConfigFromAChangedOne) {
+  WriteMinimal();
+  auto a = LoadConfig(dir_);
+  auto b = LoadConfig(dir_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)->SameAs(**b));
+  Write("deployments/main.json", MinimalDeployment("paseo-main").replace(
+                                     MinimalDeployment().find("1000"), 4, "1001"));
+  auto c = LoadConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE((*a)->SameAs(**c));
+  WriteMinimal();
+  Write("profiles/small.json", R"({"name": "small", "memoryLimitBytes": 167772160})");
+  auto d = LoadConfig(dir_);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE((*a)->SameAs(**d));
+}
+
 // helper.json decides directories, runsc and the socket, set up once: a reload that changes it
 // is refused whole.
 TEST_F(ConfigTest, ReplaceWithRefusesAChangedHelper) {

@@ -574,6 +574,12 @@ int Serve(const Options& options, const std::string& program) {
     ++generation;
     auto next = LoadConfig(config_dir);
     absl::Status loaded = next.ok() ? CheckConfigOwnership(config_dir) : next.status();
+    if (loaded.ok() && (*config)->SameAs(**next)) {
+      // Nothing changed (a plain `gc`): no reason to disconnect the broker's clients.
+      Log(absl::StrCat("configuration unchanged (generation ", generation, ")"));
+      if (!reload_restart) WriteConfigGeneration(generation_file, generation, "applied");
+      return;
+    }
     if (loaded.ok()) loaded = (*config)->ReplaceWith(std::move(*next));
     if (!loaded.ok()) {
       Log(absl::StrCat("reload refused, the running configuration stays: ", loaded.message()));
@@ -594,10 +600,12 @@ int Serve(const Options& options, const std::string& program) {
       link->rpc = nullptr;
       link->network = nullptr;
       link->stream = nullptr;
-    } else {
+    } else if (!reload_restart) {
       // No broker runs right now: the one the backoff starts fetches the new policy.
       WriteConfigGeneration(generation_file, generation, "applied");
     }
+    // (A restart for an earlier reload still under way writes this generation once its broker
+    // runs: it fetches the policy swapped in just now.)
   };
   kj::Function<kj::Promise<void>()> collect;
   collect = [&]() -> kj::Promise<void> {

@@ -87,6 +87,7 @@ TEST(AdminTest, AddedDeploymentServesItsUidWithoutARestartAndRemoveRefusesIt) {
   pid_t sentry = svc.SandboxProcess("runsc-sandbox", alpha);
   ASSERT_GT(sentry, 0);
   pid_t privhelper = svc.privhelper_pid();
+  pid_t broker = svc.broker_pid();
 
   CliResult before = RunAsGamma(svc);
   EXPECT_NE(before.exit_code, 0) << before.out;
@@ -104,6 +105,8 @@ TEST(AdminTest, AddedDeploymentServesItsUidWithoutARestartAndRemoveRefusesIt) {
   EXPECT_EQ(st.st_uid, 0u);
   EXPECT_EQ(st.st_mode & 07777, 0644u);
 
+  // The broker was restarted for its new policy (the privhelper was not).
+  EXPECT_NE(svc.broker_pid(), broker);
   CliResult after = RunAsGamma(svc);
   EXPECT_EQ(after.exit_code, 0) << after.err;
   EXPECT_EQ(after.out, "gamma-ran\n");
@@ -186,10 +189,16 @@ TEST(AdminTest, ThePrivhelperRefusesABadReloadAndKeepsServing) {
   EXPECT_EQ(doctor.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(doctor.out, "FAIL config: ")) << doctor.out;
   ASSERT_EQ(unlink(planted.c_str()), 0);
+  // The config is the running one again: a gc applies it without restarting the broker (its
+  // clients stay connected).
+  pid_t broker = svc.broker_pid();
+  ASSERT_GT(broker, 0);
   CliResult again = Admin({"gc"});
   EXPECT_EQ(again.exit_code, 0) << again.err;
   EXPECT_FALSE(absl::StrContains(again.out, "refused")) << again.out;
   EXPECT_TRUE(absl::StrContains(Generation(svc), " applied")) << Generation(svc);
+  EXPECT_EQ(svc.broker_pid(), broker);
+  EXPECT_TRUE(absl::StrContains(svc.Log(), "configuration unchanged"));
 }
 
 TEST(AdminTest, DoctorIsAllGreenOnTheRunningService) {
