@@ -10,6 +10,7 @@ sed "s|/usr/libexec/paseo-sandbox/paseo-sandbox-privhelper|$privhelper|" "$unit_
   > "$tmp/paseo-sandbox.service"
 grep -q "^Type=notify$" "$tmp/paseo-sandbox.service"
 grep -q "^Restart=on-failure$" "$tmp/paseo-sandbox.service"
+grep -q '^ExecReload=/bin/kill -HUP \$MAINPID$' "$tmp/paseo-sandbox.service"
 out=$(systemd-analyze verify "$tmp/paseo-sandbox.service" 2>&1) || { echo "$out"; exit 1; }
 # verify prints warnings without failing for some problems: treat any mention of our unit as one.
 if echo "$out" | grep -q "paseo-sandbox.service"; then echo "$out"; exit 1; fi
