@@ -122,6 +122,22 @@ TEST(AdminTest, AddedDeploymentServesItsUidWithoutARestartAndRemoveRefusesIt) {
   EXPECT_EQ(exec.exit_code, 0) << exec.err;
   EXPECT_EQ(exec.out, "alpha-still-works\n");
 
+  // An id that exists is changed only with --replace (here: the same deployment with a
+  // different bound, applied the same way).
+  CliResult again = Admin({"deployment", "add", "gamma", "--allow-uid", "4545", "--workspace-root",
+                           ws, "--run-as", "4545:4545", "--max-sandboxes", "2"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(again.err, "deployment \"gamma\" exists")) << again.err;
+  EXPECT_TRUE(absl::StrContains(again.err, "--replace")) << again.err;
+  CliResult replaced = Admin({"deployment", "add", "gamma", "--allow-uid", "4545",
+                              "--workspace-root", ws, "--run-as", "4545:4545", "--max-sandboxes",
+                              "2", "--replace"});
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.err;
+  EXPECT_TRUE(absl::StrContains(replaced.out, "replaced ")) << replaced.out;
+  EXPECT_TRUE(absl::StrContains(ReadFile(svc.base() + "/etc/deployments/gamma.json"),
+                                "\"maxSandboxes\": 2"));
+  EXPECT_EQ(RunAsGamma(svc).exit_code, 0);
+
   CliResult list = Admin({"deployment", "list"});
   ASSERT_EQ(list.exit_code, 0) << list.err;
   EXPECT_TRUE(absl::StrContains(list.out, "gamma uids=4545 gids= roots=" + ws)) << list.out;
@@ -136,7 +152,7 @@ TEST(AdminTest, AddedDeploymentServesItsUidWithoutARestartAndRemoveRefusesIt) {
 
   CliResult removed = Admin({"deployment", "remove", "gamma"});
   ASSERT_EQ(removed.exit_code, 0) << removed.out << removed.err;
-  EXPECT_TRUE(absl::StrContains(removed.out, "reloaded it (config generation 3)")) << removed.out;
+  EXPECT_TRUE(absl::StrContains(removed.out, "reloaded it (config generation 4)")) << removed.out;
   EXPECT_NE(access((svc.base() + "/etc/deployments/gamma.json").c_str(), F_OK), 0);
   CliResult gone = RunAsGamma(svc);
   EXPECT_NE(gone.exit_code, 0) << gone.out;
