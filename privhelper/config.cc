@@ -1,6 +1,8 @@
 // See config.h.
 #include "absl/strings/string_view.h"
 #include "privhelper/config.h"
+
+#include <capnp/any.h>
 #include "privhelper/network/sandbox_network.h"
 
 #include <dirent.h>
@@ -554,6 +556,33 @@ SandboxLimits Config::LimitsOf(const config::LaunchProfile::Reader& profile) con
   limits.max_processes = profile.getMaxProcesses();
   limits.max_host_tasks = profile.getMaxHostTasks();
   return limits;
+}
+
+absl::Status Config::ReplaceWith(std::unique_ptr<Config> next) {
+  // capnp's structural equality: an explicit default and an omitted field compare equal.
+  if (capnp::AnyStruct::Reader(helper_) != capnp::AnyStruct::Reader(next->helper_))
+    return absl::FailedPreconditionError(
+        "helper.json changed: its settings apply only when the service restarts");
+  // Swapping moves whole vectors (their element storage stays where it is), so every reader
+  // and pointer into the old generation now lives on in `next`, which is retired, not freed.
+  std::swap(host_, next->host_);
+  std::swap(messages_, next->messages_);
+  std::swap(helper_, next->helper_);
+  std::swap(deployments_, next->deployments_);
+  std::swap(profiles_, next->profiles_);
+  retired_.push_back(std::move(next));
+  return absl::OkStatus();
+}
+
+bool Config::SameAs(const Config& other) const {
+  auto same = [](const auto& a, const auto& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (capnp::AnyStruct::Reader(a[i]) != capnp::AnyStruct::Reader(b[i])) return false;
+    return true;
+  };
+  return capnp::AnyStruct::Reader(helper_) == capnp::AnyStruct::Reader(other.helper_) &&
+         same(deployments_, other.deployments_) && same(profiles_, other.profiles_);
 }
 
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir) {

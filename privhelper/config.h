@@ -51,6 +51,16 @@ class Config {
   // True if a profile has network mode "sandbox" (only then is any network state made).
   bool UsesSandboxNetwork() const;
 
+  // A reload (SIGHUP): takes `next`'s deployments and profiles. helper.json must be unchanged
+  // (its settings were used to set up the running service: directories, runsc, the socket, the
+  // network), else FailedPrecondition and nothing changes. What this Config held before is kept
+  // alive for the process's life: readers handed out earlier (a create in flight holds its
+  // profile's) stay valid. Reloads are rare and a config is a few KiB.
+  absl::Status ReplaceWith(std::unique_ptr<Config> next);
+  // True if `other` has the same helper.json, deployments and profiles (structurally, in
+  // order): a reload that changes nothing need not restart the broker.
+  bool SameAs(const Config& other) const;
+
  private:
   friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
                                                              const HostResources& host);
@@ -59,6 +69,7 @@ class Config {
   config::HelperConfig::Reader helper_;
   std::vector<config::Deployment::Reader> deployments_;
   std::vector<config::LaunchProfile::Reader> profiles_;
+  std::vector<std::unique_ptr<Config>> retired_;  // earlier generations (ReplaceWith)
 };
 
 // Reads <dir>/helper.json, <dir>/deployments/*.json and <dir>/profiles/*.json, decodes and

@@ -118,6 +118,80 @@ TEST_F(ConfigTest, MinimalConfigLoadsWithDefaults) {
   EXPECT_EQ(c.RootfsPath(*p), "/var/lib/paseo-sandbox/rootfs/v1/rootfs");
 }
 
+// A reload swaps in new deployments while readers of the old generation stay usable (a create
+// in flight holds its deployment's and profile's).
+TEST_F(ConfigTest, ReplaceWithSwapsDeploymentsAndKeepsOldReadersValid) {
+  WriteMinimal();
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const config::Deployment::Reader* old = (*config)->FindDeployment("paseo-main");
+  ASSERT_NE(old, nullptr);
+  Write("deployments/second.json", MinimalDeployment("second"));
+  auto next = LoadConfig(dir_);
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE((*config)->ReplaceWith(std::move(*next)).ok());
+  EXPECT_NE((*config)->FindDeployment("second"), nullptr);
+  EXPECT_EQ((*config)->deployments().size(), 2u);
+  EXPECT_EQ(std::string(old->getId().cStr()), "paseo-main");
+  EXPECT_EQ(old->getAllowedUids()[0], 1000u);
+
+  fs::remove(Path("deployments/second.json"));
+  auto third = LoadConfig(dir_);
+  ASSERT_TRUE(third.ok()) << third.status();
+  ASSERT_TRUE((*config)->ReplaceWith(std::move(*third)).ok());
+  EXPECT_EQ((*config)->FindDeployment("second"), nullptr);
+}
+
+// `paseo-sandbox-admin gc` reloads too: an unchanged config must be recognized as such, so the
+// broker is not restarted for nothing.
+TEST_F(ConfigTest, SameAsTellsAnUnchangedConfigFromAChangedOne) {
+  WriteMinimal();
+  auto a = LoadConfig(dir_);
+  auto b = LoadConfig(dir_);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_TRUE((*a)->SameAs(**b));
+  Write("deployments/main.json", MinimalDeployment("paseo-main").replace(
+                                     MinimalDeployment().find("1000"), 4, "1001"));
+  auto c = LoadConfig(dir_);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE((*a)->SameAs(**c));
+  WriteMinimal();
+  Write("profiles/small.json", R"({"name": "small", "memoryLimitBytes": 167772160})");
+  auto d = LoadConfig(dir_);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE((*a)->SameAs(**d));
+}
+
+// helper.json decides directories, runsc and the socket, set up once: a reload that changes it
+// is refused whole.
+TEST_F(ConfigTest, ReplaceWithRefusesAChangedHelper) {
+  WriteMinimal();
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  Write("helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", kSha,
+                                    R"("}, "rootfsVersion": "v1", "stateDir": "/srv/other"})"));
+  Write("deployments/second.json", MinimalDeployment("second"));
+  auto next = LoadConfig(dir_);
+  ASSERT_TRUE(next.ok()) << next.status();
+  absl::Status replaced = (*config)->ReplaceWith(std::move(*next));
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(replaced.message(), "helper.json changed")) << replaced;
+  EXPECT_EQ((*config)->FindDeployment("second"), nullptr);
+  EXPECT_EQ(std::string((*config)->helper().getStateDir().cStr()), "/var/lib/paseo-sandbox");
+}
+
+// Writing a default explicitly is no change.
+TEST_F(ConfigTest, ReplaceWithAcceptsAnEquivalentHelper) {
+  WriteMinimal();
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  Write("helper.json", absl::StrCat(R"({"runsc": {"sha256": ")", kSha,
+                                    R"("}, "rootfsVersion": "v1", "onRestart": "kill"})"));
+  auto next = LoadConfig(dir_);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE((*config)->ReplaceWith(std::move(*next)).ok());
+}
+
 TEST_F(ConfigTest, FullConfigLoadsEveryField) {
   Write("helper.json", absl::StrCat(R"({
     "stateDir": "/srv/state",

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <net/if.h>
-#include <openssl/evp.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
@@ -49,6 +48,7 @@
 #include "privhelper/network/sandbox_networks.h"
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
+#include "privhelper/runsc_pin.h"
 #include "privhelper/runsc_platform.h"
 #include "privhelper/sandbox_host.h"
 
@@ -57,54 +57,6 @@ namespace {
 
 void Log(const std::string& message) {
   std::fprintf(stderr, "paseo-sandbox-privhelper: %s\n", message.c_str());
-}
-
-absl::StatusOr<std::string> Sha256OfFd(int fd) {
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  char buf[1 << 16];
-  off_t off = 0;
-  ssize_t n;
-  while ((n = pread(fd, buf, sizeof(buf), off)) > 0) {
-    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(n));
-    off += n;
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx, md, &len);
-  EVP_MD_CTX_free(ctx);
-  if (n < 0) return ErrnoStatus("read", "runsc");
-  std::string hex;
-  for (unsigned i = 0; i < len; ++i) absl::StrAppend(&hex, absl::Hex(md[i], absl::kZeroPad2));
-  return hex;
-}
-
-// Opens an executable the privhelper will run, refusing one that anyone but root could have
-// replaced: it must be a root-owned regular file, not writable by group or others.
-absl::StatusOr<int> OpenRootOwnedExecutable(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open", path);
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
-    close(fd);
-    return absl::FailedPreconditionError(
-        path + ": must be a regular file owned by root and not group/other writable");
-  }
-  return fd;
-}
-
-// Opens the pinned runsc and checks its digest. The returned fd is what every runsc call
-// executes (execveat), so replacing the file on disk later changes nothing.
-absl::StatusOr<int> OpenPinnedRunsc(const config::RunscPin::Reader& pin) {
-  ASSIGN_OR_RETURN(int fd, OpenRootOwnedExecutable(pin.getPath().cStr()));
-  auto digest = Sha256OfFd(fd);
-  if (!digest.ok() || *digest != pin.getSha256().cStr()) {
-    close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(
-        pin.getPath().cStr(), ": sha256 ", digest.ok() ? *digest : "unreadable",
-        " does not match the pinned ", pin.getSha256().cStr()));
-  }
-  return fd;
 }
 
 // Copies the verified shim (from its open fd) to <runDir>/paseo-sandbox-shim, root:root
@@ -315,6 +267,25 @@ absl::Status EnterControlNetns(const std::string& pin) {
   close(s);
   if (rc != 0) return ErrnoStatus("ioctl", "lo up");
   return absl::OkStatus();
+}
+
+// <runDir>/config-generation: "<generation> <outcome>\n", where outcome is "loaded" (at start),
+// "applied" (a reload took effect and the broker serves the new policy) or "refused: <why>".
+// `paseo-sandbox-admin` waits for the number to pass the one it saw before it signalled. Written
+// whole (temporary file, rename) so a reader never sees half a line.
+void WriteConfigGeneration(const std::string& path, uint64_t generation,
+                           const std::string& outcome) {
+  std::string tmp = path + ".new";
+  std::string text = absl::StrCat(generation, " ", outcome, "\n");
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    Log(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+    return;
+  }
+  bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  close(fd);
+  if (!written || rename(tmp.c_str(), path.c_str()) != 0)
+    Log(absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
 }
 
 // Where the broker child finds the host mount namespace fd before it execs (then closed).
@@ -628,20 +599,38 @@ int Serve(const Options& options, const std::string& program) {
   auto& timer = io.provider->getTimer();
   kj::Duration backoff = 1 * kj::SECONDS;
   kj::TimePoint started = timer.now();
+  // A reload (SIGHUP) ends the broker on purpose so the next one fetches the new policy: that
+  // restart is immediate and leaves the crash backoff alone, and it is what marks the reload
+  // applied in <runDir>/config-generation.
+  bool reload_restart = false;
+  uint64_t generation = 1;
+  std::string generation_file = run_dir + "/config-generation";
   kj::Function<kj::Promise<void>()> supervise;
   supervise = [&]() -> kj::Promise<void> {
     return link->exit.addBranch().then([&](int status) {
-      Log(absl::StrCat("broker exited (status ", status, "); restarting in ",
-                       backoff / kj::MILLISECONDS, " ms"));
+      bool reload = reload_restart;
+      reload_restart = false;
+      kj::Duration delay = 0 * kj::SECONDS;
+      if (reload) {
+        Log(absl::StrCat("broker ended for the reload (status ", status,
+                         "); starting it with the new policy"));
+      } else {
+        Log(absl::StrCat("broker exited (status ", status, "); restarting in ",
+                         backoff / kj::MILLISECONDS, " ms"));
+        if (timer.now() - started > 60 * kj::SECONDS) backoff = 1 * kj::SECONDS;
+        delay = backoff;
+        backoff = std::min(backoff * 2, 30 * kj::SECONDS);
+      }
       link = nullptr;
-      if (timer.now() - started > 60 * kj::SECONDS) backoff = 1 * kj::SECONDS;
-      kj::Duration delay = backoff;
-      backoff = std::min(backoff * 2, 30 * kj::SECONDS);
-      return timer.afterDelay(delay).then([&]() -> kj::Promise<void> {
+      return timer.afterDelay(delay).then([&, reload]() -> kj::Promise<void> {
         started = timer.now();
         auto next = spawn_broker();
         if (!next.ok()) {
           Log(absl::StrCat("cannot restart broker: ", next.status().message()));
+          if (reload)
+            WriteConfigGeneration(generation_file, generation,
+                                  absl::StrCat("applied, but the broker did not start: ",
+                                               next.status().message()));
           // Try again after the next backoff: a link whose "exit" is immediate.
           link = kj::heap<BrokerLink>(BrokerLink{0, kj::Own<kj::AsyncCapabilityStream>(),
                                                  kj::Own<capnp::TwoPartyVatNetwork>(),
@@ -651,16 +640,59 @@ int Serve(const Options& options, const std::string& program) {
         }
         link = make_link(next->first, next->second, WatchChild(events, next->first));
         Log(absl::StrCat("broker restarted (pid ", next->first, ")"));
+        if (reload) WriteConfigGeneration(generation_file, generation, "applied");
         return supervise();
       });
     });
   };
 
-  // `paseo-sandbox-admin gc` (SIGHUP): collect what no sandbox owns, on demand.
+  // SIGHUP (`paseo-sandbox-admin gc`, and `deployment add|remove` after they wrote the config):
+  // reload the config dir, then collect what no sandbox owns. A valid config with helper.json
+  // unchanged is swapped in (Config::ReplaceWith) and the broker restarted for its new policy;
+  // running sandboxes are not touched, whatever deployment they belong to. An invalid one is
+  // logged and the running config stays. Either way the outcome lands in config-generation.
+  auto reload = [&] {
+    ++generation;
+    auto next = LoadConfig(config_dir);
+    absl::Status loaded = next.ok() ? CheckConfigOwnership(config_dir) : next.status();
+    if (loaded.ok() && (*config)->SameAs(**next)) {
+      // Nothing changed (a plain `gc`): no reason to disconnect the broker's clients.
+      Log(absl::StrCat("configuration unchanged (generation ", generation, ")"));
+      if (!reload_restart) WriteConfigGeneration(generation_file, generation, "applied");
+      return;
+    }
+    if (loaded.ok()) loaded = (*config)->ReplaceWith(std::move(*next));
+    if (!loaded.ok()) {
+      Log(absl::StrCat("reload refused, the running configuration stays: ", loaded.message()));
+      WriteConfigGeneration(generation_file, generation,
+                            absl::StrCat("refused: ", loaded.message()));
+      return;
+    }
+    Log(absl::StrCat("configuration reloaded (generation ", generation, "): ",
+                     (*config)->deployments().size(), " deployment(s), ",
+                     (*config)->profiles().size(), " profile(s)"));
+    if ((*config)->UsesSandboxNetwork() && networks == nullptr)
+      Log("a profile now has network mode \"sandbox\", which this service did not set up: "
+          "its creates are refused until the service restarts");
+    if (link.get() != nullptr && link->pid > 0 && link->rpc.get() != nullptr) {
+      // Closing the socketpair ends the broker (as at shutdown; no CAP_KILL is kept). Its
+      // processes' stdio is kept here and handed to the next one, as after a crash.
+      reload_restart = true;
+      link->rpc = nullptr;
+      link->network = nullptr;
+      link->stream = nullptr;
+    } else if (!reload_restart) {
+      // No broker runs right now: the one the backoff starts fetches the new policy.
+      WriteConfigGeneration(generation_file, generation, "applied");
+    }
+    // (A restart for an earlier reload still under way writes this generation once its broker
+    // runs: it fetches the policy swapped in just now.)
+  };
   kj::Function<kj::Promise<void>()> collect;
   collect = [&]() -> kj::Promise<void> {
     return events.onSignal(SIGHUP).then([&](siginfo_t) {
-      Log("garbage collection requested");
+      Log("reload and garbage collection requested");
+      reload();
       return host.Reconcile(config::RestartPolicy::KILL)
           .then([] { Log("garbage collection done"); },
                 [](kj::Exception&& e) {
@@ -679,6 +711,7 @@ int Serve(const Options& options, const std::string& program) {
       close(fd);
     }
   }
+  WriteConfigGeneration(generation_file, generation, "loaded");
   auto why = supervise()
                  .then([] { return std::string("supervision ended"); })
                  .exclusiveJoin(collect().then([] { return std::string("gc ended"); }))
@@ -691,6 +724,7 @@ int Serve(const Options& options, const std::string& program) {
   sd_notify(0, "STOPPING=1");
   if (!socket_activated) unlink(socket_path.c_str());
   unlink(pid_file.c_str());
+  unlink(generation_file.c_str());
   if (link.get() != nullptr && link->pid > 0) {
     // Closing the socketpair ends the broker (it serves only while the privhelper is there);
     // the privhelper keeps no CAP_KILL to signal a process of another uid.

@@ -156,8 +156,8 @@ TEST(RestartTest, AdminGcCollectsWhatNoSandboxOwns) {
   std::string id = KeepOne(svc);  // a live sandbox, which GC must leave alone
   ASSERT_FALSE(id.empty());
   std::string admin = std::string(std::getenv("TEST_SRCDIR")) + "/" + std::getenv("TEST_WORKSPACE") +
-                      "/installer/paseo-sandbox-admin";
-  std::string cmd = "bash " + admin + " gc --run-dir " + svc.base() + "/run";
+                      "/admin/paseo-sandbox-admin";
+  std::string cmd = admin + " gc --run-dir " + svc.base() + "/run --config-dir " + svc.base() + "/etc";
   ASSERT_EQ(system(cmd.c_str()), 0);
   // Everything left must belong to the live sandbox.
   auto foreign = [&] {

@@ -14,6 +14,7 @@ grep -q "^ListenStream=/run/paseo-sandbox/supervisor.sock$" "$tmp/paseo-sandbox.
 grep -q "^SocketMode=0660$" "$tmp/paseo-sandbox.socket"
 grep -q "^Type=notify$" "$tmp/paseo-sandbox.service"
 grep -q "^Restart=on-failure$" "$tmp/paseo-sandbox.service"
+grep -q '^ExecReload=/bin/kill -HUP \$MAINPID$' "$tmp/paseo-sandbox.service"
 out=$(systemd-analyze verify "$tmp/paseo-sandbox.socket" "$tmp/paseo-sandbox.service" 2>&1) ||
   { echo "$out"; exit 1; }
 # verify prints warnings without failing for some problems: treat any mention of our units as one.
