@@ -156,4 +156,15 @@ grep -q '^user	' "$D/var/lib/paseo-sandbox/install-manifest" && fail "recorded a
 run --uninstall >/dev/null 2>&1 || fail "uninstall failed"
 [ "$(snapshot)" = "$before" ] || fail "uninstall removed a user or group it had not created"
 pass "an existing user and group are kept"
+# --- an install that stops half-way can still be undone -----------------------------------
+sed -i '/^paseo-sandbox:/d' "$D/etc/passwd" "$D/etc/group"
+before=$(snapshot)
+mv "$bin/paseo-sandbox-broker" "$tmp/broker.away"
+if out=$(run 2>&1); then fail "an install without the broker succeeded"; fi
+grep -q "missing .*paseo-sandbox-broker" <<<"$out" || { echo "$out"; fail "did not name the missing binary"; }
+grep -q '^paseo-sandbox:' "$D/etc/group" || fail "expected the group to be made before the binaries were checked"
+run --uninstall >/dev/null 2>&1 || fail "uninstall after a failed install"
+[ "$(snapshot)" = "$before" ] || { diff <(echo "$before") <(snapshot) || true; fail "a failed install left something uninstall did not remove"; }
+mv "$tmp/broker.away" "$bin/paseo-sandbox-broker"
+pass "a failed install is listed in the manifest and undone by --uninstall"
 echo "installer_test: all passed"
