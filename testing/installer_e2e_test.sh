@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# installer/install end to end, into the real FHS paths but inside a private mount namespace:
+# /etc, /usr/bin, /usr/sbin, /usr/libexec and /usr/share/doc are overlays whose upper layer is a
+# tmpfs, /var/lib, /run and /home are empty tmpfs mounts, so the host's files and users are
+# never touched. It installs, starts the installed privhelper directly (no systemd here), runs a
+# sandbox through the installed socket as a throwaway user the installer put in the group (and
+# checks a user outside the group is refused), runs paseo-sandbox-admin, uninstalls, and
+# compares listings of files, users and groups, mounts and cgroups from before and after.
+#   testing/installer_e2e_test.sh INSTALLER PRIVHELPER BROKER SHIM CLIENT RUNTIME
+set -euo pipefail
+PATH=$PATH:/usr/sbin:/sbin   # useradd, userdel (Bazel's test PATH has no sbin)
+if [ -z "${PASEO_INSTALL_E2E_INNER:-}" ]; then
+  exec unshare --mount --propagation private env PASEO_INSTALL_E2E_INNER=1 "$0" "$@"
+fi
+installer=$(realpath -s "$1")
+shift
+fail() { echo "FAIL: $*" >&2; exit 1; }
+pass() { echo "ok: $*"; }
+
+scratch=$(mktemp -d "${TEST_TMPDIR:-/tmp}/installer_e2e.XXXXXX")
+mount -t tmpfs -o mode=0700 tmpfs "$scratch"
+mkdir "$scratch/bin"
+for b in "$@"; do cp "$b" "$scratch/bin/"; done
+n=0
+for d in /etc /usr/bin /usr/sbin /usr/libexec /usr/share/doc; do
+  n=$((n + 1))
+  mkdir -p "$scratch/ovl/$n/upper" "$scratch/ovl/$n/work"
+  mount -t overlay overlay -o "lowerdir=$d,upperdir=$scratch/ovl/$n/upper,workdir=$scratch/ovl/$n/work" "$d"
+done
+for d in /var/lib /run /home; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
+
+cgroup_parent=/paseo-sandbox-install-e2e-$$
+state_mounts() { cat /proc/[0-9]*/mountinfo 2>/dev/null | grep -F -e /var/lib/paseo-sandbox -e /run/paseo-sandbox | sort -u || true; }
+listing() {
+  echo "== files"
+  find /etc /usr/bin /usr/sbin /usr/libexec /usr/share/doc /var/lib /run /home -xdev \
+    ! -path /etc/.pwd.lock ! -name 'passwd-' ! -name 'group-' ! -name 'shadow-' ! -name 'gshadow-' \
+    ! -name 'subuid-' ! -name 'subgid-' \( -type d -printf '%p %y %m %U:%G\n' -o -printf '%p %y %m %U:%G %s\n' \) \
+    2>/dev/null | LC_ALL=C sort
+  # (the shadow tools' backups are made by useradd and userdel on any system; a directory's
+  # size is its filesystem's: an overlay's copied-up directory reports the tmpfs's)
+  sha256sum /etc/passwd /etc/group /etc/shadow /etc/gshadow /etc/subuid /etc/subgid 2>/dev/null || true
+  echo "== users and groups"
+  getent passwd | LC_ALL=C sort
+  getent group | LC_ALL=C sort
+  echo "== mounts (this namespace, and any namespace's under the state or run directory)"
+  awk '{print $5, $9}' /proc/self/mountinfo | LC_ALL=C sort
+  state_mounts
+  echo "== cgroups"
+  find /sys/fs/cgroup -maxdepth 3 -type d \( -name 'paseo-sandbox*' -o -name 'sb-*' \) 2>/dev/null | LC_ALL=C sort
+}
+before=$(listing)
+
+# A throwaway user the installer will put in the group, and one it will not.
+user=paseo-e2e-$$
+outsider=paseo-e2e-out-$$
+useradd -M -l -U -d "/home/$user" -s /bin/sh "$user"
+useradd -M -l -U -d "/home/$outsider" -s /bin/sh "$outsider"
+install -d -m 0755 -o "$user" -g "$user" "/home/$user"
+helper_pid=""
+cleanup() {
+  if [ -n "$helper_pid" ] && kill -0 "$helper_pid" 2>/dev/null; then kill -TERM "$helper_pid"; wait "$helper_pid" || true; fi
+}
+trap cleanup EXIT
+
+# --- install -------------------------------------------------------------------------------
+out=$("$installer" --bin-dir "$scratch/bin" --user "$user" 2>&1) || { echo "$out"; fail "install failed"; }
+echo "$out"
+grep -q "systemd is not running here" <<<"$out" || fail "the installer did not say it skipped systemd"
+grep -q "added $user to group paseo-sandbox" <<<"$out" || fail "the user was not added to the group"
+id -nG "$user" | grep -qw paseo-sandbox || fail "$user is not in group paseo-sandbox"
+# An operator's edit: a cgroup parent of this test's own (the installer keeps edits).
+jq --arg p "$cgroup_parent" '.cgroupParent = $p' /etc/paseo-sandbox/helper.json > "$scratch/h"
+cat "$scratch/h" > /etc/paseo-sandbox/helper.json
+
+# --- the installed service, started as systemd would ----------------------------------------
+/usr/libexec/paseo-sandbox/paseo-sandbox-privhelper --config-dir /etc/paseo-sandbox 2> "$scratch/helper.log" &
+helper_pid=$!
+for _ in $(seq 300); do
+  [ -S /run/paseo-sandbox/supervisor.sock ] && break
+  kill -0 "$helper_pid" 2>/dev/null || { cat "$scratch/helper.log"; fail "the installed privhelper exited"; }
+  sleep 0.1
+done
+[ -S /run/paseo-sandbox/supervisor.sock ] || { cat "$scratch/helper.log"; fail "no socket"; }
+[ "$(stat -c '%a %U:%G' /run/paseo-sandbox/supervisor.sock)" = "660 root:paseo-sandbox" ] || fail "socket mode/owner"
+
+as() { local who=$1; shift; setpriv --reuid="$who" --regid="$who" --init-groups env HOME="/home/$who" "$@"; }
+out=$(cd "/home/$user" && as "$user" /usr/bin/paseo-sandbox run --workspace "/home/$user:/workspace:rw" -- \
+        sh -c 'dmesg | head -1; echo "from gVisor" > /workspace/hello.txt; id -u' 2>&1) ||
+  { echo "$out"; cat "$scratch/helper.log"; fail "a sandbox did not run for a user in the group"; }
+echo "$out"
+grep -q gVisor <<<"$out" || fail "the sandbox's kernel is not gVisor"
+grep -qx "$(id -u "$user")" <<<"$out" || fail "the agent did not run as $user"
+[ "$(stat -c %U "/home/$user/hello.txt")" = "$user" ] && [ "$(cat "/home/$user/hello.txt")" = "from gVisor" ] ||
+  fail "the workspace write did not arrive on the host as $user"
+pass "a sandbox runs through the installed socket as a user in the group"
+if out=$(as "$outsider" /usr/bin/paseo-sandbox info 2>&1); then
+  echo "$out"; fail "a user outside the group reached the service"
+fi
+pass "a user outside the group is refused at the socket ($(head -1 <<<"$out"))"
+
+out=$(/usr/sbin/paseo-sandbox-admin gc 2>&1) || { echo "$out"; fail "paseo-sandbox-admin gc"; }
+grep -q "$helper_pid" <<<"$out" || fail "gc did not reach privhelper $helper_pid: $out"
+# The installed system checks out: doctor all green (a real sandbox on the chosen platform, the
+# installed socket, the user's group membership, the installed rootfs).
+out=$(/usr/sbin/paseo-sandbox-admin doctor --user "$user" 2>&1) || { echo "$out"; fail "paseo-sandbox-admin doctor is not all green"; }
+echo "$out"
+if grep -q FAIL <<<"$out"; then fail "doctor printed a FAIL"; fi
+for check in kernel config runsc platform cgroup service socket "user $user" rootfs disk; do
+  grep -q "^ok   $check: " <<<"$out" || fail "doctor did not pass its $check check"
+done
+pass "paseo-sandbox-admin doctor is all green on the installed system"
+pass "paseo-sandbox-admin gc reaches the running privhelper"
+
+# --- uninstall (stops the privhelper through its pid file) ---------------------------------
+out=$("$installer" --uninstall 2>&1) || { echo "$out"; cat "$scratch/helper.log"; fail "uninstall failed"; }
+echo "$out"
+wait "$helper_pid" || fail "the privhelper exited with $? on the uninstaller's SIGTERM"
+helper_pid=""
+grep -q "removed cgroup" <<<"$out" || fail "the uninstaller did not remove the cgroup parent"
+rm -rf "/home/${user:?}"
+userdel "$user"
+userdel "$outsider"
+after=$(listing)
+[ "$after" = "$before" ] || { diff <(echo "$before") <(echo "$after") || true; fail "uninstall left something behind"; }
+pass "after uninstall: files, users and groups, mounts and cgroups are as before"
+echo "installer_e2e_test: all passed"
