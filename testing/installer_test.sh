@@ -88,7 +88,8 @@ while read -r path type; do
   case "$p" in /var/lib/paseo-sandbox/*|/etc/paseo-sandbox/deployments/*) continue ;; esac
   case "$type" in
     f) grep -qxF "file	$p" "$manifest" || fail "$p was installed but is not in the manifest" ;;
-    d) grep -qxF "dir	$p" "$manifest" || [ "$p" = /etc/systemd/system/multi-user.target.wants ] ||
+    d) grep -qxF "dir	$p" "$manifest" || grep -qxF "wants-dir	$p" "$manifest" ||
+         grep -qxF "socket-wants-dir	$p" "$manifest" ||
          fail "directory $p was made but is not in the manifest" ;;
   esac
 done <<<"$added"
