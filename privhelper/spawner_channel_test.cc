@@ -51,7 +51,13 @@ class SpawnerChannelTest : public ::testing::Test {
               static_cast<ssize_t>(frame.size()));
     Turn();
   }
-  void Turn() { io_.provider->getTimer().afterDelay(5 * kj::MILLISECONDS).wait(io_.waitScope); }
+  // A turn of the channel: everything ready is handled. The timer alone is not enough: its
+  // clock is the loop's last poll, so on a slow machine (qemu-user) the delay can be over at
+  // once and the wait return before the channel has read what was written.
+  void Turn() {
+    io_.provider->getTimer().afterDelay(5 * kj::MILLISECONDS).wait(io_.waitScope);
+    io_.waitScope.poll();
+  }
 
   SpawnerChannel::Started StartOne() {
     Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion));
