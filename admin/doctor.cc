@@ -5,6 +5,8 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -18,12 +20,14 @@
 #include <set>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "admin/service_state.h"
+#include "common/status.h"
 #include "privhelper/runsc_pin.h"
 #include "privhelper/runsc_platform.h"
 
@@ -118,14 +122,15 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
   std::string name = "platform";
   // The platform the privhelper will use: the same choice from the same runsc flag help
   // (privhelper/runsc_platform.h), then a real sandbox on it.
-  absl::StatusOr<PlatformChoice> choice = [&]() -> absl::StatusOr<PlatformChoice> {
-    int fd = open(pin.getPath().cStr(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return absl::NotFoundError(absl::StrCat("open ", pin.getPath().cStr(), ": ", std::strerror(errno)));
-    absl::StatusOr<std::vector<std::string>> available = RunscPlatforms(fd);
-    close(fd);
-    if (!available.ok()) return available.status();
-    return ChoosePlatform(pin.getPlatform().cStr(), *available);
-  }();
+  // The verified runsc (owner and digest checked on this very fd), executed from the fd: a file
+  // swapped in at the path after the check never runs as root.
+  absl::StatusOr<int> runsc_fd = OpenPinnedRunsc(pin);
+  if (!runsc_fd.ok())
+    return Fail(name, "not probed: " + std::string(runsc_fd.status().message()),
+                "fix the runsc check first");
+  absl::Cleanup close_runsc = [&] { close(*runsc_fd); };
+  absl::StatusOr<PlatformChoice> choice =
+      ChoosePlatformFromProbe(pin.getPlatform().cStr(), RunscPlatforms(*runsc_fd));
   if (!choice.ok())
     return Fail(name, std::string(choice.status().message()),
                 "set runsc.platform in helper.json to \"auto\" (or to one the pinned runsc has) "
@@ -143,13 +148,20 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  char* const envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
   pid_t pid = fork();
   if (pid == 0) {
-    int null = open("/dev/null", O_RDONLY);
-    dup2(null, 0);
-    dup2(out, 1);
-    dup2(out, 2);
-    execv(path.c_str(), argv.data());
+    // runsc binds its sandbox's control socket (abstract, unauthenticated) in the caller's
+    // network namespace, where any local user could connect to it and run commands as root in
+    // a sandbox whose root is the host's (`runsc do`). The probe runs in a fresh, empty
+    // network namespace of its own, which dies with it: nobody else can reach that socket.
+    if (unshare(CLONE_NEWNET) != 0) _exit(126);
+    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
+    // Only stdio crosses into runsc (the verified fd is kept open, close-on-exec, for execveat).
+    syscall(SYS_close_range, 3, *runsc_fd - 1, 0);
+    syscall(SYS_close_range, *runsc_fd + 1, ~0U, 0);
+    syscall(SYS_execveat, *runsc_fd, "", argv.data(), envp, AT_EMPTY_PATH);
     _exit(127);
   }
   int status = 0;

@@ -331,10 +331,8 @@ int Serve(const Options& options, const std::string& program) {
     return 1;
   }
   // The platform: what helper.json asks for, among what the pinned runsc has.
-  absl::StatusOr<PlatformChoice> platform = [&]() -> absl::StatusOr<PlatformChoice> {
-    ASSIGN_OR_RETURN(std::vector<std::string> available, RunscPlatforms(*runsc_fd));
-    return ChoosePlatform(helper.getRunsc().getPlatform().cStr(), available);
-  }();
+  absl::StatusOr<PlatformChoice> platform =
+      ChoosePlatformFromProbe(helper.getRunsc().getPlatform().cStr(), RunscPlatforms(*runsc_fd));
   if (!platform.ok()) {
     Log(std::string(platform.status().message()));
     return 1;

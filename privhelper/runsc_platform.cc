@@ -90,9 +90,18 @@ absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
     if (text.size() < (1 << 20)) text.append(buf, static_cast<size_t>(n));
   }
   close(out[0]);
-  if (timed_out) kill(*pid, SIGKILL);
+  // Its output ended (or the time did): the exit is waited for within what is left of the
+  // 10 s, then it is killed, so a runsc that closed its output and hangs cannot stall a start.
   int status = 0;
-  while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+  pid_t waited = 0;
+  while (!timed_out && (waited = waitpid(*pid, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline)
+    usleep(10000);
+  if (waited != *pid) {
+    timed_out = true;
+    kill(*pid, SIGKILL);
+    while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   if (timed_out) return absl::DeadlineExceededError("runsc flags: did not finish within 10 s");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
@@ -126,6 +135,21 @@ absl::StatusOr<PlatformChoice> ChoosePlatform(absl::string_view configured,
         "runsc.platform \"", configured, "\": the pinned runsc does not have it (it has ", list,
         "); set runsc.platform to \"auto\" or one it has"));
   return PlatformChoice{std::string(configured), absl::StrCat(configured, " (runsc.platform ", configured, ")")};
+}
+
+absl::StatusOr<PlatformChoice> ChoosePlatformFromProbe(
+    absl::string_view configured, const absl::StatusOr<std::vector<std::string>>& available) {
+  if (available.ok()) return ChoosePlatform(configured, *available);
+  if (configured == "systrap" || configured == "ptrace" || configured == "kvm")
+    return PlatformChoice{std::string(configured),
+                          absl::StrCat(configured, " (runsc.platform ", configured,
+                                       "; what the pinned runsc has is unknown: ",
+                                       available.status().message(), ")")};
+  if (configured == "auto")
+    return absl::FailedPreconditionError(absl::StrCat(
+        "runsc.platform auto: cannot tell which platforms the pinned runsc has (",
+        available.status().message(), "); set runsc.platform to \"ptrace\" or \"systrap\""));
+  return ChoosePlatform(configured, {});
 }
 
 }  // namespace paseo

@@ -4,8 +4,8 @@
 // never kvm (it needs /dev/kvm and is chosen only when configured). What the pinned runsc has is
 // read from its own flag help (`runsc flags`), so an upgrade of the pin changes the choice
 // without a change here. Usage:
-//   ASSIGN_OR_RETURN(auto have, RunscPlatforms(runsc_fd));
-//   ASSIGN_OR_RETURN(PlatformChoice c, ChoosePlatform(helper.getRunsc().getPlatform().cStr(), have));
+//   ASSIGN_OR_RETURN(PlatformChoice c, ChoosePlatformFromProbe(
+//       helper.getRunsc().getPlatform().cStr(), RunscPlatforms(runsc_fd)));
 #pragma once
 
 #include <string>
@@ -35,5 +35,11 @@ absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd);
 // ptrace) is missing from `available`.
 absl::StatusOr<PlatformChoice> ChoosePlatform(absl::string_view configured,
                                               const std::vector<std::string>& available);
+
+// The same, from what RunscPlatforms gave: if runsc's help could not be read or parsed (a
+// runsc that words it differently), an explicitly configured platform is used as is (runsc
+// itself refuses one it lacks, at the first create) and `why` says so; "auto" is an error then.
+absl::StatusOr<PlatformChoice> ChoosePlatformFromProbe(
+    absl::string_view configured, const absl::StatusOr<std::vector<std::string>>& available);
 
 }  // namespace paseo

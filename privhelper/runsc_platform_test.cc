@@ -69,6 +69,23 @@ TEST(ChoosePlatform, AConfiguredPlatformMustBeThere) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ChoosePlatformFromProbe, AnUnreadableHelpKeepsAnExplicitPlatformButNotAuto) {
+  absl::StatusOr<std::vector<std::string>> unknown = absl::InternalError("names no platform");
+  auto c = ChoosePlatformFromProbe("ptrace", unknown);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->platform, "ptrace");
+  EXPECT_THAT(c->why, HasSubstr("unknown"));
+  c = ChoosePlatformFromProbe("auto", unknown);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  c = ChoosePlatformFromProbe("host", unknown);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  c = ChoosePlatformFromProbe("auto", std::vector<std::string>{"systrap", "ptrace"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->platform, "systrap");
+}
+
 // The real runsc of this machine, when installed: what it says it has includes ptrace.
 TEST(RunscPlatforms, ReadsTheInstalledRunsc) {
   int fd = open("/usr/bin/runsc", O_RDONLY | O_CLOEXEC);

@@ -10,7 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -234,6 +236,31 @@ TEST(AdminTest, DoctorIsAllGreenOnTheRunningService) {
   ASSERT_NE(at, std::string::npos) << log;
   std::string platform = log.substr(at + 16, log.find(' ', at + 16) - (at + 16));
   EXPECT_TRUE(absl::StrContains(r.out, "runsc --platform=" + platform + " started a sandbox")) << r.out;
+}
+
+// Regression (review of issue 15): doctor's platform probe ran `runsc do` in the caller's network
+// namespace, where the probe sandbox's unauthenticated control socket (abstract, bound by
+// runsc) could be reached by any local user and told to run commands as root in a sandbox
+// whose root is the host's. The probe now runs in a network namespace of its own: while
+// doctor runs, no runsc socket ever appears in this one.
+TEST(AdminTest, DoctorsProbeSandboxIsUnreachableFromTheHostNamespace) {
+  std::atomic<bool> done{false};
+  std::atomic<int> seen{0};
+  std::atomic<int> polls{0};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      std::string unix_sockets = ReadFile("/proc/net/unix");
+      if (absl::StrContains(unix_sockets, "runsc")) seen.fetch_add(1);
+      polls.fetch_add(1);
+      usleep(500);
+    }
+  });
+  CliResult r = Admin({"doctor"});
+  done = true;
+  watcher.join();
+  EXPECT_TRUE(absl::StrContains(r.out, "ok   platform: ")) << r.out << r.err;
+  EXPECT_GT(polls.load(), 10);
+  EXPECT_EQ(seen.load(), 0) << "a runsc control socket appeared in the host's network namespace";
 }
 
 // Broken case on the real binary: a config dir pinning another runsc digest.
