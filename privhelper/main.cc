@@ -35,6 +35,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/spawn.h"
 #include "common/status.h"
 #include "privhelper/capabilities.h"
@@ -103,21 +104,45 @@ absl::Status MakeDir(const std::string& path, mode_t mode, uid_t uid, gid_t gid)
 // /etc) is never handed over, and a symlink is refused (O_NOFOLLOW).
 absl::Status MakeAuditDir(const std::string& file_path, uid_t uid, gid_t gid) {
   std::string dir = file_path.substr(0, file_path.rfind('/'));
-  bool created = mkdir(dir.c_str(), 0700) == 0;
-  if (!created && errno != EEXIST) return ErrnoStatus("mkdir", dir);
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus("open (a directory, not a symlink)", dir);
-  absl::Cleanup close_fd = [fd] { close(fd); };
-  struct stat st;
-  if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", dir);
-  if (created) {
-    if (fchown(fd, uid, gid) != 0) return ErrnoStatus("fchown", dir);
-  } else if (st.st_uid != uid) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "audit.path: ", dir, " exists and is not owned by the broker user; name a directory "
-        "of its own (the privhelper creates it)"));
+  // Walked from / one component at a time without following symlinks, each ancestor root-owned
+  // and writable by nobody else (or sticky, like /tmp, where others cannot replace root's
+  // entries): a symlink planted above the directory (say by a broker that can write one of its
+  // ancestors) can never make root create, chown or chmod a directory elsewhere.
+  int parent = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (parent < 0) return ErrnoStatus("open", "/");
+  absl::Cleanup close_parent = [&parent] { close(parent); };
+  std::vector<std::string> parts = absl::StrSplit(dir.substr(1), '/');
+  std::string walked;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    struct stat st;
+    if (fstat(parent, &st) != 0) return ErrnoStatus("fstat", walked.empty() ? "/" : walked);
+    if (st.st_uid != 0 || ((st.st_mode & 022) != 0 && (st.st_mode & S_ISVTX) == 0))
+      return absl::FailedPreconditionError(absl::StrCat(
+          "audit.path: ", walked.empty() ? "/" : walked,
+          " must be owned by root and writable by nobody else (it lies above the audit directory)"));
+    walked += "/" + parts[i];
+    bool last = i + 1 == parts.size();
+    bool created = false;
+    if (last) {
+      created = mkdirat(parent, parts[i].c_str(), 0700) == 0;
+      if (!created && errno != EEXIST) return ErrnoStatus("mkdir", walked);
+    }
+    int next = openat(parent, parts[i].c_str(),
+                      (last ? O_RDONLY : O_PATH) | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) return ErrnoStatus("open (a directory, not a symlink)", walked);
+    close(parent);
+    parent = next;
+    if (!last) continue;
+    if (fstat(parent, &st) != 0) return ErrnoStatus("fstat", dir);
+    if (created) {
+      if (fchown(parent, uid, gid) != 0) return ErrnoStatus("fchown", dir);
+    } else if (st.st_uid != uid) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "audit.path: ", dir, " exists and is not owned by the broker user; name a directory "
+          "of its own (the privhelper creates it)"));
+    }
+    if (fchmod(parent, 0700) != 0) return ErrnoStatus("fchmod", dir);
   }
-  if (fchmod(fd, 0700) != 0) return ErrnoStatus("fchmod", dir);
   return absl::OkStatus();
 }
 
