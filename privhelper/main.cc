@@ -724,7 +724,10 @@ int Serve(const Options& options, const std::string& program) {
           .then([&] { return collect(); });
     });
   };
-  // The pid file lets an operator's tools signal this privhelper.
+  // The generation first, then the pid file that lets an operator's tools signal this
+  // privhelper: whoever reads the new pid also reads this instance's generation, never the
+  // number a killed predecessor left (which a reload's waiter would wait to exceed).
+  WriteConfigGeneration(generation_file, generation, "loaded");
   std::string pid_file = run_dir + "/privhelper.pid";
   {
     std::string me = absl::StrCat(getpid(), "\n");
@@ -734,7 +737,6 @@ int Serve(const Options& options, const std::string& program) {
       close(fd);
     }
   }
-  WriteConfigGeneration(generation_file, generation, "loaded");
   auto why = supervise()
                  .then([] { return std::string("supervision ended"); })
                  .exclusiveJoin(collect().then([] { return std::string("gc ended"); }))
