@@ -4,6 +4,7 @@
 // host and says how to fix what is wrong, `status` shows the service, its sandboxes and their
 // logs' disk use, `gc` asks the privhelper to collect what no sandbox owns.
 #include <dirent.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -107,6 +108,17 @@ class AdminMain {
   void RequireRoot(const char* what) {
     if (geteuid() != 0) Fail(absl::StrCat(what, " must run as root (it writes ", config_dir_, ")"));
   }
+  // One change of the config dir at a time: each validates against the whole dir, so two
+  // concurrent adds could each pass alone and together make a config the service refuses.
+  // The lock (flock on the directory) is held until this process exits.
+  void LockConfigDir() {
+    config_lock_ = open(config_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (config_lock_ < 0) Fail(std::string(ErrnoStatus("open", config_dir_).message()));
+    if (flock(config_lock_, LOCK_EX | LOCK_NB) != 0) {
+      std::fprintf(stderr, "waiting for another paseo-sandbox-admin changing %s\n", config_dir_.c_str());
+      if (flock(config_lock_, LOCK_EX) != 0) Fail(std::string(ErrnoStatus("flock", config_dir_).message()));
+    }
+  }
 
   // After the config dir changed: has the running privhelper reload it. Exit status 1 if it ran
   // and refused; no privhelper is fine (it loads the change when it starts).
@@ -123,7 +135,9 @@ class AdminMain {
     if (!generation->applied())
       Fail(absl::StrCat(what, ", but privhelper ", *pid, " did not apply it (config generation ",
                         generation->number, " ", generation->outcome,
-                        "); it keeps its previous configuration"));
+                        "); it keeps serving its previous configuration. The change is on disk: "
+                        "it takes effect at the next successful reload or restart, so fix what "
+                        "the privhelper refused (its log says) or undo the change"));
     std::printf("%s; privhelper %d reloaded it (config generation %llu), running sandboxes "
                 "untouched\n",
                 what.c_str(), *pid, static_cast<unsigned long long>(generation->number));
@@ -175,6 +189,9 @@ class AdminMain {
                           "Take the whole deployment from this JSON file.")
         .addOption({"replace"}, KJ_BIND_METHOD(*this, SetReplace),
                    "Replace the deployment if it exists.")
+        .addOption({"adopt-sandboxes"}, KJ_BIND_METHOD(*this, SetAdopt),
+                   "Add a deployment whose id still has sandboxes (left running by a forced "
+                   "remove): whoever the new file allows gets them.")
         .addOption({"no-reload"}, KJ_BIND_METHOD(*this, SetNoReload),
                    "Only write the file; do not signal the service.")
         .expectOptionalArg("<id>", KJ_BIND_METHOD(*this, SetId))
@@ -219,12 +236,14 @@ class AdminMain {
   }
   Validity SetFromFile(kj::StringPtr v) { from_file_ = v.cStr(); return true; }
   Validity SetReplace() { replace_ = true; return true; }
+  Validity SetAdopt() { adopt_ = true; return true; }
   Validity SetNoReload() { no_reload_ = true; return true; }
   Validity SetForce() { force_ = true; return true; }
   Validity SetId(kj::StringPtr v) { spec_.id = v.cStr(); return true; }
 
   Validity RunAdd() {
     RequireRoot("deployment add");
+    LockConfigDir();
     std::string contents;
     if (!from_file_.empty()) {
       if (!spec_.allowed_uids.empty() || !spec_.allowed_gids.empty() ||
@@ -259,6 +278,22 @@ class AdminMain {
       struct stat st;
       if (lstat(target.c_str(), &st) == 0)
         Fail(absl::StrCat("refused: ", target, " exists and defines another deployment"));
+      // Sandboxes a forced remove left running are authorized by deployment id: a new
+      // deployment of the same id would hand them (processes, workspaces, run-as identity) to
+      // whoever it allows. Only on purpose.
+      ResolveDirs();
+      auto records = ListSandboxRecords(state_dir_);
+      if (!records.ok())
+        Fail(absl::StrCat("refused, nothing changed: cannot tell whether deployment \"", *id,
+                          "\" still has sandboxes: ", records.status().message()));
+      std::vector<std::string> orphans;
+      for (const auto& r : *records)
+        if (r.deployment == *id && !r.deleting) orphans.push_back(r.id);
+      if (!orphans.empty() && !adopt_)
+        Fail(absl::StrCat("refused, nothing changed: sandboxes of a removed deployment \"", *id,
+                          "\" still run (", absl::StrJoin(orphans, ", "),
+                          "); the new deployment's users would get them. Restart the service "
+                          "(onRestart kill deletes them) or add it with --adopt-sandboxes"));
     }
     absl::Status owned = CheckConfigOwnership(config_dir_);
     if (!owned.ok())
@@ -288,7 +323,7 @@ class AdminMain {
         "Removes deployment <id> and reloads the service. Refused while the deployment has "
         "sandboxes (their owners would lose access to them: the broker authorizes every call "
         "by deployment) unless --force; forced, they keep running until the service stops, "
-        "and adding the deployment again gives them back.");
+        "and adding the deployment again takes --adopt-sandboxes (whoever it allows gets them).");
     AddDirOptions(builder);
     return builder
         .addOption({"force"}, KJ_BIND_METHOD(*this, SetForce),
@@ -302,6 +337,7 @@ class AdminMain {
 
   Validity RunRemove() {
     RequireRoot("deployment remove");
+    LockConfigDir();
     ResolveDirs();
     auto file = FileOfDeployment(config_dir_, spec_.id);
     if (!file.ok()) Fail(std::string(file.status().message()));
@@ -510,6 +546,8 @@ class AdminMain {
   DeploymentSpec spec_;
   std::string from_file_;
   bool replace_ = false;
+  bool adopt_ = false;
+  int config_lock_ = -1;
   bool no_reload_ = false;
   bool force_ = false;
   std::string user_;

@@ -164,6 +164,41 @@ TEST(AdminTest, AddedDeploymentServesItsUidWithoutARestartAndRemoveRefusesIt) {
   EXPECT_EQ(svc.Cli(Alpha(svc), {"rm", alpha}).exit_code, 0);
 }
 
+// Regression (review of issue 15): sandboxes a forced remove leaves running are authorized by
+// deployment id, so re-adding the id for other users would hand them over. That takes
+// --adopt-sandboxes; without it the add is refused and nothing changes.
+TEST(AdminTest, ReaddingARemovedDeploymentWithLiveSandboxesNeedsAdopt) {
+  Service& svc = *g_service;
+  std::string ws = svc.base() + "/ws-delta";
+  ASSERT_EQ(mkdir(ws.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(ws.c_str(), 0777), 0);
+  ASSERT_EQ(Admin({"deployment", "add", "delta", "--allow-uid", "4646", "--workspace-root", ws,
+                   "--run-as", "4646:4646"}).exit_code, 0);
+  Identity first{4646, 4646, {4646, svc.socket_gid()}};
+  Identity second{4747, 4747, {4747, svc.socket_gid()}};
+  auto r = svc.Cli(first, {"run", "--keep", "--workspace", ws + ":/workspace:rw", "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string id = r.err.substr(r.err.find("sb-"), 27);
+  CliResult removed = Admin({"deployment", "remove", "delta", "--force"});
+  ASSERT_EQ(removed.exit_code, 0) << removed.err;
+  EXPECT_TRUE(absl::StrContains(removed.out, "1 sandbox(es) keep running")) << removed.out;
+
+  CliResult refused = Admin({"deployment", "add", "delta", "--allow-uid", "4747",
+                             "--workspace-root", ws, "--run-as", "4747:4747"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_TRUE(absl::StrContains(refused.err, "sandboxes of a removed deployment \"delta\" still run (" + id))
+      << refused.err;
+  EXPECT_NE(access((svc.base() + "/etc/deployments/delta.json").c_str(), F_OK), 0);
+  EXPECT_FALSE(absl::StrContains(svc.Cli(second, {"--json", "ps"}).out, id));
+
+  CliResult adopted = Admin({"deployment", "add", "delta", "--allow-uid", "4747",
+                             "--workspace-root", ws, "--run-as", "4747:4747", "--adopt-sandboxes"});
+  ASSERT_EQ(adopted.exit_code, 0) << adopted.err;
+  EXPECT_TRUE(absl::StrContains(svc.Cli(second, {"--json", "ps"}).out, id));
+  EXPECT_EQ(svc.Cli(second, {"rm", id}).exit_code, 0);
+  EXPECT_EQ(Admin({"deployment", "remove", "delta"}).exit_code, 0);
+}
+
 TEST(AdminTest, AMalformedDeploymentIsRefusedAndNothingChanges) {
   Service& svc = *g_service;
   std::string listing = absl::StrCat(ListDir(svc.base() + "/etc/deployments").size());
