@@ -30,7 +30,9 @@ done
 for d in /var/lib /run /home; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
 
 cgroup_parent=/paseo-sandbox-install-e2e-$$
-state_mounts() { cat /proc/[0-9]*/mountinfo 2>/dev/null | grep -F -e /var/lib/paseo-sandbox -e /run/paseo-sandbox | sort -u || true; }
+# (exactly the installed directories: other services on the machine -- the harness's, whose
+# sandboxes mount e.g. <run>/paseo-sandbox-shim, and their paseo-it-* cgroups -- are not ours)
+state_mounts() { cat /proc/[0-9]*/mountinfo 2>/dev/null | grep -E -e '/var/lib/paseo-sandbox(/| |$)' -e '/run/paseo-sandbox(/| |$)' | sort -u || true; }
 listing() {
   echo "== files"
   find /etc /usr/bin /usr/sbin /usr/libexec /usr/share/doc /var/lib /run /home -xdev \
@@ -47,7 +49,7 @@ listing() {
   awk '{print $5, $9}' /proc/self/mountinfo | LC_ALL=C sort
   state_mounts
   echo "== cgroups"
-  find /sys/fs/cgroup -maxdepth 3 -type d \( -name 'paseo-sandbox*' -o -name 'sb-*' \) 2>/dev/null | LC_ALL=C sort
+  find /sys/fs/cgroup -maxdepth 3 -type d \( -name 'paseo-sandbox*' -o -name 'sb-*' \) ! -path '*/paseo-it-*' 2>/dev/null | LC_ALL=C sort
 }
 before=$(listing)
 

@@ -171,4 +171,20 @@ run --uninstall >/dev/null 2>&1 || fail "uninstall after a failed install"
 [ "$(snapshot)" = "$before" ] || { diff <(echo "$before") <(snapshot) || true; fail "a failed install left something uninstall did not remove"; }
 mv "$tmp/broker.away" "$bin/paseo-sandbox-broker"
 pass "a failed install is listed in the manifest and undone by --uninstall"
+# --- a manifest naming paths outside the installer's own is refused (review of issue 15) ---
+run >/dev/null 2>&1 || fail "reinstall before the tampered-manifest case"
+echo "keep me" > "$tmp/sentinel"
+printf 'file\t/../sentinel\n' >> "$D/var/lib/paseo-sandbox/install-manifest"
+if out=$(run --uninstall 2>&1); then fail "uninstall went on with a manifest naming /../sentinel"; fi
+grep -q "not a path this installer makes" <<<"$out" || { echo "$out"; fail "did not say why it refused"; }
+[ -f "$tmp/sentinel" ] || fail "the tampered manifest made uninstall remove a file outside the root"
+[ -f "$D/usr/libexec/paseo-sandbox/paseo-sandbox-privhelper" ] || fail "a refused uninstall removed files"
+sed -i '/\/\.\.\/sentinel/d' "$D/var/lib/paseo-sandbox/install-manifest"
+run --uninstall >/dev/null 2>&1 || fail "uninstall after the manifest was restored"
+pass "a manifest entry outside the installer's paths is refused before anything is removed"
+# --- a --root someone else can write is refused -----------------------------------------------
+mkdir -m 0777 "$tmp/open-root"
+if out=$("$installer" --root "$tmp/open-root" --bin-dir "$bin" 2>&1); then fail "installed into a world-writable root"; fi
+grep -q "must be owned by root and writable by no one else" <<<"$out" || { echo "$out"; fail "did not say why"; }
+pass "a --root writable by others is refused"
 echo "installer_test: all passed"
