@@ -241,7 +241,13 @@ kj::Promise<void> Broker::DeleteFailed(const std::string& id, SandboxState befor
 void Broker::TeardownFailed(const std::string& id, const kj::Exception& e) {
   // Nothing new starts in it, but the privhelper still holds some of it: its owner sees that
   // and deletes it again (the privhelper then starts its teardown again).
-  KJ_LOG(ERROR, "a deleted sandbox's teardown failed", id, e);
+  // A privhelper that went away (its clean stop tears every sandbox down itself; a crash
+  // leaves the next one to) is not a teardown failure worth a stack trace.
+  if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+    KJ_LOG(INFO, "the privhelper went away while a deleted sandbox was torn down", id);
+  } else {
+    KJ_LOG(ERROR, "a deleted sandbox's teardown failed", id, e);
+  }
   registry_.MarkStopped(id,
                         absl::StrCat("its delete did not finish (", e.getDescription().cStr(),
                                      "); delete it again"),
