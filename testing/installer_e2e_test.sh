@@ -29,7 +29,10 @@ for d in /etc /usr/bin /usr/sbin /usr/libexec /usr/share/doc; do
 done
 for d in /var/lib /run /home; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
 
-cgroup_parent=/paseo-sandbox-install-e2e-$$
+# The installed service uses the default cgroup parent; nothing else may hold it meanwhile.
+for cg in /sys/fs/cgroup/paseo-sandbox /sys/fs/cgroup/*/paseo-sandbox; do
+  [ ! -e "$cg" ] || fail "$cg exists: another paseo-sandbox service runs on this machine"
+done
 # (exactly the installed directories: other services on the machine -- the harness's, whose
 # sandboxes mount e.g. <run>/paseo-sandbox-shim, and their paseo-it-* cgroups -- are not ours)
 state_mounts() { cat /proc/[0-9]*/mountinfo 2>/dev/null | grep -E -e '/var/lib/paseo-sandbox(/| |$)' -e '/run/paseo-sandbox(/| |$)' | sort -u || true; }
@@ -61,7 +64,10 @@ useradd -M -l -U -d "/home/$outsider" -s /bin/sh "$outsider"
 install -d -m 0755 -o "$user" -g "$user" "/home/$user"
 helper_pid=""
 cleanup() {
-  if [ -n "$helper_pid" ] && kill -0 "$helper_pid" 2>/dev/null; then kill -TERM "$helper_pid"; wait "$helper_pid" || true; fi
+  if [ -n "$helper_pid" ] && kill -0 "$helper_pid" 2>/dev/null; then
+    kill -TERM "$helper_pid"
+    for _ in $(seq 600); do kill -0 "$helper_pid" 2>/dev/null || break; sleep 0.1; done
+  fi
 }
 trap cleanup EXIT
 
@@ -71,25 +77,23 @@ echo "$out"
 grep -q "systemd is not running here" <<<"$out" || fail "the installer did not say it skipped systemd"
 grep -q "added $user to group paseo-sandbox" <<<"$out" || fail "the user was not added to the group"
 id -nG "$user" | grep -qw paseo-sandbox || fail "$user is not in group paseo-sandbox"
-# An operator's edit: a cgroup parent of this test's own (the installer keeps edits).
-jq --arg p "$cgroup_parent" '.cgroupParent = $p' /etc/paseo-sandbox/helper.json > "$scratch/h"
-cat "$scratch/h" > /etc/paseo-sandbox/helper.json
-
-# --- the installed service, started as systemd would ----------------------------------------
-/usr/libexec/paseo-sandbox/paseo-sandbox-privhelper --config-dir /etc/paseo-sandbox 2> "$scratch/helper.log" &
-helper_pid=$!
-for _ in $(seq 300); do
-  [ -S /run/paseo-sandbox/supervisor.sock ] && break
-  kill -0 "$helper_pid" 2>/dev/null || { cat "$scratch/helper.log"; fail "the installed privhelper exited"; }
-  sleep 0.1
-done
-[ -S /run/paseo-sandbox/supervisor.sock ] || { cat "$scratch/helper.log"; fail "no socket"; }
+# Without systemd the installer starts the privhelper itself (in a session of its own, its log
+# in the state directory): the installed service, serving the installed socket.
+grep -q "started the privhelper (pid" <<<"$out" || fail "the installer did not start the service"
+helper_pid=$(cat /run/paseo-sandbox/privhelper.pid)
+[ "$(readlink "/proc/$helper_pid/exe")" = /usr/libexec/paseo-sandbox/paseo-sandbox-privhelper ] ||
+  fail "the pid file does not name the installed privhelper"
+[ -S /run/paseo-sandbox/supervisor.sock ] || { cat /var/lib/paseo-sandbox/privhelper.log; fail "no socket"; }
+# Run again: nothing to do, and the running service is left alone.
+again=$("$installer" --bin-dir "$scratch/bin" --user "$user" 2>&1) || { echo "$again"; fail "second install failed"; }
+grep -q "nothing to do" <<<"$again" || { echo "$again"; fail "a second install changed something"; }
+[ "$(cat /run/paseo-sandbox/privhelper.pid)" = "$helper_pid" ] || fail "a second install restarted the service"
 [ "$(stat -c '%a %U:%G' /run/paseo-sandbox/supervisor.sock)" = "660 root:paseo-sandbox" ] || fail "socket mode/owner"
 
 as() { local who=$1; shift; setpriv --reuid="$who" --regid="$who" --init-groups env HOME="/home/$who" "$@"; }
 out=$(cd "/home/$user" && as "$user" /usr/bin/paseo-sandbox run --workspace "/home/$user:/workspace:rw" -- \
         sh -c 'dmesg | head -1; echo "from gVisor" > /workspace/hello.txt; id -u' 2>&1) ||
-  { echo "$out"; cat "$scratch/helper.log"; fail "a sandbox did not run for a user in the group"; }
+  { echo "$out"; cat /var/lib/paseo-sandbox/privhelper.log; fail "a sandbox did not run for a user in the group"; }
 echo "$out"
 grep -q gVisor <<<"$out" || fail "the sandbox's kernel is not gVisor"
 grep -qx "$(id -u "$user")" <<<"$out" || fail "the agent did not run as $user"
@@ -115,9 +119,12 @@ pass "paseo-sandbox-admin doctor is all green on the installed system"
 pass "paseo-sandbox-admin gc reaches the running privhelper"
 
 # --- uninstall (stops the privhelper through its pid file) ---------------------------------
-out=$("$installer" --uninstall 2>&1) || { echo "$out"; cat "$scratch/helper.log"; fail "uninstall failed"; }
+out=$("$installer" --uninstall 2>&1) || { echo "$out"; cat /var/lib/paseo-sandbox/privhelper.log; fail "uninstall failed"; }
 echo "$out"
-wait "$helper_pid" || fail "the privhelper exited with $? on the uninstaller's SIGTERM"
+# (a zombie nobody reaped yet counts as gone: it is not our child)
+if [ -r "/proc/$helper_pid/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$helper_pid/stat"; then
+  fail "the privhelper still runs after the uninstall"
+fi
 helper_pid=""
 grep -q "removed cgroup" <<<"$out" || fail "the uninstaller did not remove the cgroup parent"
 rm -rf "/home/${user:?}"
