@@ -26,14 +26,6 @@
 namespace paseo::admin {
 namespace {
 
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus("open", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // The names of the *.json files directly in `dir` (none if it does not exist).
 absl::StatusOr<std::vector<std::string>> JsonNames(const std::string& dir) {
   std::vector<std::string> names;
@@ -80,6 +72,14 @@ std::string DirOf(const std::string& path) {
 
 }  // namespace
 
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus("open", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 absl::StatusOr<std::unique_ptr<Config>> ValidateChange(const std::string& config_dir,
                                                        const ConfigChange& change,
                                                        const std::string& scratch_parent) {
@@ -101,12 +101,12 @@ absl::StatusOr<std::unique_ptr<Config>> ValidateChange(const std::string& config
     if (mkdir(to.c_str(), 0700) != 0) return ErrnoStatus("mkdir", to);
     ASSIGN_OR_RETURN(auto names, JsonNames(absl::StrCat(config_dir, "/", sub)));
     for (const auto& name : names) {
-      ASSIGN_OR_RETURN(std::string text, ReadWhole(absl::StrCat(config_dir, "/", sub, "/", name)));
+      ASSIGN_OR_RETURN(std::string text, ReadWholeFile(absl::StrCat(config_dir, "/", sub, "/", name)));
       std::ofstream(absl::StrCat(to, "/", name), std::ios::binary) << text;
     }
   }
   {
-    auto helper = ReadWhole(config_dir + "/helper.json");
+    auto helper = ReadWholeFile(config_dir + "/helper.json");
     // A missing helper.json is left missing: LoadConfig names it (NotFound).
     if (helper.ok()) std::ofstream(stage + "/helper.json", std::ios::binary) << *helper;
   }
@@ -213,7 +213,7 @@ absl::StatusOr<std::string> FileOfDeployment(const std::string& config_dir,
   ASSIGN_OR_RETURN(auto names, JsonNames(dir));
   for (const auto& name : names) {
     std::string path = absl::StrCat(dir, "/", name);
-    ASSIGN_OR_RETURN(std::string text, ReadWhole(path));
+    ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
     auto declared = DeploymentIdOf(text, path);
     if (declared.ok() && *declared == id) return path;
   }
@@ -222,7 +222,7 @@ absl::StatusOr<std::string> FileOfDeployment(const std::string& config_dir,
 
 absl::StatusOr<HelperDirs> ReadHelperDirs(const std::string& config_dir) {
   std::string path = config_dir + "/helper.json";
-  ASSIGN_OR_RETURN(std::string text, ReadWhole(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   capnp::MallocMessageBuilder message;
   auto root = message.initRoot<config::HelperConfig>();
   capnp::JsonCodec codec;

@@ -39,6 +39,9 @@ absl::StatusOr<std::unique_ptr<Config>> ValidateChange(const std::string& config
 // LoadConfig never reads it.
 absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
                                  mode_t mode);
+// The whole content of `path` (NotFound-like errno status naming it if it cannot be opened).
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
 // Removes `path` and fsyncs its directory.
 absl::Status RemoveFileDurably(const std::string& path);
 

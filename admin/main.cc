@@ -250,11 +250,9 @@ class AdminMain {
           !spec_.workspace_roots.empty() || spec_.run_as || !spec_.profiles.empty() ||
           spec_.max_sandboxes)
         return "--from-file takes the whole deployment: give no other deployment options";
-      std::ifstream in(from_file_, std::ios::binary);
-      if (!in) Fail(absl::StrCat("cannot read ", from_file_));
-      std::stringstream text;
-      text << in.rdbuf();
-      contents = text.str();
+      auto text = ReadWholeFile(from_file_);
+      if (!text.ok()) Fail(absl::StrCat("cannot read ", from_file_, ": ", text.status().message()));
+      contents = *std::move(text);
     } else {
       if (spec_.id.empty()) return "give the deployment's <id> (or --from-file)";
       if (spec_.allowed_uids.empty() && spec_.allowed_gids.empty())

@@ -20,26 +20,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "admin/config_files.h"
 #include "common/ids.h"
 #include "common/status.h"
 #include "schema/records.capnp.h"
 
 namespace paseo::admin {
-namespace {
-
-absl::StatusOr<std::string> ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus("open", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
-
 absl::StatusOr<pid_t> RunningPrivhelper(const std::string& run_dir, const std::string& proc) {
   std::string pid_file = run_dir + "/privhelper.pid";
-  auto text = ReadWhole(pid_file);
+  auto text = ReadWholeFile(pid_file);
   if (!text.ok())
     return absl::FailedPreconditionError(
         absl::StrCat("no privhelper runs (", pid_file, " is missing)"));
@@ -71,7 +60,7 @@ absl::StatusOr<Generation> ParseGeneration(const std::string& text) {
 }
 
 absl::StatusOr<Generation> ReadGeneration(const std::string& run_dir) {
-  ASSIGN_OR_RETURN(std::string text, ReadWhole(run_dir + "/config-generation"));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(run_dir + "/config-generation"));
   return ParseGeneration(text);
 }
 
@@ -108,7 +97,7 @@ absl::StatusOr<std::vector<SandboxSummary>> ListSandboxRecords(const std::string
   closedir(d);
   std::sort(ids.begin(), ids.end());
   for (const auto& id : ids) {
-    auto text = ReadWhole(absl::StrCat(bundles, "/", id, "/sandbox.json"));
+    auto text = ReadWholeFile(absl::StrCat(bundles, "/", id, "/sandbox.json"));
     if (!text.ok()) continue;
     capnp::MallocMessageBuilder message;
     auto root = message.initRoot<records::SandboxRecord>();
