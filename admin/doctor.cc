@@ -5,7 +5,6 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -27,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "admin/service_state.h"
+#include "common/spawn.h"
 #include "common/status.h"
 #include "privhelper/runsc_pin.h"
 #include "privhelper/runsc_platform.h"
@@ -141,29 +141,24 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
     return Fail(name, absl::StrCat("mkdtemp ", root, ": ", std::strerror(errno)),
                 "make " + scratch_parent + " writable");
   int out = memfd_create("runsc-probe", MFD_CLOEXEC);
+  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   std::string path = pin.getPath().cStr();
+  SpawnRequest request;
+  request.exec_fd = *runsc_fd;  // the verified file, whatever is at the path by now
   // No network at all (never the host's): the probe only shows the platform starts a sandbox.
-  std::vector<std::string> args = {path, "--root", root, "--network=none",
-                                   "--platform=" + platform, "do", "/bin/true"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  char* const envp[] = {const_cast<char*>("PATH=/usr/sbin:/usr/bin:/sbin:/bin"), nullptr};
-  pid_t pid = fork();
-  if (pid == 0) {
-    // runsc binds its sandbox's control socket (abstract, unauthenticated) in the caller's
-    // network namespace, where any local user could connect to it and run commands as root in
-    // a sandbox whose root is the host's (`runsc do`). The probe runs in a fresh, empty
-    // network namespace of its own, which dies with it: nobody else can reach that socket.
-    if (unshare(CLONE_NEWNET) != 0) _exit(126);
-    int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (null < 0 || dup2(null, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) _exit(126);
-    // Only stdio crosses into runsc (the verified fd is kept open, close-on-exec, for execveat).
-    syscall(SYS_close_range, 3, *runsc_fd - 1, 0);
-    syscall(SYS_close_range, *runsc_fd + 1, ~0U, 0);
-    syscall(SYS_execveat, *runsc_fd, "", argv.data(), envp, AT_EMPTY_PATH);
-    _exit(127);
-  }
+  request.argv = {path, "--root", root, "--network=none", "--platform=" + platform, "do", "/bin/true"};
+  request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+  request.fds = {{0, null}, {1, out}, {2, out}};
+  // runsc binds its sandbox's control socket (abstract, unauthenticated) in the caller's
+  // network namespace, where any local user could connect to it and run commands as root in a
+  // sandbox whose root is the host's (`runsc do`). The probe runs in a fresh, empty network
+  // namespace of its own, which dies with it: nobody else can reach that socket.
+  request.in_child = [] { return unshare(CLONE_NEWNET) == 0 ? 0 : errno; };
+  absl::StatusOr<pid_t> spawned = (out >= 0 && null >= 0)
+                                      ? Spawn(request)
+                                      : absl::StatusOr<pid_t>(ErrnoStatus("open", "/dev/null or a memfd"));
+  if (null >= 0) close(null);
+  pid_t pid = spawned.ok() ? *spawned : -1;
   int status = 0;
   bool ended = false;
   // runsc do takes well under a second; a platform that hangs (kvm without /dev/kvm access
@@ -191,7 +186,7 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
   while (!output.empty() && output.back() == '\n') output.pop_back();
   if (pid > 0 && ended && WIFEXITED(status) && WEXITSTATUS(status) == 0)
     return Ok(name, absl::StrCat(choice->why, ": runsc --platform=", platform, " started a sandbox"));
-  std::string how = pid < 0 ? "fork failed"
+  std::string how = pid < 0 ? std::string(spawned.status().message())
                     : !ended ? "it did not finish within 60 s"
                              : absl::StrCat("exit status ", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
   return Fail(name,

@@ -5,6 +5,7 @@
 // never past maxBytes * maxFiles when not.
 #include <dirent.h>
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -149,7 +150,9 @@ int FloodConnections(const Service& svc, uid_t uid, int hold, int flood) {
   close(ready[1]);
   close(go[0]);
   char c;
-  bool held = read(ready[0], &c, 1) == 1;
+  // Bounded: a broker that stopped accepting must fail the test, not hang it.
+  pollfd ready_fd{ready[0], POLLIN, 0};
+  bool held = poll(&ready_fd, 1, 120000) == 1 && read(ready[0], &c, 1) == 1;
   // Until the broker holds the kept connections (so that every later one is over the limit).
   for (int i = 0; held && i < 1000 && OpenFds(broker) < fds_before + hold; ++i) usleep(10000);
   held = held && OpenFds(broker) >= fds_before + hold;
@@ -157,7 +160,8 @@ int FloodConnections(const Service& svc, uid_t uid, int hold, int flood) {
   else if (write(go[1], "g", 1) != 1) kill(child, SIGKILL);
   close(ready[0]);
   close(go[1]);
-  int status = WaitPid(child);
+  int status = 0;
+  if (!WaitPidWithin(child, 300, &status)) return -1;  // killed at the deadline
   return held ? status : -1;
 }
 
