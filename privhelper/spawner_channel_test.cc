@@ -55,9 +55,11 @@ class SpawnerChannelTest : public ::testing::Test {
     Write(frame);
     Turn();
   }
-  // Writes all of `bytes` towards the channel, turning it whenever its pipe is full.
+  // Writes all of `bytes` towards the channel, turning it whenever its pipe is full (for at
+  // most 4000 turns: a channel that stopped reading fails the test instead of hanging it).
   void Write(std::string_view bytes) {
-    while (!bytes.empty()) {
+    for (int turns = 0; !bytes.empty(); ++turns) {
+      ASSERT_LT(turns, 4000) << "the channel stopped reading";
       ssize_t n = write(to_channel_.get(), bytes.data(), bytes.size());
       if (n < 0 && errno == EAGAIN) {
         Turn();
