@@ -16,10 +16,12 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,6 +32,7 @@
 #include "common/status.h"
 #include "privhelper/runsc_pin.h"
 #include "privhelper/runsc_platform.h"
+#include "privhelper/runsc_probe.h"
 
 namespace paseo::admin {
 namespace {
@@ -96,13 +99,25 @@ CheckResult CheckRunsc(const config::RunscPin::Reader& pin) {
   std::string path = pin.getPath().cStr();
   auto fd = OpenPinnedRunsc(pin);
   if (fd.ok()) {
+    absl::StatusOr<std::string> version = RunscVersion(*fd);
     close(*fd);
-    return Ok("runsc", absl::StrCat(path, " matches the pinned sha256 ", pin.getSha256().cStr()));
+    if (!version.ok())
+      return Fail("runsc", absl::StrCat(path, " matches the pinned sha256 but ", version.status().message()),
+                  "pin a gVisor runsc: installer/install-deps installs the project's pinned one");
+    std::string detail = absl::StrCat(path, " matches the pinned sha256 ", pin.getSha256().cStr(),
+                                      "; runsc version ", *version);
+    // gVisor versions are 0.0~YYYYMMDD.N; the project pins 20240729 (installer/runsc-pin).
+    // Older releases (bookworm's 20221219) stay supported, on ptrace only.
+    if (absl::StrContains(*version, "~") && version->substr(version->find('~') + 1) < "20240729")
+      absl::StrAppend(&detail, " (older than the project's pinned 20240729: supported, on ptrace "
+                               "only; installer/install-deps then installer/install pin 20240729)");
+    return Ok("runsc", detail);
   }
   if (fd.status().code() == absl::StatusCode::kNotFound)
     return Fail("runsc", std::string(fd.status().message()),
                 absl::StrCat("install gVisor's runsc at ", path,
-                             " (apt-get install runsc), or set runsc.path in helper.json"));
+                             " (installer/install-deps then installer/install put the pinned 20240729 there), or set "
+                             "runsc.path in helper.json"));
   // Tell a digest mismatch apart from an unsafe owner: the fixes differ.
   int raw = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   auto actual = raw >= 0 ? Sha256OfFd(raw, path) : absl::StatusOr<std::string>(absl::UnknownError(""));
@@ -118,10 +133,11 @@ CheckResult CheckRunsc(const config::RunscPin::Reader& pin) {
               absl::StrCat("chown root:root ", path, " && chmod go-w ", path));
 }
 
-CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string& scratch_parent) {
+CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string& scratch_parent,
+                          const std::string& record_path) {
   std::string name = "platform";
-  // The platform the privhelper will use: the same choice from the same runsc flag help
-  // (privhelper/runsc_platform.h), then a real sandbox on it.
+  // The platform the privhelper uses: the same choice from the same runsc flag help and the
+  // same measured record (privhelper/runsc_platform.h), then a real sandbox on it.
   // The verified runsc (owner and digest checked on this very fd), executed from the fd: a file
   // swapped in at the path after the check never runs as root.
   absl::StatusOr<int> runsc_fd = OpenPinnedRunsc(pin);
@@ -135,63 +151,32 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
     return Fail(name, std::string(choice.status().message()),
                 "set runsc.platform in helper.json to \"auto\" (or to one the pinned runsc has) "
                 "and restart the service");
-  std::string platform = choice->platform;
-  std::string root = scratch_parent + "/paseo-sandbox-probe.XXXXXX";
-  if (mkdtemp(root.data()) == nullptr)
-    return Fail(name, absl::StrCat("mkdtemp ", root, ": ", std::strerror(errno)),
-                "make " + scratch_parent + " writable");
-  int out = memfd_create("runsc-probe", MFD_CLOEXEC);
-  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  std::string path = pin.getPath().cStr();
-  SpawnRequest request;
-  request.exec_fd = *runsc_fd;  // the verified file, whatever is at the path by now
-  // No network at all (never the host's): the probe only shows the platform starts a sandbox.
-  request.argv = {path, "--root", root, "--network=none", "--platform=" + platform, "do", "/bin/true"};
-  request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
-  request.fds = {{0, null}, {1, out}, {2, out}};
-  // runsc binds its sandbox's control socket (abstract, unauthenticated) in the caller's
-  // network namespace, where any local user could connect to it and run commands as root in a
-  // sandbox whose root is the host's (`runsc do`). The probe runs in a fresh, empty network
-  // namespace of its own, which dies with it: nobody else can reach that socket.
-  request.in_child = [] { return unshare(CLONE_NEWNET) == 0 ? 0 : errno; };
-  absl::StatusOr<pid_t> spawned = (out >= 0 && null >= 0)
-                                      ? Spawn(request)
-                                      : absl::StatusOr<pid_t>(ErrnoStatus("open", "/dev/null or a memfd"));
-  if (null >= 0) close(null);
-  pid_t pid = spawned.ok() ? *spawned : -1;
-  int status = 0;
-  bool ended = false;
-  // runsc do takes well under a second; a platform that hangs (kvm without /dev/kvm access
-  // can) is killed after a minute rather than hanging doctor.
-  for (int i = 0; pid > 0 && i < 600; ++i) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      ended = true;
-      break;
+  if (!choice->measure.empty()) {
+    // "auto" between systrap and ptrace: what the privhelper measured and recorded. doctor
+    // never measures (it takes seconds and would race a starting privhelper's record).
+    std::ifstream in(record_path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    absl::StatusOr<RunscProbe> probe = ParseRunscProbe(text);
+    if (probe.ok() && probe->key == HostRunscKey(pin.getSha256().cStr()) && !probe->platform.empty()) {
+      choice->platform = probe->platform;
+      choice->why = DescribeMeasuredPlatform(*probe, record_path);
+    } else {
+      choice->why = absl::StrCat(
+          "runsc.platform auto: not measured on this host for this runsc and kernel yet (",
+          record_path, "); the privhelper measures systrap against ptrace at its next start. "
+          "Probing runsc's own default, ", choice->platform);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  if (pid > 0 && !ended) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-  }
-  std::string output;
-  if (out >= 0) {
-    char buf[4096];
-    ssize_t n = pread(out, buf, sizeof(buf), 0);
-    if (n > 0) output.assign(buf, static_cast<size_t>(n));
-    close(out);
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(root, ec);
-  while (!output.empty() && output.back() == '\n') output.pop_back();
-  if (pid > 0 && ended && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+  std::string platform = choice->platform;
+  // No network at all (never the host's): the probe only shows the platform starts a sandbox.
+  absl::StatusOr<absl::Duration> ran =
+      RunPlatformSandbox(*runsc_fd, platform, scratch_parent, {"/bin/true"}, absl::Seconds(60));
+  if (ran.ok())
     return Ok(name, absl::StrCat(choice->why, ": runsc --platform=", platform, " started a sandbox"));
-  std::string how = pid < 0 ? std::string(spawned.status().message())
-                    : !ended ? "it did not finish within 60 s"
-                             : absl::StrCat("exit status ", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  std::string path = pin.getPath().cStr();
   return Fail(name,
-              absl::StrCat("runsc --platform=", platform, " could not start a sandbox (", how,
-                           ")", output.empty() ? "" : ": ", output),
+              absl::StrCat("runsc --platform=", platform, " could not start a sandbox: ",
+                           ran.status().message()),
               platform == "kvm"
                   ? "give the host /dev/kvm (nested virtualization on a VM), or set "
                     "runsc.platform to \"auto\" in helper.json"
@@ -388,7 +373,8 @@ std::vector<CheckResult> RunDoctor(const DoctorOptions& options) {
   std::string run_dir = options.run_dir.empty() ? helper.getRunDir().cStr() : options.run_dir;
   results.push_back(CheckRunsc(helper.getRunsc()));
   if (options.probe) {
-    if (results.back().ok) results.push_back(ProbePlatform(helper.getRunsc(), options.scratch_parent));
+    if (results.back().ok) results.push_back(ProbePlatform(helper.getRunsc(), options.scratch_parent,
+                                                                state_dir + "/runsc-probe"));
     else results.push_back(Fail("platform", "not probed: runsc is not the pinned one",
                                 "fix the runsc check first"));
   }

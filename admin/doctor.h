@@ -36,9 +36,12 @@ CheckResult CheckKernel(const std::string& release);
 CheckResult CheckConfig(const std::string& config_dir, std::unique_ptr<Config>* config);
 // The pinned runsc: root-owned, and its sha256 the pinned one (the privhelper's own check).
 CheckResult CheckRunsc(const config::RunscPin::Reader& pin);
-// Starts a sandbox running /bin/true with the configured platform (`runsc do`, no network) in a
-// scratch runsc root under `scratch_parent`.
-CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string& scratch_parent);
+// Starts a sandbox running /bin/true (`runsc do`, no network) in a scratch runsc root under
+// `scratch_parent`, on the platform the privhelper uses: the configured one, or for "auto" the
+// one the privhelper measured and recorded at `record_path` (<stateDir>/runsc-probe),
+// whose figures it shows.
+CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string& scratch_parent,
+                          const std::string& record_path);
 // cgroup v2 (<root>/cgroup.controllers) or v1 (per-controller hierarchies): the controllers
 // the sandboxes are limited by are there, and <root>[/<controller>]<parent> can be created or
 // written by this process.

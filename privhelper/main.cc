@@ -50,6 +50,7 @@
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/runsc.h"
 #include "privhelper/runsc_pin.h"
+#include "privhelper/runsc_probe.h"
 #include "privhelper/runsc_platform.h"
 #include "privhelper/sandbox_host.h"
 
@@ -362,7 +363,6 @@ int Serve(const Options& options, const std::string& program) {
     Log(std::string(platform.status().message()));
     return 1;
   }
-  Log("runsc platform: " + platform->why);
   passwd* broker_pw = getpwnam(helper.getBrokerUser().cStr());
   group* socket_gr = getgrnam(helper.getSocketGroup().cStr());
   if (broker_pw == nullptr || socket_gr == nullptr || broker_pw->pw_uid == 0 ||
@@ -385,6 +385,32 @@ int Serve(const Options& options, const std::string& program) {
       return 1;
     }
   }
+  // What this host's runsc needs (its gofer's user namespace: the capability list) and, for
+  // "auto" with both systrap and ptrace, which is faster here: from the record in the state dir,
+  // or probed now (once per runsc, kernel and CPU; runsc_probe.h).
+  absl::StatusOr<std::string> runsc_sha = Sha256OfFd(*runsc_fd, helper.getRunsc().getPath().cStr());
+  if (!runsc_sha.ok()) {
+    Log(std::string(runsc_sha.status().message()));
+    return 1;
+  }
+  const std::string probe_record = state_dir + "/runsc-probe";
+  absl::StatusOr<RunscProbe> probe =
+      ProbeRunscOnHost(*runsc_fd, *runsc_sha, platform->measure, probe_record, run_dir);
+  if (!probe.ok()) {
+    Log(std::string(probe.status().message()));
+    return 1;
+  }
+  if (!platform->measure.empty()) {
+    if (!probe->platform.empty()) {
+      platform->platform = probe->platform;
+      platform->why = DescribeMeasuredPlatform(*probe, probe_record);
+    } else {
+      platform->why += "; measuring systrap against ptrace failed (runsc's default is used)";
+    }
+  }
+  Log(absl::StrCat("runsc gofer: ", probe->gofer_userns ? "in a user namespace of its own" : "in the host's user namespace",
+                   " (", probe_record, ")"));
+  Log("runsc platform: " + platform->why);
   // The broker's own state (its output logs): the one place it may write.
   absl::Status broker_dir = MakeDir(state_dir + "/broker", 0700, broker_uid, broker_gid);
   if (!broker_dir.ok()) {
@@ -517,7 +543,7 @@ int Serve(const Options& options, const std::string& program) {
   }
 
   std::vector<cap_value_t> keep;
-  for (const auto& c : ServingCapabilities()) {
+  for (const auto& c : ServingCapabilities(probe->gofer_userns)) {
     if (std::find(without.begin(), without.end(), c.name) == without.end()) keep.push_back(c.cap);
   }
   absl::Status dropped = KeepOnlyCapabilities(keep);

@@ -3,17 +3,26 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/utsname.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/spawn.h"
 #include "common/status.h"
@@ -44,9 +53,13 @@ std::vector<std::string> ParseRunscPlatforms(absl::string_view help) {
   return names;
 }
 
-absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
+namespace {
+
+// `runsc ARGS` from the verified fd, stdout and stderr together (at most 1 MiB), within 10 s.
+absl::StatusOr<std::string> RunscOutput(int runsc_fd, std::vector<std::string> args) {
+  const std::string what = absl::StrCat("runsc ", absl::StrJoin(args, " "));
   int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", "runsc flags");
+  if (pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus("pipe2", what);
   int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull < 0) {
     close(out[0]);
@@ -55,7 +68,8 @@ absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
   }
   SpawnRequest request;
   request.exec_fd = runsc_fd;
-  request.argv = {"runsc", "flags"};
+  request.argv = {"runsc"};
+  request.argv.insert(request.argv.end(), args.begin(), args.end());
   request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
   // runsc prints its flag help on stderr (and stdout for good measure).
   request.fds = {{0, devnull}, {1, out[1]}, {2, out[1]}};
@@ -103,9 +117,29 @@ absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
     while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
     }
   }
-  if (timed_out) return absl::DeadlineExceededError("runsc flags: did not finish within 10 s");
+  if (timed_out) return absl::DeadlineExceededError(what + ": did not finish within 10 s");
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    return absl::InternalError(absl::StrCat("runsc flags: ended with wait status ", status));
+    return absl::InternalError(absl::StrCat(what, ": ended with wait status ", status));
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RunscVersion(int runsc_fd) {
+  ASSIGN_OR_RETURN(std::string text, RunscOutput(runsc_fd, {"--version"}));
+  // "runsc version 0.0~20240729.0\nspec: 1.2.0\n"
+  constexpr absl::string_view kPrefix = "runsc version ";
+  if (!absl::StartsWith(text, kPrefix))
+    return absl::InternalError("runsc --version: not \"runsc version ...\"");
+  std::string version = text.substr(kPrefix.size(), text.find('\n') - kPrefix.size());
+  if (version.empty() || version.size() > 64 ||
+      !std::all_of(version.begin(), version.end(), [](char c) { return absl::ascii_isgraph(c); }))
+    return absl::InternalError("runsc --version: not a version");
+  return version;
+}
+
+absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
+  ASSIGN_OR_RETURN(std::string text, RunscOutput(runsc_fd, {"flags"}));
   std::vector<std::string> names = ParseRunscPlatforms(text);
   if (names.empty())
     return absl::InternalError("runsc flags: its -platform flag names no platform");
@@ -119,9 +153,14 @@ absl::StatusOr<PlatformChoice> ChoosePlatform(absl::string_view configured,
   };
   std::string list = absl::StrJoin(available, ", ");
   if (configured == "auto") {
+    if (has("systrap") && has("ptrace"))
+      return PlatformChoice{"systrap",
+                            absl::StrCat("systrap (runsc.platform auto, not measured; the pinned runsc has ",
+                                         list, ")"),
+                            {"systrap", "ptrace"}};
     for (const char* p : {"systrap", "ptrace"}) {
       if (has(p))
-        return PlatformChoice{p, absl::StrCat(p, " (runsc.platform auto; the pinned runsc has ", list, ")")};
+        return PlatformChoice{p, absl::StrCat(p, " (runsc.platform auto; the pinned runsc has ", list, ")"), {}};
     }
     return absl::FailedPreconditionError(absl::StrCat(
         "runsc.platform auto: the pinned runsc has neither systrap nor ptrace (it has ", list,
@@ -134,7 +173,7 @@ absl::StatusOr<PlatformChoice> ChoosePlatform(absl::string_view configured,
     return absl::FailedPreconditionError(absl::StrCat(
         "runsc.platform \"", configured, "\": the pinned runsc does not have it (it has ", list,
         "); set runsc.platform to \"auto\" or one it has"));
-  return PlatformChoice{std::string(configured), absl::StrCat(configured, " (runsc.platform ", configured, ")")};
+  return PlatformChoice{std::string(configured), absl::StrCat(configured, " (runsc.platform ", configured, ")"), {}};
 }
 
 absl::StatusOr<PlatformChoice> ChoosePlatformFromProbe(
@@ -144,12 +183,113 @@ absl::StatusOr<PlatformChoice> ChoosePlatformFromProbe(
     return PlatformChoice{std::string(configured),
                           absl::StrCat(configured, " (runsc.platform ", configured,
                                        "; what the pinned runsc has is unknown: ",
-                                       available.status().message(), ")")};
+                                       available.status().message(), ")"),
+                          {}};
   if (configured == "auto")
     return absl::FailedPreconditionError(absl::StrCat(
         "runsc.platform auto: cannot tell which platforms the pinned runsc has (",
         available.status().message(), "); set runsc.platform to \"ptrace\" or \"systrap\""));
   return ChoosePlatform(configured, {});
+}
+
+absl::StatusOr<absl::Duration> RunPlatformSandbox(int runsc_fd, const std::string& platform,
+                                                  const std::string& scratch_parent,
+                                                  const std::vector<std::string>& command,
+                                                  absl::Duration timeout,
+                                                  const std::vector<int>& drop_caps) {
+  std::string root = scratch_parent + "/paseo-sandbox-platform.XXXXXX";
+  if (mkdtemp(root.data()) == nullptr) return ErrnoStatus("mkdtemp", root);
+  int out = memfd_create("runsc-platform", MFD_CLOEXEC);
+  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  SpawnRequest request;
+  request.exec_fd = runsc_fd;  // the verified file, whatever is at its path by now
+  request.argv = {"runsc", "--root=" + root, "--network=none", "--platform=" + platform, "do"};
+  request.argv.insert(request.argv.end(), command.begin(), command.end());
+  request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
+  request.fds = {{0, null}, {1, out}, {2, out}};
+  request.in_child = [drop_caps] {
+    for (int cap : drop_caps) {
+      if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) return errno;
+    }
+    return unshare(CLONE_NEWNET) == 0 ? 0 : errno;
+  };
+  auto start = absl::Now();
+  absl::StatusOr<pid_t> pid = (out >= 0 && null >= 0)
+                                  ? Spawn(request)
+                                  : absl::StatusOr<pid_t>(ErrnoStatus("open", "/dev/null or a memfd"));
+  if (null >= 0) close(null);
+  int status = 0;
+  bool ended = false;
+  while (pid.ok() && absl::Now() - start < timeout) {
+    pid_t w = waitpid(*pid, &status, WNOHANG);
+    if (w == *pid) {
+      ended = true;
+      break;
+    }
+    if (w < 0 && errno != EINTR) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  absl::Duration took = absl::Now() - start;
+  if (pid.ok() && !ended) {
+    kill(*pid, SIGKILL);
+    while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  std::string output;
+  if (out >= 0) {
+    char buf[4096];
+    ssize_t n = pread(out, buf, sizeof(buf), 0);
+    if (n > 0) output.assign(buf, static_cast<size_t>(n));
+    close(out);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(root, ec);
+  if (!pid.ok()) return pid.status();
+  while (!output.empty() && (output.back() == '\n' || output.back() == ' ')) output.pop_back();
+  if (ended && WIFEXITED(status) && WEXITSTATUS(status) == 0) return took;
+  std::string how = !ended ? absl::StrCat("did not finish within ", absl::FormatDuration(timeout))
+                    : WIFEXITED(status) ? absl::StrCat("exit status ", WEXITSTATUS(status))
+                                        : absl::StrCat("signal ", WTERMSIG(status));
+  return absl::InternalError(absl::StrCat("runsc --platform=", platform, " do: ", how,
+                                          output.empty() ? "" : ": ", output));
+}
+
+absl::StatusOr<PlatformMedians> MeasurePlatforms(int runsc_fd,
+                                                 const std::vector<std::string>& candidates,
+                                                 const std::string& scratch_parent, int rounds) {
+  // What agents do most, and what costs most under gVisor: start processes and touch many
+  // small files. The shell's own builtins do the file writes, so spawns are the only execs.
+  const std::vector<std::string> work = {
+      "/bin/sh", "-c",
+      "set -e; i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done; "
+      "d=$(mktemp -d); i=0; while [ $i -lt 200 ]; do echo x > $d/f$i; i=$((i+1)); done; "
+      "cat $d/* > /dev/null; rm -r $d"};
+  std::vector<std::vector<absl::Duration>> times(candidates.size());
+  std::vector<std::string> failures;
+  std::vector<bool> works(candidates.size(), true);
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t c = 0; c < candidates.size(); ++c) {
+      if (!works[c]) continue;
+      absl::StatusOr<absl::Duration> t =
+          RunPlatformSandbox(runsc_fd, candidates[c], scratch_parent, work, absl::Seconds(60));
+      if (!t.ok()) {
+        works[c] = false;
+        failures.emplace_back(t.status().message());
+        continue;
+      }
+      times[c].push_back(*t);
+    }
+  }
+  PlatformMedians medians;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (!works[c]) continue;
+    std::sort(times[c].begin(), times[c].end());
+    medians.emplace_back(candidates[c], absl::ToInt64Milliseconds(times[c][times[c].size() / 2]));
+  }
+  if (medians.empty())
+    return absl::InternalError(absl::StrCat("no platform ran the measurement: ",
+                                            absl::StrJoin(failures, "; ")));
+  return medians;
 }
 
 }  // namespace paseo

@@ -42,14 +42,19 @@ TEST(ParseRunscPlatforms, NamesNothingForOtherText) {
               ElementsAre("ptrace"));
 }
 
-TEST(ChoosePlatform, AutoPrefersSystrapThenPtraceAndNeverKvm) {
+TEST(ChoosePlatform, AutoMeasuresSystrapAgainstPtraceAndNeverKvm) {
   auto c = ChoosePlatform("auto", {"systrap", "ptrace", "kvm"});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->platform, "systrap");
+  EXPECT_THAT(c->measure, ElementsAre("systrap", "ptrace"));
+  EXPECT_EQ(c->platform, "systrap");  // only if measuring fails
   EXPECT_THAT(c->why, HasSubstr("auto"));
   c = ChoosePlatform("auto", {"ptrace", "kvm"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->platform, "ptrace");
+  EXPECT_TRUE(c->measure.empty());
+  c = ChoosePlatform("ptrace", {"systrap", "ptrace"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->measure.empty()) << "an explicit platform is never measured";
   c = ChoosePlatform("auto", {"kvm"});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);

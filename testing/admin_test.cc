@@ -271,6 +271,13 @@ TEST(AdminTest, DoctorIsAllGreenOnTheRunningService) {
   ASSERT_NE(at, std::string::npos) << log;
   std::string platform = log.substr(at + 16, log.find(' ', at + 16) - (at + 16));
   EXPECT_TRUE(absl::StrContains(r.out, "runsc --platform=" + platform + " started a sandbox")) << r.out;
+  // It names the runsc version, and why this platform: for a measured "auto", the figures.
+  EXPECT_TRUE(absl::StrContains(r.out, "; runsc version 0.0~")) << r.out;
+  if (absl::StrContains(log, "runsc.platform auto: measured")) {
+    EXPECT_TRUE(absl::StrContains(r.out, "ok   platform: " + platform +
+                                             " (runsc.platform auto: measured faster on this host, "))
+        << r.out;
+  }
 }
 
 // Regression (review of issue 15): doctor's platform probe ran `runsc do` in the caller's network
@@ -312,7 +319,7 @@ TEST(AdminTest, DoctorNamesARunscHashMismatchAndItsFix) {
   const std::string args[] = {"doctor", "--no-probe", "--config-dir=" + copy};
   CliResult r = Admin({args[0], args[1], args[2]});  // the later --config-dir wins
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(absl::StrContains(r.out, "FAIL runsc: /usr/bin/runsc: sha256 " + real +
+  EXPECT_TRUE(absl::StrContains(r.out, "FAIL runsc: " + RunscPath() + ": sha256 " + real +
                                            " does not match the pinned " + std::string(64, 'a')))
       << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "fix: if this runsc is the one you trust")) << r.out;

@@ -63,7 +63,8 @@ void Service::RemoveWorkArea() {
 
 void Service::Start() {
   if (geteuid() != 0) Die("the integration suites and the bench need root");
-  if (access("/usr/bin/runsc", X_OK) != 0) Die("/usr/bin/runsc is missing");
+  if (access(RunscPath().c_str(), X_OK) != 0)
+    Die(RunscPath() + " is missing (installer/install-deps installs the pinned runsc)");
   passwd* pw = getpwnam("paseo-sandbox");
   group* gr = getgrnam("paseo-sandbox");
   if (pw == nullptr || gr == nullptr)
@@ -125,11 +126,12 @@ void Service::Start() {
               mount(nullptr, at.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0,
           "bind " + options_.extra_rootfs);
   }
-  std::string sha = Capture("sha256sum /usr/bin/runsc | cut -c1-64");
+  std::string sha = Capture("sha256sum " + RunscPath() + " | cut -c1-64");
 
   WriteText(base_ + "/etc/helper.json",
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
-                "/run\", \"runsc\": {\"sha256\": \"" + sha + "\"}, \"rootfsVersion\": \"" +
+                "/run\", \"runsc\": {\"path\": \"" + RunscPath() + "\", \"sha256\": \"" + sha +
+                "\", \"platform\": \"" + RunscPlatform() + "\"}, \"rootfsVersion\": \"" +
                 rootfs_version_ + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"" +
                 SpawnerSwitch() + options_.helper_json_extra + "}");
   WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");
@@ -166,6 +168,12 @@ void Service::Start() {
             "{\"id\": \"beta\", \"allowedUids\": [4343], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-beta\"}]}");
 
+  // A privhelper's first start on a host probes its runsc (privhelper/runsc_probe.h): the
+  // gofer's user namespace, and for runsc.platform "auto" systrap against ptrace, about 10 s.
+  // One test run probes once: the first service's record is kept at $PASEO_RUNSC_PROBE_RECORD
+  // (run-tests sets it) and every later service starts from a copy, so the suites all run on
+  // what the probe found and auto chose, through the privhelper's own code.
+  if (!options_.fresh_runsc_probe) SeedRunscProbe();
   if (options_.before_start) options_.before_start(base_);
   if (options_.socket_activation) {
     // What systemd makes from paseo-sandbox.socket: root:<socket group> 0660, listening.
@@ -215,12 +223,36 @@ void Service::Launch() {
   // The privhelper listens on the socket before it starts the broker: wait for both, so that
   // broker_pid() is the broker as soon as this returns.
   auto ready = [this] { return CanConnect(socket()) && broker_pid() > 0; };
-  for (int i = 0; i < 200 && !ready(); ++i) {
+  // 60 s: a first start on a host measures the platform (about 10 s, more on a loaded one).
+  for (int i = 0; i < 1200 && !ready(); ++i) {
     int status;
     if (waitpid(pid, &status, WNOHANG) == pid) Die("privhelper exited: " + ReadFile(log));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   if (!ready()) Die("privhelper did not serve its socket with a broker: " + ReadFile(log));
+  KeepRunscProbe();
+}
+
+bool Service::gofer_userns() const {
+  std::string record = ReadFile(base_ + "/state/runsc-probe");
+  if (record.find("\ngofer_userns ") == std::string::npos) Die("no runsc probe record: " + record);
+  return record.find("\ngofer_userns yes\n") != std::string::npos;
+}
+
+void Service::SeedRunscProbe() {
+  const char* shared = getenv("PASEO_RUNSC_PROBE_RECORD");
+  if (shared == nullptr || *shared == 0 || access(shared, R_OK) != 0) return;
+  WriteText(base_ + "/state/runsc-probe", ReadFile(shared));
+}
+
+void Service::KeepRunscProbe() {
+  const char* shared = getenv("PASEO_RUNSC_PROBE_RECORD");
+  std::string mine = base_ + "/state/runsc-probe";
+  if (shared == nullptr || *shared == 0 || access(shared, F_OK) == 0 || access(mine.c_str(), R_OK) != 0)
+    return;
+  std::string tmp = std::string(shared) + ".new." + std::to_string(getpid());
+  WriteText(tmp, ReadFile(mine));
+  rename(tmp.c_str(), shared);
 }
 
 CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args) const {

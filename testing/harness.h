@@ -42,6 +42,9 @@ struct ServiceOptions {
   // Wait for the client socket to accept connections and the broker to be running (false for a
   // broker that never serves).
   bool wait_for_socket = true;
+  // Start without the run's shared runsc probe record ($PASEO_RUNSC_PROBE_RECORD), so the
+  // privhelper probes its runsc itself (and, for "auto", measures systrap against ptrace).
+  bool fresh_runsc_probe = false;
   // Size of the work area's tmpfs (used as needed).
   std::string tmpfs_size = "512m";
   // Socket activation as systemd does it (installer/systemd/paseo-sandbox.socket): the harness
@@ -79,6 +82,10 @@ class Service {
   // This service's own cgroup parent (so concurrent services never see each other's).
   std::string CgroupParent() const { return "paseo-it-" + base_.substr(base_.rfind('.') + 1); }
   gid_t socket_gid() const { return socket_gid_; }
+  // What the privhelper's runsc probe found (state/runsc-probe): its gofer runs in a user
+  // namespace of its own (runsc 20240729), so the privhelper keeps CAP_SETFCAP, not CAP_CHOWN
+  // and CAP_SYS_CHROOT (privhelper/capabilities.h).
+  bool gofer_userns() const;
   uid_t broker_uid() const { return broker_uid_; }
 
   // Runs `paseo-sandbox --socket <sock> args...` as `who`, killing it after 120 s.
@@ -114,6 +121,8 @@ class Service {
  private:
   void Start();
   void Launch();
+  void SeedRunscProbe();  // $PASEO_RUNSC_PROBE_RECORD -> state/runsc-probe
+  void KeepRunscProbe();  // the run's first record -> $PASEO_RUNSC_PROBE_RECORD
   void RemoveCgroupParent() const;
   ServiceOptions options_;
   std::string base_;

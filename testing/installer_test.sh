@@ -55,7 +55,12 @@ for f in $L/paseo-sandbox-privhelper $L/paseo-sandbox-broker $L/paseo-sandbox-sh
   [ "$(stat -c '%F %a %U:%G' "$D$f")" = "regular file 755 root:root" ] || fail "$f: $(stat -c '%F %a %U:%G' "$D$f")"
 done
 cmp -s "$bin/paseo-sandbox-privhelper" "$D$L/paseo-sandbox-privhelper" || fail "privhelper differs from the build"
-cmp -s /usr/bin/runsc "$D$L/runsc" || fail "the pinned runsc is not a copy of /usr/bin/runsc"
+# shellcheck source=../installer/runsc-pin
+. "$(dirname "$installer")/runsc-pin"
+cmp -s "$RUNSC_DIR/runsc" "$D$L/runsc" || fail "the pinned runsc is not a copy of $RUNSC_DIR/runsc"
+[ "$(sha256sum "$D$L/runsc" | cut -c1-64)" = "$(eval echo "\${RUNSC_SHA256_$(dpkg --print-architecture)}")" ] ||
+  fail "the installed runsc is not the tree's pin (installer/runsc-pin)"
+[ "$(jq -r .runsc.platform "$D/etc/paseo-sandbox/helper.json")" = auto ] || fail "runsc.platform is not auto"
 for f in /etc/paseo-sandbox/helper.json /etc/paseo-sandbox/README /etc/systemd/system/paseo-sandbox.service \
          /etc/systemd/system/paseo-sandbox.socket \
          /etc/paseo-sandbox/deployments/alice.json /usr/share/doc/paseo-sandbox/running.md; do
@@ -106,7 +111,7 @@ pass "a second run changes nothing and says so"
 # A new build of the CLI and a new runsc, while helper.json is still the installer's: both are
 # replaced and the pin follows.
 printf 'x' >> "$bin/paseo-sandbox"
-cp /usr/bin/runsc "$tmp/runsc-new"; printf 'x' >> "$tmp/runsc-new"
+cp "$RUNSC_DIR/runsc" "$tmp/runsc-new"; printf 'x' >> "$tmp/runsc-new"
 out=$(run --runsc "$tmp/runsc-new" 2>&1) || { echo "$out"; fail "upgrade failed"; }
 cmp -s "$bin/paseo-sandbox" "$D/usr/bin/paseo-sandbox" || fail "upgrade did not replace the CLI"
 cmp -s "$tmp/runsc-new" "$D$L/runsc" || fail "upgrade did not replace the pinned runsc"

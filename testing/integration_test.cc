@@ -231,8 +231,64 @@ TEST_F(IntegrationTest, TheSandboxIsGvisorAndSeesItsOwnRootfs) {
   EXPECT_TRUE(absl::EndsWith(r.out, "4242\n")) << "runs as the workspace owner: " << r.out;
 }
 
-// helper.json leaves runsc.platform at "auto": the privhelper logs what it chose among what the
-// pinned runsc has (systrap where it has it, else ptrace; never kvm), and the sandbox's sentry
+// runsc.platform "auto" with a runsc that has systrap and ptrace (20240729): the privhelper
+// measures both at its first start, records the faster in <stateDir>/runsc-probe, and later
+// starts trust that record while its key (runsc digest, kernel, CPUs) is this host's; a
+// record with another key, or one it cannot parse, is probed and measured again.
+TEST(PlatformChoiceTest, AutoMeasuresOnceRecordsAndTrustsOnlyAMatchingRecord) {
+  if (RunscPlatform() != "auto") GTEST_SKIP() << "the suite runs on an explicit platform";
+  ServiceOptions options;
+  options.fresh_runsc_probe = true;
+  Service svc(options);
+  std::string log = svc.Log();
+  std::string record_path = svc.base() + "/state/runsc-probe";
+  if (!absl::StrContains(log, "runsc.platform auto: measured")) {
+    // A runsc with ptrace only (bookworm's 20221219) has nothing to measure.
+    EXPECT_TRUE(absl::StrContains(log, "runsc platform: ptrace (runsc.platform auto; the pinned "
+                                       "runsc has ptrace, kvm)")) << log;
+    EXPECT_FALSE(absl::StrContains(ReadFile(record_path), "median_ms")) << "nothing was measured";
+    GTEST_SKIP() << "the pinned runsc has no systrap";
+  }
+  std::string record = ReadFile(record_path);
+  ASSERT_TRUE(absl::StrContains(record, "median_ms systrap ")) << record;
+  ASSERT_TRUE(absl::StrContains(record, "median_ms ptrace ")) << record;
+  std::string chosen = absl::StrContains(record, "platform ptrace\n") ? "ptrace" : "systrap";
+  std::string other = chosen == "ptrace" ? "systrap" : "ptrace";
+  EXPECT_TRUE(absl::StrContains(log, "runsc platform: " + chosen + " (runsc.platform auto: measured "
+                                     "faster on this host")) << log;
+
+  // The same key, the other platform: trusted as recorded, with no new measurement.
+  std::string swapped = record;
+  swapped.replace(swapped.find("platform " + chosen), 9 + chosen.size(), "platform " + other);
+  WriteText(record_path, swapped);
+  svc.Stop();
+  svc.Restart();
+  log = svc.Log();
+  EXPECT_TRUE(absl::StrContains(log.substr(log.rfind("runsc platform: ")),
+                                "runsc platform: " + other + " (runsc.platform auto: measured")) << log;
+  EXPECT_EQ(ReadFile(record_path), swapped) << "a matching record is not measured again";
+  auto r = svc.Cli({4242, 4242, {4242, svc.socket_gid()}}, {"run", "--", "echo", "on-" + other});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "on-" + other + "\n");
+
+  // Another host's key (or garbage): measured again, and the record rewritten with this key.
+  for (const std::string& stale : {"key runsc=0,kernel=1.0,cpus=64,cpu=other\ngofer_userns no\n"
+                                   "platform " + other + "\nmedian_ms " + other + " 1\n",
+                                   std::string("platform ptrace; rm -rf /\n")}) {
+    WriteText(record_path, stale);
+    svc.Stop();
+    svc.Restart();
+    std::string again = ReadFile(record_path);
+    EXPECT_NE(again, stale);
+    EXPECT_EQ(again.substr(0, again.find('\n')), record.substr(0, record.find('\n')))
+        << "the key is this host's";
+  }
+  svc.Stop();
+  EXPECT_EQ(svc.Leaks(), std::vector<std::string>{});
+}
+
+// The privhelper logs what it chose among what the pinned runsc has (for "auto": measured on
+// this host between systrap and ptrace where it has both; never kvm), and the sandbox's sentry
 // runs on exactly that platform.
 TEST_F(IntegrationTest, TheSandboxRunsOnThePlatformThePrivhelperChose) {
   std::string log = svc.Log();
@@ -458,20 +514,33 @@ TEST_F(IntegrationTest, RunscControlSocketsAreUnreachableFromOutsideTheControlNe
   ASSERT_NE(pos, std::string::npos);
   std::string id = kept.err.substr(pos, 27);
 
-  // Abstract socket names in the control netns (seen through the privhelper's /proc entry).
-  std::vector<std::string> names;
+  // runsc 20221219 serves a sandbox's control RPC on an abstract socket in the netns where
+  // `runsc create` ran; runsc 20240729 on a pathname socket, <runsc root>/runsc-<id>.sock
+  // (docs/decisions.md, "runsc quirks on 20240729"). Either way uid 4242 must not reach it.
+  std::vector<std::string> names;  // abstract names in the control netns
   std::istringstream control(
       ReadFile("/proc/" + std::to_string(svc.privhelper_pid()) + "/net/unix"));
   for (std::string line; std::getline(control, line);) {
     auto at = line.find(" @");
     if (at != std::string::npos) names.push_back(line.substr(at + 2));
   }
-  bool found = false;
-  for (const auto& n : names) found |= absl::StrContains(n, "runsc-sandbox." + id);
-  EXPECT_TRUE(found) << "runsc's control socket not found in the control netns";
-  EXPECT_FALSE(absl::StrContains(ReadFile("/proc/net/unix"), "runsc"));
+  bool abstract = false;
+  for (const auto& n : names) abstract |= absl::StrContains(n, "runsc-sandbox." + id);
+  std::string path_socket = svc.runsc_root() + "/runsc-" + id + ".sock";
+  struct stat st;
+  bool pathname = lstat(path_socket.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
+  EXPECT_TRUE(abstract || pathname) << "runsc's control socket found neither in the control "
+                                       "netns nor at " << path_socket;
+  EXPECT_FALSE(absl::StrContains(ReadFile("/proc/net/unix"), "@runsc"));
+  if (pathname) {
+    // Its directory is root's 0700: nobody else can even look up the name.
+    ASSERT_EQ(stat(svc.runsc_root().c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_mode & 0077, 0u) << "runsc root is open to others";
+  }
 
-  // As uid 4242, try every one of them (and the well-known name) from this netns.
+  // As uid 4242, try every abstract name (and the well-known ones) from this netns, and the
+  // pathname socket.
   names.push_back("runsc-sandbox." + id);
   pid_t child = fork();
   if (child == 0) {
@@ -490,12 +559,20 @@ TEST_F(IntegrationTest, RunscControlSocketsAreUnreachableFromOutsideTheControlNe
         close(fd);
       }
     }
+    if (path_socket.size() < sizeof(sockaddr_un{}.sun_path)) {
+      sockaddr_un addr = {};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, path_socket.data(), path_socket.size());
+      int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) ++reached;
+      close(fd);
+    }
     _exit(reached);
   }
   int status = 0;
-  EXPECT_TRUE(WaitPidWithin(child, 30, &status)) << "connecting to abstract sockets hung";
+  EXPECT_TRUE(WaitPidWithin(child, 30, &status)) << "connecting to runsc's sockets hung";
   EXPECT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "abstract runsc sockets reachable from outside";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "runsc control sockets reachable from outside";
 
   auto exec = svc.Cli(Alpha(), {"exec", id, "--", "sh", "-c", "echo in-kept; exit 3"});
   EXPECT_EQ(exec.exit_code, 3) << exec.err;

@@ -27,6 +27,16 @@
 
 namespace paseo::testing {
 
+std::string RunscPath() {
+  const char* path = getenv("PASEO_RUNSC");
+  return path != nullptr && *path != 0 ? path : "/usr/local/lib/paseo-sandbox/runsc/20240729/runsc";
+}
+
+std::string RunscPlatform() {
+  const char* platform = getenv("PASEO_RUNSC_PLATFORM");
+  return platform != nullptr && *platform != 0 ? platform : "auto";
+}
+
 void Die(const std::string& why) {
   std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, why.c_str());
   std::exit(2);

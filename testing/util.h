@@ -17,6 +17,14 @@ namespace paseo::testing {
 // Dies with `what` and errno's text unless `ok`.
 void Check(bool ok, const std::string& what);
 
+// The runsc the suites and the bench drive: $PASEO_RUNSC, else the project's pinned gVisor
+// 20240729 (installer/runsc-pin, installed by installer/install-deps). testing/run-tests sets
+// it to bookworm's /usr/bin/runsc for the compatibility subset.
+std::string RunscPath();
+// The gVisor platform the suites' services are configured with: $PASEO_RUNSC_PLATFORM, else
+// "auto" (run-tests sets the one the privhelper's measured choice made, once per run).
+std::string RunscPlatform();
+
 // A file from the target's Bazel runfiles (needs TEST_SRCDIR and TEST_WORKSPACE).
 std::string Runfile(const std::string& rel);
 // Copies a binary out of Bazel's output tree (under root's 0700 home) so other users can run it.

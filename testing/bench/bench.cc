@@ -310,7 +310,7 @@ struct Options {
   bool Wants(const std::string& s) const { return only.empty() || only.count(s) > 0; }
 };
 
-// Drives /usr/bin/runsc directly, with the privhelper's fixed flags, on a root of its own.
+// Drives the service's runsc (RunscPath) directly, with the privhelper's fixed flags, on a root of its own.
 class RawRunsc {
  public:
   // `platform`: the one the service's privhelper chose (its log says), so both sides run on it.
@@ -335,7 +335,7 @@ class RawRunsc {
   }
 
   std::vector<std::string> Argv(const std::vector<std::string>& args) const {
-    std::vector<std::string> argv = {"/usr/bin/runsc", "--root=" + Root(), "--platform=" + platform_,
+    std::vector<std::string> argv = {paseo::testing::RunscPath(), "--root=" + Root(), "--platform=" + platform_,
                                      netns_path_.empty() ? "--network=none" : "--network=sandbox"};
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
