@@ -96,13 +96,17 @@ TEST_F(DoctorTest, RunscHashMismatchNamesBothDigestsAndTheFix) {
   EXPECT_THAT(r.fix, HasSubstr("set runsc.sha256 in helper.json to " + actual));
   EXPECT_THAT(r.fix, HasSubstr("reinstall the pinned runsc"));
 
+  // The digest matches, but /bin/true is no runsc: its `--version` is not runsc's.
   pin.setSha256(actual);
-  EXPECT_TRUE(CheckRunsc(pin.asReader()).ok);
+  CheckResult not_runsc = CheckRunsc(pin.asReader());
+  EXPECT_FALSE(not_runsc.ok);
+  EXPECT_THAT(not_runsc.detail, HasSubstr("matches the pinned sha256 but runsc --version: not"));
 
   pin.setPath(dir_ + "/no-runsc");
   CheckResult missing = CheckRunsc(pin.asReader());
   EXPECT_FALSE(missing.ok);
   EXPECT_THAT(missing.fix, HasSubstr("install gVisor's runsc"));
+  EXPECT_THAT(missing.fix, HasSubstr("installer/install-deps"));
 }
 
 TEST_F(DoctorTest, RunscNotOwnedByRootSaysToChownIt) {

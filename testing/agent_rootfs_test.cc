@@ -202,7 +202,7 @@ TEST_F(AgentRootfsTest, ThePackagesAnAgentCallsAreThere) {
 
 // Regression: runsc 20221219 refuses statx(2) with AT_NO_AUTOMOUNT (EINVAL), which coreutils 9
 // passes on every stat, so `ls -l` and `stat` failed on every path; the agent rootfs preloads a
-// statx that clears the flag (gVisor has no automounts).
+// statx that retries without the flag (gVisor has no automounts).
 TEST_F(AgentRootfsTest, CoreutilsListAndStatFiles) {
   std::string id = Create(Agent());
   CliResult r = Bash(Agent(), id,
@@ -211,6 +211,19 @@ TEST_F(AgentRootfsTest, CoreutilsListAndStatFiles) {
                      "&& cp -a f g && mv g h && du -s h > /dev/null && rm f h && echo done");
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out, "drwxr-xr-x root\ndrwx------ agent\n755 root /usr/local/bin/node\nagent\ndone\n");
+}
+
+// Regression (runsc 20240729): lgetxattr(2) of a symlink answers EBADF, so `ls -l` of any
+// symlink printed "ls: /bin: Bad file descriptor" and exited 1 (libselinux asks for
+// security.selinux); the preload turns that EBADF into EOPNOTSUPP, as Linux answers.
+TEST_F(AgentRootfsTest, ListingSymlinksLongSucceedsQuietly) {
+  std::string id = Create(Agent());
+  CliResult r = Bash(Agent(), id,
+                     "ls -l /bin /usr/bin/sh | awk '{print $1, $NF}'; echo \"ls=${PIPESTATUS[0]}\"; "
+                     "cd /workspace && ln -s target link && ls -l link | awk '{print $NF}'; rm link");
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, "lrwxrwxrwx usr/bin\nlrwxrwxrwx dash\nls=0\ntarget\n");
 }
 
 TEST_F(AgentRootfsTest, TheHomeIsWritableAndTheRootfsIsNot) {

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Measures the ways to stop a runsc sandbox whose init is the shim's idle `init`
-(docs/decisions.md, "how a sandbox is stopped"). Needs root and /usr/bin/runsc.
+(docs/decisions.md, "how a sandbox is stopped"). Needs root.
 
-  testing/bench/stop-methods.py SHIM [--samples N]
+  testing/bench/stop-methods.py SHIM [--samples N] [--runsc PATH] [--platform P]
+
+--runsc: the runsc to drive (default: the project's pinned 20240729, installer/runsc-pin);
+--platform: ptrace (default) or systrap.
 
 SHIM: the built paseo-sandbox-shim (bazel-bin/sandbox/paseo-sandbox-shim). Runs in its own
 network namespace (runsc's control sockets stay private) on a work dir under /tmp, with a
@@ -25,7 +28,8 @@ import tempfile
 import threading
 import time
 
-RUNSC = "/usr/bin/runsc"
+RUNSC = "/usr/local/lib/paseo-sandbox/runsc/20240729/runsc"
+PLATFORM = "ptrace"
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -73,7 +77,7 @@ class Reaper:
 
 
 def runsc(root, *args, check=True, reaper=None):
-    argv = [RUNSC, "--root=" + root, "--platform=ptrace", "--network=none", *args]
+    argv = [RUNSC, "--root=" + root, "--platform=" + PLATFORM, "--network=none", *args]
     # Files, not pipes: the sandbox `runsc create` starts inherits its stdio and keeps it open.
     with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
         p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_f, stderr=err_f)
@@ -135,7 +139,7 @@ def start_sandbox(work, root, rootfs, shim, cid, reaper):
     runsc(root, "create", "--bundle", bundle, cid, reaper=reaper)
     runsc(root, "start", cid, reaper=reaper)
     # One running command besides init, as an agent's shell would be.
-    ex = subprocess.Popen([RUNSC, "--root=" + root, "--platform=ptrace", "--network=none",
+    ex = subprocess.Popen([RUNSC, "--root=" + root, "--platform=" + PLATFORM, "--network=none",
                            "exec", "--process", os.path.join(bundle, "sleep.json"), cid],
                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)
@@ -182,6 +186,11 @@ def main():
         sys.exit(__doc__)
     shim = os.path.abspath(sys.argv[1])
     samples = int(sys.argv[sys.argv.index("--samples") + 1]) if "--samples" in sys.argv else 5
+    global RUNSC, PLATFORM
+    if "--runsc" in sys.argv:
+        RUNSC = sys.argv[sys.argv.index("--runsc") + 1]
+    if "--platform" in sys.argv:
+        PLATFORM = sys.argv[sys.argv.index("--platform") + 1]
     unshare_net()
     work = tempfile.mkdtemp(prefix="paseo-stop-bench-")
     os.chmod(work, 0o755)
