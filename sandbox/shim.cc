@@ -127,12 +127,35 @@ class Relay {
     if (eof_sent_) return;
     eof_sent_ = true;
     termios t;
-    if (tcgetattr(master_, &t) == 0 && t.c_cc[VEOF] != _POSIX_VDISABLE)
+    if (tcgetattr(slave_, &t) == 0 && t.c_cc[VEOF] != _POSIX_VDISABLE)
       pending_.push_back(static_cast<char>(t.c_cc[VEOF]));
   }
 
   // Writes what the terminal accepts of the typed input not yet taken.
   void FlushInput() {
+    // runsc 20240729's line discipline turns a typed VINTR, VQUIT or VSUSP into a signal even
+    // with ISIG off (measured: in `stty raw`, Ctrl-C sent SIGINT and the program never read the
+    // byte). With ISIG off those characters mean nothing to the terminal, so they are disabled
+    // for the write and restored after it: the same on Linux and on runsc 20221219, which do
+    // not signal then anyway.
+    termios saved;
+    bool quiet = false;
+    if (!pending_.empty() && tcgetattr(slave_, &saved) == 0 && !(saved.c_lflag & ISIG)) {
+      termios t = saved;
+      for (int cc : {VINTR, VQUIT, VSUSP}) {
+        if (saved.c_cc[cc] != _POSIX_VDISABLE &&
+            pending_.find(static_cast<char>(saved.c_cc[cc])) != std::string::npos) {
+          t.c_cc[cc] = _POSIX_VDISABLE;
+          quiet = true;
+        }
+      }
+      if (quiet) quiet = tcsetattr(slave_, TCSANOW, &t) == 0;
+    }
+    WritePending();
+    if (quiet) tcsetattr(slave_, TCSANOW, &saved);
+  }
+
+  void WritePending() {
     while (!pending_.empty()) {
       ssize_t n = write(master_, pending_.data(), pending_.size());
       if (n == 0) return;  // gVisor: a canonical line is still unread; retried on a timer
@@ -151,7 +174,9 @@ class Relay {
  private:
   void Type(const std::string& bytes) {
     termios t;
-    bool isig = tcgetattr(master_, &t) == 0 && (t.c_lflag & ISIG);
+    // The slave's termios, which the program sets: runsc 20240729's master does not follow a
+    // `stty raw` made on the slave (measured: raw mode's Ctrl-C still became a SIGINT).
+    bool isig = tcgetattr(slave_, &t) == 0 && (t.c_lflag & ISIG);
     for (char c : bytes) {
       int sig = 0;
       if (isig && c != static_cast<char>(_POSIX_VDISABLE)) {

@@ -63,8 +63,11 @@ void Service::RemoveWorkArea() {
 
 void Service::Start() {
   if (geteuid() != 0) Die("the integration suites and the bench need root");
-  if (access(RunscPath().c_str(), X_OK) != 0)
-    Die(RunscPath() + " is missing (installer/install-deps installs the pinned runsc)");
+  const std::string runsc = options_.runsc_path.empty() ? RunscPath() : options_.runsc_path;
+  const std::string platform =
+      options_.runsc_platform.empty() ? RunscPlatform() : options_.runsc_platform;
+  if (access(runsc.c_str(), X_OK) != 0)
+    Die(runsc + " is missing (installer/install-deps installs the pinned runsc)");
   passwd* pw = getpwnam("paseo-sandbox");
   group* gr = getgrnam("paseo-sandbox");
   if (pw == nullptr || gr == nullptr)
@@ -126,12 +129,12 @@ void Service::Start() {
               mount(nullptr, at.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0,
           "bind " + options_.extra_rootfs);
   }
-  std::string sha = Capture("sha256sum " + RunscPath() + " | cut -c1-64");
+  std::string sha = Capture("sha256sum " + runsc + " | cut -c1-64");
 
   WriteText(base_ + "/etc/helper.json",
             "{\"stateDir\": \"" + base_ + "/state\", \"runDir\": \"" + base_ +
-                "/run\", \"runsc\": {\"path\": \"" + RunscPath() + "\", \"sha256\": \"" + sha +
-                "\", \"platform\": \"" + RunscPlatform() + "\"}, \"rootfsVersion\": \"" +
+                "/run\", \"runsc\": {\"path\": \"" + runsc + "\", \"sha256\": \"" + sha +
+                "\", \"platform\": \"" + platform + "\"}, \"rootfsVersion\": \"" +
                 rootfs_version_ + "\", \"cgroupParent\": \"/" + CgroupParent() + "\"" +
                 SpawnerSwitch() + options_.helper_json_extra + "}");
   WriteText(base_ + "/creds/tokens/token", "s3cret-token\n");

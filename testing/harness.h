@@ -45,6 +45,10 @@ struct ServiceOptions {
   // Start without the run's shared runsc probe record ($PASEO_RUNSC_PROBE_RECORD), so the
   // privhelper probes its runsc itself (and, for "auto", measures systrap against ptrace).
   bool fresh_runsc_probe = false;
+  // The runsc and platform of this service (default: RunscPath() and RunscPlatform()), e.g. the
+  // bench's workload scenario running one service per runsc and platform.
+  std::string runsc_path;
+  std::string runsc_platform;
   // Size of the work area's tmpfs (used as needed).
   std::string tmpfs_size = "512m";
   // Socket activation as systemd does it (installer/systemd/paseo-sandbox.socket): the harness

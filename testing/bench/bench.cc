@@ -8,6 +8,8 @@
 // deployment and profile added to its config, and a raw runsc root beside it driven with the
 // privhelper's flags. Everything it creates is removed before it exits.
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <grp.h>
 #include <signal.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -25,6 +27,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -35,6 +38,7 @@
 #include <kj/async-io.h>
 #include <kj/debug.h>
 
+#include "absl/strings/strip.h"
 #include "client/client.h"
 #include "common/spawn.h"
 #include "schema/api.capnp.h"
@@ -50,6 +54,7 @@ namespace {
 
 using api::OutputSink;
 using testing::Capture;
+using testing::CliResult;
 using testing::Check;
 using testing::Cmdline;
 using testing::CopyExecutable;
@@ -1870,6 +1875,253 @@ void NetBulk(Env& env, const std::string& dir) {
   Report(r);
 }
 
+// ------------------------------------------------------------------ workload
+
+// workload: an agent's own work (testing/bench/workload.sh: 300 spawns, git clone, status and
+// log --stat, rg, node's small files, npm ci from an offline cache, node and python start-ups,
+// tar), natively -- chroot into the same agent rootfs, as the same uid, the workspace bind-
+// mounted at /workspace -- and through the supervisor (exec into a kept sandbox) on each runsc
+// and platform: 20240729 systrap, 20240729 ptrace, bookworm's 20221219 ptrace. Sides alternate
+// in every round (rotated, so none always runs first); each step is timed inside its shell.
+constexpr uid_t kWorkloadUid = 4545;
+
+struct WorkloadSide {
+  std::string name;      // "native", "systrap-20240729", ...
+  std::string runsc;     // empty for native
+  std::string platform;
+  std::unique_ptr<Service> service;
+  std::string sandbox;   // the kept sandbox's id
+  std::map<std::string, std::vector<double>> steps;  // step -> ms per round
+  std::vector<double> totals;
+  std::map<std::string, std::string> results;  // RESULT lines of its first round
+};
+
+std::string ReadAllFrom0(int fd) {
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  for (off_t off = 0; (n = pread(fd, buf, sizeof(buf), off)) > 0; off += n) text.append(buf, static_cast<size_t>(n));
+  return text;
+}
+
+// Parses a run's output into `side`; dies unless every step ran and checked its result.
+void TakeWorkloadRun(WorkloadSide& side, const std::string& out, int exit_code) {
+  Expect(exit_code == 0, "workload on " + side.name + " failed (exit " + std::to_string(exit_code) +
+                             "):\n" + out);
+  std::istringstream lines(out);
+  double total = 0;
+  int steps = 0;
+  bool first = side.totals.empty();
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::string kind, name, value;
+    f >> kind >> name >> value;
+    if (kind == "STEP") {
+      double ms = std::stod(value);
+      side.steps[name].push_back(ms);
+      total += ms;
+      ++steps;
+    } else if (kind == "RESULT" && first) {
+      side.results[name] = value;
+    }
+  }
+  Expect(steps == 10, "workload on " + side.name + ": " + std::to_string(steps) +
+                          " of 10 steps reported:\n" + out);
+  side.totals.push_back(total);
+}
+
+// The native run: in a child of its own mount namespace, the agent rootfs bound read-only at
+// `root`, the workspace at root/workspace, /proc, /dev and a /tmp tmpfs; chroot; the agent's
+// uid; bash workload.sh DIR. Everything the child uses is built before the fork.
+CliResult RunNativeWorkload(const std::string& rootfs, const std::string& root,
+                            const std::string& ws, const std::string& dir) {
+  const std::string root_ws = root + "/workspace", root_proc = root + "/proc",
+                    root_dev = root + "/dev", root_tmp = root + "/tmp";
+  auto in_child = [&]() -> int {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+        mount(rootfs.c_str(), root.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        mount(nullptr, root.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0 ||
+        mount(ws.c_str(), root_ws.c_str(), nullptr, MS_BIND, nullptr) != 0 ||
+        mount("proc", root_proc.c_str(), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0 ||
+        mount("/dev", root_dev.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0 ||
+        mount("tmpfs", root_tmp.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") != 0 ||
+        chroot(root.c_str()) != 0 || chdir("/") != 0)
+      return errno;
+    gid_t g = kWorkloadUid;
+    if (setgroups(1, &g) != 0 || setresgid(g, g, g) != 0 ||
+        setresuid(kWorkloadUid, kWorkloadUid, kWorkloadUid) != 0)
+      return errno;
+    return 0;
+  };
+  int out = memfd_create("workload-out", MFD_CLOEXEC);
+  int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  Check(out >= 0 && null >= 0, "memfd/dev/null");
+  pid_t pid = SpawnStdio({"/bin/bash", "/workspace/.inputs/workload.sh", dir}, null, out, out,
+                         {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"}, in_child);
+  close(null);
+  int status = 0;
+  if (!testing::WaitPidWithin(pid, 900, &status)) Die("the native workload did not end in 900 s");
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadAllFrom0(out);
+  close(out);
+  return r;
+}
+
+void Workload(const Options& opts, const std::string& repo) {
+  const char* agent = getenv("PASEO_AGENT_ROOTFS");
+  if (agent == nullptr || access((std::string(agent) + "/rootfs/usr/bin/git").c_str(), X_OK) != 0) {
+    Progress("workload: skipped: PASEO_AGENT_ROOTFS names no built agent rootfs "
+             "(testing/bench/run builds one)");
+    return;
+  }
+  std::string agent_rootfs = agent;
+  std::string version = agent_rootfs.substr(agent_rootfs.rfind('/') + 1);
+  int rounds = opts.quick ? 1 : 3;
+  char templ[] = "/tmp/paseo-workload-XXXXXX";
+  Check(mkdtemp(templ) != nullptr, "mkdtemp");
+  std::string work = templ;
+  Check(chmod(work.c_str(), 0755) == 0, "chmod " + work);
+  std::string ws = work + "/ws", inputs = ws + "/.inputs", native_root = work + "/native-root";
+  for (const std::string& d : {ws, inputs, native_root}) Check(mkdir(d.c_str(), 0755) == 0, "mkdir " + d);
+
+  // The inputs, made on the host: this repository as a bare clone, the conformance suite's
+  // lockfile and an npm cache that holds all of it (filled once, with the registry).
+  Progress("workload: preparing inputs in " + inputs);
+  Capture("git clone -q --bare --no-local " + Quote(repo) + " " + inputs + "/src.git");
+  WriteText(inputs + "/head", Capture("git -C " + inputs + "/src.git rev-parse HEAD"));
+  Capture("mkdir " + inputs + "/npm-project && cp " + repo + "/testing/conformance/package.json " +
+          repo + "/testing/conformance/package-lock.json " + inputs + "/npm-project/");
+  Capture("cp -r " + inputs + "/npm-project " + work + "/npm-fill && cd " + work +
+          "/npm-fill && npm ci --cache " + inputs + "/npm-cache --ignore-scripts --no-audit "
+          "--no-fund --loglevel=error >/dev/null && echo filled");
+  Capture("cp " + Runfile("testing/bench/workload.sh") + " " + inputs + "/workload.sh");
+  Capture("chown -R " + std::to_string(kWorkloadUid) + ":" + std::to_string(kWorkloadUid) + " " + ws);
+
+  std::vector<WorkloadSide> sides;
+  sides.push_back({"native", "", "", nullptr, "", {}, {}, {}});
+  const std::string pinned = testing::RunscPath();
+  sides.push_back({"systrap-20240729", pinned, "systrap", nullptr, "", {}, {}, {}});
+  sides.push_back({"ptrace-20240729", pinned, "ptrace", nullptr, "", {}, {}, {}});
+  if (access("/usr/bin/runsc", X_OK) == 0)
+    sides.push_back({"ptrace-20221219", "/usr/bin/runsc", "ptrace", nullptr, "", {}, {}, {}});
+  const testing::Identity agent_id{kWorkloadUid, kWorkloadUid, {kWorkloadUid}};
+  for (auto& side : sides) {
+    if (side.runsc.empty()) continue;
+    testing::ServiceOptions o;
+    o.runsc_path = side.runsc;
+    o.runsc_platform = side.platform;
+    o.extra_rootfs = agent_rootfs;
+    o.before_start = [&](const std::string& base) {
+      WriteText(base + "/etc/profiles/agent.json",
+                "{\"name\": \"agent\", \"rootfsVersion\": " + Quote(version) + "}");
+      WriteText(base + "/etc/deployments/workload.json",
+                "{\"id\": \"workload\", \"allowedUids\": [" + std::to_string(kWorkloadUid) +
+                    "], \"profiles\": [\"agent\"], \"runAs\": {\"uid\": " +
+                    std::to_string(kWorkloadUid) + ", \"gid\": " + std::to_string(kWorkloadUid) +
+                    "}, \"workspaceRoots\": [{\"hostPath\": " + Quote(ws) + "}]}");
+    };
+    side.service = std::make_unique<Service>(std::move(o));
+    testing::Identity who = agent_id;
+    who.groups.push_back(side.service->socket_gid());
+    CliResult r = side.service->Cli(who, {"create", "--deployment=workload",
+                                          "--workspace=" + ws + ":/workspace:rw"});
+    Expect(r.exit_code == 0, "workload: create on " + side.name + ": " + r.err);
+    side.sandbox = std::string(absl::StripAsciiWhitespace(r.out));
+    Progress("workload: " + side.name + ": sandbox " + side.sandbox + " (" + side.runsc + ")");
+  }
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t k = 0; k < sides.size(); ++k) {
+      WorkloadSide& side = sides[(k + round) % sides.size()];
+      std::string dir = "/workspace/run-" + side.name + "-" + std::to_string(round);
+      CliResult r;
+      if (side.service == nullptr) {
+        r = RunNativeWorkload(agent_rootfs + "/rootfs", native_root, ws, dir);
+      } else {
+        testing::Identity who = agent_id;
+        who.groups.push_back(side.service->socket_gid());
+        r = side.service->Cli(who, {"exec", side.sandbox, "--", "bash", "/workspace/.inputs/workload.sh", dir},
+                              std::chrono::seconds(900));
+        r.out += r.err;
+      }
+      TakeWorkloadRun(side, r.out, r.exit_code);
+      Progress("workload round " + std::to_string(round + 1) + "/" + std::to_string(rounds) + ": " +
+               side.name + " " + Num(side.totals.back(), 0) + " ms");
+    }
+  }
+  for (auto& side : sides) {
+    if (side.service == nullptr) continue;
+    testing::Identity who = agent_id;
+    who.groups.push_back(side.service->socket_gid());
+    side.service->Cli(who, {"rm", side.sandbox});
+  }
+  // The platform the service chooses here: what runsc.platform auto measured (runsc_probe.h),
+  // in the run's shared record, else the pinned runsc's probe of the first service.
+  std::string chosen;
+  for (const std::string& record : {std::string(getenv("PASEO_RUNSC_PROBE_RECORD") ?: ""),
+                                    sides[1].service->base() + "/state/runsc-probe"}) {
+    std::string text = record.empty() ? "" : ReadFile(record);
+    size_t at = text.find("\nplatform ");
+    if (at != std::string::npos) {
+      chosen = text.substr(at + 10, text.find('\n', at + 10) - (at + 10));
+      break;
+    }
+  }
+  const WorkloadSide& native = sides[0];
+  std::printf("\nworkload: medians of %d round(s), ms (ratio to native)\n%-14s", rounds, "step");
+  for (const auto& side : sides) std::printf(" %22s", side.name.c_str());
+  std::printf("\n");
+  for (const auto& [step, native_ms] : native.steps) {
+    std::printf("%-14s", step.c_str());
+    for (const auto& side : sides) {
+      double m = Median(side.steps.at(step));
+      std::printf(" %13s (%5sx)", Num(m, 0).c_str(), Num(m / Median(native_ms), 1).c_str());
+    }
+    std::printf("\n");
+  }
+  std::printf("%-14s", "total");
+  for (const auto& side : sides) {
+    std::printf(" %13s (%5sx)", Num(Median(side.totals), 0).c_str(),
+                Num(Median(side.totals) / Median(native.totals), 2).c_str());
+  }
+  std::printf("\n\n");
+  for (size_t k = 1; k < sides.size(); ++k) {
+    WorkloadSide& side = sides[k];
+    // What each step produced is the same as natively (the rg hit count, npm's packages, ...).
+    for (const auto& [name, value] : native.results)
+      Expect(side.results[name] == value, "workload on " + side.name + ": " + name + " " +
+                                              side.results[name] + ", natively " + value);
+    bool is_chosen = side.runsc == pinned && side.platform == chosen;
+    Result r{"workload_" + side.name, "ms",
+             "workload.sh exec'd into a kept sandbox (" + side.name + "), total of 10 steps",
+             "the same natively: chroot into the agent rootfs, same uid, workspace bound", side.totals,
+             native.totals, is_chosen ? "ratio <= 1.50 (the platform auto chose)" : "report only",
+             is_chosen ? std::function<bool(double, double, double)>(
+                             [](double ratio, double, double) { return ratio <= 1.50; })
+                       : nullptr,
+             {}};
+    std::string per_step = "{";
+    for (const auto& [step, ms] : side.steps) {
+      if (per_step.size() > 1) per_step += ", ";
+      per_step += Quote(step) + ": {\"ms\": " + Num(Median(ms)) + ", \"native_ms\": " +
+                  Num(Median(native.steps.at(step))) + ", \"ratio\": " +
+                  Num(Median(ms) / Median(native.steps.at(step))) + "}";
+    }
+    r.extra.push_back({"steps", per_step + "}"});
+    r.extra.push_back({"runsc", Quote(side.runsc)});
+    r.extra.push_back({"platform", Quote(side.platform)});
+    g_results.push_back(r);
+    Report(r);
+  }
+  for (auto& side : sides) {
+    if (side.service == nullptr) continue;
+    side.service->Stop();
+    for (const auto& leak : side.service->Leaks()) Die("workload: " + side.name + " left " + leak);
+    side.service.reset();
+  }
+  Capture("rm -rf " + work + " && echo removed");
+}
+
 // The bench's part of the service config (ServiceOptions::before_start): deployment `bench`
 // (clients uid 0, agents 4242:4242 over base/ws, up to 160 sandboxes) whose one profile keeps
 // kOutputBufferBytes of each stream.
@@ -1910,7 +2162,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: bench [--quick] [--perf DIR] "
                    "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber,runtime_exec,"
-                   "net_cold,net_bulk]\n");
+                   "net_cold,net_bulk,workload]\n");
       std::exit(2);
     }
   }
@@ -2059,6 +2311,16 @@ int Main(int argc, char** argv) {
       rc = 1;
     }
   }  // ~Service removes the work area
+  if (opts.Wants("workload")) {
+    char cwd[4096];
+    Check(getcwd(cwd, sizeof(cwd)) != nullptr, "getcwd");
+    try {
+      Workload(opts, cwd);
+    } catch (kj::Exception& e) {
+      std::fprintf(stderr, "bench: workload FAILED: %s\n", e.getDescription().cStr());
+      rc = 1;
+    }
+  }
   PrintTable();
   std::printf("total wall time: %.1f s (%s)\n", Now() - started, opts.quick ? "quick" : "full");
   return rc;
