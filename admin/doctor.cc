@@ -168,9 +168,14 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
     }
   }
   std::string platform = choice->platform;
+  absl::StatusOr<std::string> help = RunscFlagsHelp(*runsc_fd);
+  const std::vector<std::string> directfs_flags =
+      help.ok() && RunscHasFlag(*help, "directfs") ? std::vector<std::string>{"--directfs=false"}
+                                                   : std::vector<std::string>{};
   // No network at all (never the host's): the probe only shows the platform starts a sandbox.
   absl::StatusOr<absl::Duration> ran =
-      RunPlatformSandbox(*runsc_fd, platform, scratch_parent, {"/bin/true"}, absl::Seconds(60));
+      RunPlatformSandbox(*runsc_fd, platform, scratch_parent, {"/bin/true"}, absl::Seconds(60), {},
+                         directfs_flags);
   if (ran.ok())
     return Ok(name, absl::StrCat(choice->why, ": runsc --platform=", platform, " started a sandbox"));
   std::string path = pin.getPath().cStr();

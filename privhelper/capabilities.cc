@@ -10,8 +10,7 @@
 
 namespace paseo {
 
-std::vector<KeptCapability> ServingCapabilities(bool gofer_userns) {
-  using When = KeptCapability::When;
+const std::vector<KeptCapability>& ServingCapabilities() {
   static const std::vector<KeptCapability> kList = {
       {CAP_SYS_ADMIN, "cap_sys_admin",
        "bind-mounting staged workspaces and the rootfs overlay; runsc's namespaces and mounts"},
@@ -20,17 +19,11 @@ std::vector<KeptCapability> ServingCapabilities(bool gofer_userns) {
       {CAP_SETUID, "cap_setuid", "runsc create/exec switching to the sandbox's users"},
       {CAP_SETGID, "cap_setgid", "runsc create/exec switching to the sandbox's groups"},
       {CAP_SYS_CHROOT, "cap_sys_chroot",
-       "setns(2) into the host's mount namespace (a restarted broker's, and unpinning the control "
-       "netns at shutdown); runsc 20221219's gofer and sandbox pivoting into the rootfs"},
-      {CAP_SETFCAP, "cap_setfcap",
-       "runsc starting its gofer in a user namespace of its own that maps uid 0 to the host's "
-       "(Linux 5.12 and later require CAP_SETFCAP to write that uid_map; runsc 20240729)",
-       When::kGoferInOwnUserns},
+       "runsc's gofer and sandbox pivoting into the rootfs; setns(2) into the host's mount "
+       "namespace (a restarted broker's, and unpinning the control netns at shutdown)"},
       {CAP_SETPCAP, "cap_setpcap", "restarting a crashed broker with an empty bounding set"},
       {CAP_CHOWN, "cap_chown",
-       "runsc's gofer giving files an agent creates in a workspace the agent's uid:gid (in the "
-       "host's user namespace; a gofer in a namespace of its own has its own)",
-       When::kGoferInHostUserns},
+       "runsc's gofer giving files an agent creates in a workspace the agent's uid:gid"},
       {CAP_NET_ADMIN, "cap_net_admin",
        "network mode \"sandbox\": veth links, addresses, routes and the nftables firewall"},
       {CAP_NET_RAW, "cap_net_raw",
@@ -38,11 +31,7 @@ std::vector<KeptCapability> ServingCapabilities(bool gofer_userns) {
       {CAP_NET_BIND_SERVICE, "cap_net_bind_service",
        "network mode \"sandbox\": the supervisor's resolver on port 53 of each link's host end"},
   };
-  std::vector<KeptCapability> list;
-  for (const KeptCapability& c : kList) {
-    if (c.when == When::kAlways || (c.when == When::kGoferInOwnUserns) == gofer_userns) list.push_back(c);
-  }
-  return list;
+  return kList;
 }
 
 absl::Status KeepOnlyCapabilities(const std::vector<cap_value_t>& keep) {

@@ -17,14 +17,10 @@ struct KeptCapability {
   cap_value_t cap;
   const char* name;
   const char* needed_for;
-  // Which runsc needs it: every one, or only one whose gofer runs in the host's user namespace
-  // (20221219) or in one of its own (20240729). privhelper/runsc_probe.h tells which at start.
-  enum class When { kAlways, kGoferInHostUserns, kGoferInOwnUserns } when = When::kAlways;
 };
 
-// The serving-phase list for a runsc whose gofer runs in a user namespace of its own
-// (`gofer_userns`, runsc_probe.h) or in the host's.
-std::vector<KeptCapability> ServingCapabilities(bool gofer_userns);
+// The serving-phase list.
+const std::vector<KeptCapability>& ServingCapabilities();
 
 // Keeps exactly `keep` in the permitted and effective sets and the bounding set; empties the
 // inheritable and ambient sets. Must run while CAP_SETPCAP is still effective.

@@ -357,8 +357,19 @@ int Serve(const Options& options, const std::string& program) {
     return 1;
   }
   // The platform: what helper.json asks for, among what the pinned runsc has.
+  // What the pinned runsc has, from its own flag help: its platforms, and whether it has a
+  // -directfs flag to turn off (runsc_command.h).
+  absl::StatusOr<std::string> flags_help = RunscFlagsHelp(*runsc_fd);
+  absl::StatusOr<std::vector<std::string>> platforms =
+      flags_help.ok() ? absl::StatusOr<std::vector<std::string>>(ParseRunscPlatforms(*flags_help))
+                      : absl::StatusOr<std::vector<std::string>>(flags_help.status());
+  if (platforms.ok() && platforms->empty())
+    platforms = absl::InternalError("runsc flags: its -platform flag names no platform");
+  const bool has_directfs_flag = flags_help.ok() && RunscHasFlag(*flags_help, "directfs");
+  const std::vector<std::string> fixed_flags =
+      has_directfs_flag ? std::vector<std::string>{"--directfs=false"} : std::vector<std::string>{};
   absl::StatusOr<PlatformChoice> platform =
-      ChoosePlatformFromProbe(helper.getRunsc().getPlatform().cStr(), RunscPlatforms(*runsc_fd));
+      ChoosePlatformFromProbe(helper.getRunsc().getPlatform().cStr(), platforms);
   if (!platform.ok()) {
     Log(std::string(platform.status().message()));
     return 1;
@@ -385,32 +396,26 @@ int Serve(const Options& options, const std::string& program) {
       return 1;
     }
   }
-  // What this host's runsc needs (its gofer's user namespace: the capability list) and, for
-  // "auto" with both systrap and ptrace, which is faster here: from the record in the state dir,
-  // or probed now (once per runsc, kernel and CPU; runsc_probe.h).
-  absl::StatusOr<std::string> runsc_sha = Sha256OfFd(*runsc_fd, helper.getRunsc().getPath().cStr());
-  if (!runsc_sha.ok()) {
-    Log(std::string(runsc_sha.status().message()));
-    return 1;
-  }
-  const std::string probe_record = state_dir + "/runsc-probe";
-  absl::StatusOr<RunscProbe> probe =
-      ProbeRunscOnHost(*runsc_fd, *runsc_sha, platform->measure, probe_record, run_dir);
-  if (!probe.ok()) {
-    Log(std::string(probe.status().message()));
-    return 1;
-  }
+  // "auto" with both systrap and ptrace: the one measured faster on this host, from the record
+  // in the state dir or measured now (once per runsc, kernel and CPU; runsc_probe.h).
   if (!platform->measure.empty()) {
-    if (!probe->platform.empty()) {
-      platform->platform = probe->platform;
-      platform->why = DescribeMeasuredPlatform(*probe, probe_record);
+    absl::StatusOr<std::string> runsc_sha = Sha256OfFd(*runsc_fd, helper.getRunsc().getPath().cStr());
+    if (!runsc_sha.ok()) {
+      Log(std::string(runsc_sha.status().message()));
+      return 1;
+    }
+    const std::string record = state_dir + "/runsc-probe";
+    RunscProbe probe = ProbeRunscOnHost(*runsc_fd, *runsc_sha, platform->measure, record, run_dir, fixed_flags);
+    if (!probe.platform.empty()) {
+      platform->platform = probe.platform;
+      platform->why = DescribeMeasuredPlatform(probe, record);
     } else {
       platform->why += "; measuring systrap against ptrace failed (runsc's default is used)";
     }
   }
-  Log(absl::StrCat("runsc gofer: ", probe->gofer_userns ? "in a user namespace of its own" : "in the host's user namespace",
-                   " (", probe_record, ")"));
   Log("runsc platform: " + platform->why);
+  Log(has_directfs_flag ? "runsc directfs: off (--directfs=false; the pinned runsc defaults it on)"
+                        : "runsc directfs: the pinned runsc has none");
   // The broker's own state (its output logs): the one place it may write.
   absl::Status broker_dir = MakeDir(state_dir + "/broker", 0700, broker_uid, broker_gid);
   if (!broker_dir.ok()) {
@@ -543,7 +548,7 @@ int Serve(const Options& options, const std::string& program) {
   }
 
   std::vector<cap_value_t> keep;
-  for (const auto& c : ServingCapabilities(probe->gofer_userns)) {
+  for (const auto& c : ServingCapabilities()) {
     if (std::find(without.begin(), without.end(), c.name) == without.end()) keep.push_back(c.cap);
   }
   absl::Status dropped = KeepOnlyCapabilities(keep);
@@ -557,7 +562,7 @@ int Serve(const Options& options, const std::string& program) {
   std::move(remove_socket).Cancel();
 
   RunscProcessRunner runsc(events, *runsc_fd,
-                           {run_dir + "/runsc", platform->platform});
+                           {run_dir + "/runsc", platform->platform, false, has_directfs_flag});
   PidfdWatcher watcher(events);
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
   NetnsPortConnector ports(events, events.getTimer(), kConnectPatience, network::kInboundMark);

@@ -17,6 +17,7 @@ std::vector<std::string> RunscArgv(const RunscFlags& flags, const std::vector<st
       absl::StrCat("--platform=", flags.platform),
       network == RunscNetwork::kSandbox ? "--network=sandbox" : "--network=none",
   };
+  if (flags.has_directfs_flag) argv.push_back("--directfs=false");
   if (RunscWritesDebugLog(args))
     argv.push_back(absl::StrCat("--debug-log=/proc/self/fd/", kRunscLogFd));
   argv.insert(argv.end(), args.begin(), args.end());

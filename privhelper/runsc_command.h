@@ -14,6 +14,10 @@ struct RunscFlags {
   // `runsc run --detach` with network "sandbox" runs under a read-only tmpfs over /proc/sys/net
   // (SandboxNetworks probed that this runsc needs it; runsc.cc).
   bool hide_proc_sys_net = false;
+  // The pinned runsc has a -directfs flag (20240729, where it defaults to true: the sentry would
+  // open the container's files itself): every call says --directfs=false, so the gofer stays
+  // between the sandbox and the host filesystem. 20221219 has no such flag and no directfs.
+  bool has_directfs_flag = false;
 };
 
 // A call's network mode: `none` for every call but the `create` and `start` of a sandbox whose
@@ -30,7 +34,8 @@ inline constexpr int kRunscLogFd = 3;
 bool RunscWritesDebugLog(const std::vector<std::string>& args);
 
 // "runsc --root=<root> --platform=<platform> --network=none|sandbox
-// [--debug-log=/proc/self/fd/3] <args...>". Never --directfs (the gofer stays between the sandbox and the host filesystem)
+// [--directfs=false] [--debug-log=/proc/self/fd/3] <args...>". Never directfs (the gofer stays
+// between the sandbox and the host filesystem)
 // and never host networking: the flags come from here only, and `args` are subcommands and
 // their operands the privhelper wrote itself (ids, paths in its own bundle).
 std::vector<std::string> RunscArgv(const RunscFlags& flags, const std::vector<std::string>& args,

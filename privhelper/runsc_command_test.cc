@@ -81,6 +81,24 @@ TEST(RunscArgv, OnlyExecWritesADebugLogToFd3) {
   EXPECT_FALSE(RunscWritesDebugLog({}));
 }
 
+// Regression (runsc 20240729): its -directfs defaults to true, so leaving the flag out gave the
+// sentry direct access to the container's files. A runsc that has the flag is told false on
+// every call, right after the fixed flags; one without it (20221219) is never given it.
+TEST(RunscArgv, DirectfsIsTurnedOffOnEveryCallWhereRunscHasIt) {
+  RunscFlags with = kFlags;
+  with.has_directfs_flag = true;
+  for (const auto& args : kCalls) {
+    std::vector<std::string> argv = RunscArgv(with, args);
+    EXPECT_EQ(argv[4], "--directfs=false") << args[0];
+    int directfs = 0;
+    for (const auto& a : argv) directfs += absl::StartsWith(a, "--directfs");
+    EXPECT_EQ(directfs, 1) << args[0];
+    EXPECT_EQ(std::vector<std::string>(argv.end() - static_cast<long>(args.size()), argv.end()), args);
+  }
+  EXPECT_EQ(RunscArgv(with, {"create", "--bundle", "/b", "sb-1"}, RunscNetwork::kSandbox)[4],
+            "--directfs=false");
+}
+
 TEST(RunscArgv, TheConfiguredPlatformAndRootAreUsed) {
   std::vector<std::string> argv = RunscArgv({"/tmp/r", "kvm"}, {"list"});
   EXPECT_EQ(argv, (std::vector<std::string>{"runsc", "--root=/tmp/r", "--platform=kvm",

@@ -138,8 +138,22 @@ absl::StatusOr<std::string> RunscVersion(int runsc_fd) {
   return version;
 }
 
+absl::StatusOr<std::string> RunscFlagsHelp(int runsc_fd) { return RunscOutput(runsc_fd, {"flags"}); }
+
+bool RunscHasFlag(absl::string_view help, absl::string_view name) {
+  // Go's flag package prints each flag as "  -<name>" alone or followed by " <type>".
+  for (absl::string_view line : absl::StrSplit(help, '\n')) {
+    if (absl::StartsWith(line, "  -") && !absl::StartsWith(line, "   ")) {
+      absl::string_view flag = line.substr(3);
+      flag = flag.substr(0, flag.find(' '));
+      if (flag == name) return true;
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
-  ASSIGN_OR_RETURN(std::string text, RunscOutput(runsc_fd, {"flags"}));
+  ASSIGN_OR_RETURN(std::string text, RunscFlagsHelp(runsc_fd));
   std::vector<std::string> names = ParseRunscPlatforms(text);
   if (names.empty())
     return absl::InternalError("runsc flags: its -platform flag names no platform");
@@ -196,14 +210,17 @@ absl::StatusOr<absl::Duration> RunPlatformSandbox(int runsc_fd, const std::strin
                                                   const std::string& scratch_parent,
                                                   const std::vector<std::string>& command,
                                                   absl::Duration timeout,
-                                                  const std::vector<int>& drop_caps) {
+                                                  const std::vector<int>& drop_caps,
+                                                  const std::vector<std::string>& flags) {
   std::string root = scratch_parent + "/paseo-sandbox-platform.XXXXXX";
   if (mkdtemp(root.data()) == nullptr) return ErrnoStatus("mkdtemp", root);
   int out = memfd_create("runsc-platform", MFD_CLOEXEC);
   int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   SpawnRequest request;
   request.exec_fd = runsc_fd;  // the verified file, whatever is at its path by now
-  request.argv = {"runsc", "--root=" + root, "--network=none", "--platform=" + platform, "do"};
+  request.argv = {"runsc", "--root=" + root, "--network=none", "--platform=" + platform};
+  request.argv.insert(request.argv.end(), flags.begin(), flags.end());
+  request.argv.push_back("do");
   request.argv.insert(request.argv.end(), command.begin(), command.end());
   request.env = {"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL=C"};
   request.fds = {{0, null}, {1, out}, {2, out}};
@@ -256,7 +273,8 @@ absl::StatusOr<absl::Duration> RunPlatformSandbox(int runsc_fd, const std::strin
 
 absl::StatusOr<PlatformMedians> MeasurePlatforms(int runsc_fd,
                                                  const std::vector<std::string>& candidates,
-                                                 const std::string& scratch_parent, int rounds) {
+                                                 const std::string& scratch_parent, int rounds,
+                                                 const std::vector<std::string>& flags) {
   // What agents do most, and what costs most under gVisor: start processes and touch many
   // small files. The shell's own builtins do the file writes, so spawns are the only execs.
   const std::vector<std::string> work = {
@@ -271,7 +289,7 @@ absl::StatusOr<PlatformMedians> MeasurePlatforms(int runsc_fd,
     for (size_t c = 0; c < candidates.size(); ++c) {
       if (!works[c]) continue;
       absl::StatusOr<absl::Duration> t =
-          RunPlatformSandbox(runsc_fd, candidates[c], scratch_parent, work, absl::Seconds(60));
+          RunPlatformSandbox(runsc_fd, candidates[c], scratch_parent, work, absl::Seconds(60), {}, flags);
       if (!t.ok()) {
         works[c] = false;
         failures.emplace_back(t.status().message());

@@ -35,6 +35,11 @@ struct PlatformChoice {
 // Empty if the text has no such flag.
 std::vector<std::string> ParseRunscPlatforms(absl::string_view flags_help);
 
+// `runsc flags` of the verified runsc (its open fd): the help of every global flag.
+absl::StatusOr<std::string> RunscFlagsHelp(int runsc_fd);
+// Whether that help lists the global flag `name` (e.g. "directfs").
+bool RunscHasFlag(absl::string_view help, absl::string_view name);
+
 // Runs the verified runsc (its open fd) as `runsc flags` and parses its platforms. Errors: it
 // could not run, did not exit 0 within 10 s, or named no platform.
 absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd);
@@ -59,12 +64,14 @@ absl::StatusOr<PlatformChoice> ChoosePlatformFromProbe(
 // stdin /dev/null, in a fresh network namespace of its own (runsc 20221219 binds the sandbox's
 // unauthenticated control socket in the caller's netns, and `do` runs on the host's root).
 // Returns its wall time; an error says how it ended, with the start of its output. A run past
-// `timeout` is killed. `drop_caps` leave runsc's bounding set first (a probe of what it needs).
+// `timeout` is killed. `drop_caps` leave runsc's bounding set first (a probe of what it needs);
+// `flags` go before `do` (the service's own, e.g. --directfs=false).
 absl::StatusOr<absl::Duration> RunPlatformSandbox(int runsc_fd, const std::string& platform,
                                                   const std::string& scratch_parent,
                                                   const std::vector<std::string>& command,
                                                   absl::Duration timeout,
-                                                  const std::vector<int>& drop_caps = {});
+                                                  const std::vector<int>& drop_caps = {},
+                                                  const std::vector<std::string>& flags = {});
 
 // Median wall time per platform, in the candidates' order (those that failed are left out).
 using PlatformMedians = std::vector<std::pair<std::string, int64_t>>;
@@ -73,6 +80,7 @@ using PlatformMedians = std::vector<std::pair<std::string, int64_t>>;
 // if no candidate ran it.
 absl::StatusOr<PlatformMedians> MeasurePlatforms(int runsc_fd,
                                                  const std::vector<std::string>& candidates,
-                                                 const std::string& scratch_parent, int rounds);
+                                                 const std::string& scratch_parent, int rounds,
+                                                 const std::vector<std::string>& flags = {});
 
 }  // namespace paseo

@@ -91,6 +91,19 @@ TEST(ChoosePlatformFromProbe, AnUnreadableHelpKeepsAnExplicitPlatformButNotAuto)
   EXPECT_EQ(c->platform, "systrap");
 }
 
+TEST(RunscHasFlag, FindsAGlobalFlagByItsExactName) {
+  const char help[] =
+      "  -directfs\n    \tdirectly access the container filesystems from the sentry. (default true)\n"
+      "  -directfs-extra string\n    \tnot it\n"
+      "  -platform string\n    \tspecifies which platform to use: systrap (default).\n";
+  EXPECT_TRUE(RunscHasFlag(help, "directfs"));
+  EXPECT_TRUE(RunscHasFlag(help, "platform"));
+  EXPECT_FALSE(RunscHasFlag(help, "direct"));
+  EXPECT_FALSE(RunscHasFlag(kRunsc2022, "directfs"));
+  // A flag's name mentioned in another's usage text is not the flag.
+  EXPECT_FALSE(RunscHasFlag("  -x string\n    \t  -directfs is elsewhere\n", "directfs"));
+}
+
 // The real runsc of this machine, when installed: what it says it has includes ptrace.
 TEST(RunscPlatforms, ReadsTheInstalledRunsc) {
   int fd = open("/usr/bin/runsc", O_RDONLY | O_CLOEXEC);

@@ -1,7 +1,6 @@
 // See runsc_probe.h.
 #include "privhelper/runsc_probe.h"
 
-#include <linux/capability.h>
 #include <sys/utsname.h>
 
 #include <algorithm>
@@ -40,7 +39,7 @@ std::string HostRunscKey(absl::string_view runsc_sha256) {
 }
 
 std::string FormatRunscProbe(const RunscProbe& probe) {
-  std::string text = absl::StrCat("key ", probe.key, "\ngofer_userns ", probe.gofer_userns ? "yes" : "no", "\n");
+  std::string text = absl::StrCat("key ", probe.key, "\n");
   if (!probe.platform.empty()) absl::StrAppend(&text, "platform ", probe.platform, "\n");
   for (const auto& [name, ms] : probe.median_ms) absl::StrAppend(&text, "median_ms ", name, " ", ms, "\n");
   return text;
@@ -49,7 +48,6 @@ std::string FormatRunscProbe(const RunscProbe& probe) {
 absl::StatusOr<RunscProbe> ParseRunscProbe(absl::string_view text) {
   if (text.size() > 4096) return absl::InvalidArgumentError("runsc probe record: longer than 4 KiB");
   RunscProbe probe;
-  bool have_gofer = false;
   auto measurable = [](absl::string_view p) { return p == "systrap" || p == "ptrace"; };
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
@@ -58,9 +56,6 @@ absl::StatusOr<RunscProbe> ParseRunscProbe(absl::string_view text) {
                                        [&](const auto& m) { return f.size() > 1 && m.first == f[1]; });
     if (f.size() == 2 && f[0] == "key" && probe.key.empty() && !f[1].empty()) {
       probe.key = std::string(f[1]);
-    } else if (f.size() == 2 && f[0] == "gofer_userns" && !have_gofer && (f[1] == "yes" || f[1] == "no")) {
-      have_gofer = true;
-      probe.gofer_userns = f[1] == "yes";
     } else if (f.size() == 2 && f[0] == "platform" && probe.platform.empty() && measurable(f[1])) {
       probe.platform = std::string(f[1]);
     } else if (f.size() == 3 && f[0] == "median_ms" && measurable(f[1]) && !measured_before &&
@@ -70,8 +65,7 @@ absl::StatusOr<RunscProbe> ParseRunscProbe(absl::string_view text) {
       return absl::InvalidArgumentError(absl::StrCat("runsc probe record: bad line \"", line, "\""));
     }
   }
-  if (probe.key.empty() || !have_gofer)
-    return absl::InvalidArgumentError("runsc probe record: no key or no gofer_userns");
+  if (probe.key.empty()) return absl::InvalidArgumentError("runsc probe record: no key");
   bool measured = std::any_of(probe.median_ms.begin(), probe.median_ms.end(),
                               [&](const auto& m) { return m.first == probe.platform; });
   if (!probe.platform.empty() && !measured)
@@ -79,33 +73,11 @@ absl::StatusOr<RunscProbe> ParseRunscProbe(absl::string_view text) {
   return probe;
 }
 
-namespace {
-
-// Does this runsc's gofer need CAP_SETFCAP (a user namespace mapping uid 0 to the host's 0)?
-// One sandbox without it in the bounding set: runsc 20240729 fails with "fork/exec
-// /proc/self/exe: operation not permitted: check whether /proc/sys/user/max_user_namespaces is
-// set too low"; runsc 20221219 runs. Any other failure is runsc's own trouble, not an answer.
-absl::StatusOr<bool> GoferNeedsUserns(int runsc_fd, const std::string& scratch_parent) {
-  absl::StatusOr<absl::Duration> without = RunPlatformSandbox(
-      runsc_fd, "ptrace", scratch_parent, {"/bin/true"}, absl::Seconds(60), {CAP_SETFCAP});
-  if (without.ok()) return false;
-  if (!absl::StrContains(without.status().message(), "max_user_namespaces"))
-    return absl::FailedPreconditionError(
-        absl::StrCat("runsc cannot start a sandbox here: ", without.status().message()));
-  absl::StatusOr<absl::Duration> with =
-      RunPlatformSandbox(runsc_fd, "ptrace", scratch_parent, {"/bin/true"}, absl::Seconds(60));
-  if (!with.ok())
-    return absl::FailedPreconditionError(
-        absl::StrCat("runsc cannot start a sandbox here: ", with.status().message()));
-  return true;
-}
-
-}  // namespace
-
-absl::StatusOr<RunscProbe> ProbeRunscOnHost(int runsc_fd, absl::string_view runsc_sha256,
+RunscProbe ProbeRunscOnHost(int runsc_fd, absl::string_view runsc_sha256,
                                             const std::vector<std::string>& measure,
                                             const std::string& record_path,
-                                            const std::string& scratch_parent) {
+                                            const std::string& scratch_parent,
+                                            const std::vector<std::string>& flags) {
   std::string key = HostRunscKey(runsc_sha256);
   std::ifstream in(record_path);
   std::string text;
@@ -113,28 +85,17 @@ absl::StatusOr<RunscProbe> ProbeRunscOnHost(int runsc_fd, absl::string_view runs
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
   text.resize(static_cast<size_t>(in.gcount()));
   absl::StatusOr<RunscProbe> kept = ParseRunscProbe(text);
-  bool platform_ok = measure.empty() ||
-                     (kept.ok() && std::find(measure.begin(), measure.end(), kept->platform) != measure.end());
-  if (kept.ok() && kept->key == key && platform_ok) return *kept;
-
+  if (kept.ok() && kept->key == key &&
+      std::find(measure.begin(), measure.end(), kept->platform) != measure.end())
+    return *kept;
   RunscProbe fresh;
   fresh.key = key;
-  if (kept.ok() && kept->key == key) {
-    fresh.gofer_userns = kept->gofer_userns;  // only the platform is missing
-  } else {
-    absl::StatusOr<bool> userns = GoferNeedsUserns(runsc_fd, scratch_parent);
-    if (!userns.ok()) return userns.status();
-    fresh.gofer_userns = *userns;
-  }
-  if (!measure.empty()) {
-    absl::StatusOr<PlatformMedians> medians = MeasurePlatforms(runsc_fd, measure, scratch_parent, 3);
-    if (medians.ok()) {
-      fresh.median_ms = *medians;
-      auto best = std::min_element(medians->begin(), medians->end(),
-                                   [](const auto& a, const auto& b) { return a.second < b.second; });
-      fresh.platform = best->first;
-    }
-  }
+  absl::StatusOr<PlatformMedians> medians = MeasurePlatforms(runsc_fd, measure, scratch_parent, 3, flags);
+  if (!medians.ok()) return fresh;  // nothing recorded: measured again at the next start
+  fresh.median_ms = *medians;
+  fresh.platform = std::min_element(medians->begin(), medians->end(), [](const auto& a, const auto& b) {
+                     return a.second < b.second;
+                   })->first;
   std::string tmp = record_path + ".new";
   {
     std::ofstream out(tmp, std::ios::trunc);

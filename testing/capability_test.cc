@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <set>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -51,7 +50,7 @@ TEST(CapabilityTest, TheFullListSufficesAndIsAllThePrivhelperHolds) {
   EXPECT_GT(next, 0);
   EXPECT_NE(next, broker);
   uint64_t want = 0;
-  for (const auto& c : ServingCapabilities(svc.gofer_userns())) want |= 1ull << c.cap;
+  for (const auto& c : ServingCapabilities()) want |= 1ull << c.cap;
   std::string status = ReadFile("/proc/" + std::to_string(svc.privhelper_pid()) + "/status");
   EXPECT_EQ(CapMask(status, "CapEff"), want) << status;
   EXPECT_EQ(CapMask(status, "CapPrm"), want) << status;
@@ -76,28 +75,14 @@ TEST(CapabilityTest, TheFullListSufficesForASandboxNetwork) {
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
-// The two lists, one per runsc generation, differ exactly where the probe says they should.
-TEST(CapabilityTest, TheListFollowsWhereTheGoferRuns) {
-  auto names = [](bool userns) {
-    std::set<std::string> n;
-    for (const auto& c : ServingCapabilities(userns)) n.insert(c.name);
-    return n;
-  };
-  std::set<std::string> own = names(true), host = names(false);
-  EXPECT_TRUE(own.count("cap_setfcap") && !host.count("cap_setfcap"));
-  EXPECT_TRUE(host.count("cap_chown") && !own.count("cap_chown"));
-  EXPECT_EQ(own.size(), host.size());
-}
-
-// Regression (runsc 20240729): with bookworm's capability list, every create failed with
-// "cannot create gofer process: gofer: fork/exec /proc/self/exe: operation not permitted:
-// check whether /proc/sys/user/max_user_namespaces is set too low". Its gofer maps uid 0 to
-// the host's 0 in a user namespace of its own, which needs CAP_SETFCAP; the entry-by-entry
-// drop below shows it is needed, and that CAP_CHOWN no longer is (CAP_SYS_CHROOT's runsc use
-// went too, but the privhelper's own setns into the host's mount namespace still needs it).
+// Regression (runsc 20240729): every create failed with "cannot create gofer process: gofer:
+// fork/exec /proc/self/exe: operation not permitted: check whether
+// /proc/sys/user/max_user_namespaces is set too low". That runsc defaults to --directfs=true,
+// and in that mode starts its gofer in a user namespace mapping uid 0 to the host's, which
+// Linux 5.12+ allows only with CAP_SETFCAP. The fix is not a capability: the privhelper turns
+// directfs off (runsc_command.h), and this list, entry by entry, is again all it needs.
 TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
-  bool gofer_userns = Service::Get().gofer_userns();
-  for (const auto& c : ServingCapabilities(gofer_userns)) {
+  for (const auto& c : ServingCapabilities()) {
     SCOPED_TRACE(c.name);
     ServiceOptions options;
     options.privhelper_args = {"--without-capability", c.name};
@@ -115,20 +100,16 @@ TEST(CapabilityTest, DroppingAnyOneMakesTheNamedOperationFail) {
       };
     }
     Service svc(options);
-    // With a gofer in its own user namespace, runsc no longer needs CAP_SYS_CHROOT: what still
-    // does is the privhelper's setns(2) into the host's mount namespace, which a restarted
-    // broker makes (and the shutdown's unpin of the control netns, below).
-    if (c.cap == CAP_SETPCAP || (c.cap == CAP_SYS_CHROOT && gofer_userns)) {
+    if (c.cap == CAP_SETPCAP) {
       // Its operation is restarting a broker that died: kill the broker, expect no successor.
       pid_t broker = svc.broker_pid();
       ASSERT_GT(broker, 0);
       kill(broker, SIGKILL);
       sleep(4);  // the first restart comes after 1 s
-      EXPECT_EQ(svc.broker_pid(), -1) << "broker restarted without " << c.name;
+      EXPECT_EQ(svc.broker_pid(), -1) << "broker restarted without cap_setpcap";
       EXPECT_TRUE(absl::StrContains(svc.Log(), "cannot restart broker")) << svc.Log();
       std::printf("without %-16s (%s): %s\n", c.name, c.needed_for, "broker not restarted");
       svc.Stop();
-      if (c.cap == CAP_SYS_CHROOT) umount2((svc.base() + "/run/control-netns").c_str(), MNT_DETACH);
       continue;
     }
     auto r = WriteIntoWorkspace(svc);

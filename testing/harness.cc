@@ -171,11 +171,10 @@ void Service::Start() {
             "{\"id\": \"beta\", \"allowedUids\": [4343], \"workspaceRoots\": [{\"hostPath\": \"" +
                 base_ + "/ws-beta\"}]}");
 
-  // A privhelper's first start on a host probes its runsc (privhelper/runsc_probe.h): the
-  // gofer's user namespace, and for runsc.platform "auto" systrap against ptrace, about 10 s.
-  // One test run probes once: the first service's record is kept at $PASEO_RUNSC_PROBE_RECORD
-  // (run-tests sets it) and every later service starts from a copy, so the suites all run on
-  // what the probe found and auto chose, through the privhelper's own code.
+  // With runsc.platform "auto", a privhelper's first start on a host measures systrap against
+  // ptrace (privhelper/runsc_probe.h), about 10 s. One test run measures once: the first
+  // service's record is kept at $PASEO_RUNSC_PROBE_RECORD (run-tests sets it) and every later
+  // service starts from a copy, so the suites all run on what auto chose, through its code.
   if (!options_.fresh_runsc_probe) SeedRunscProbe();
   if (options_.before_start) options_.before_start(base_);
   if (options_.socket_activation) {
@@ -234,12 +233,6 @@ void Service::Launch() {
   }
   if (!ready()) Die("privhelper did not serve its socket with a broker: " + ReadFile(log));
   KeepRunscProbe();
-}
-
-bool Service::gofer_userns() const {
-  std::string record = ReadFile(base_ + "/state/runsc-probe");
-  if (record.find("\ngofer_userns ") == std::string::npos) Die("no runsc probe record: " + record);
-  return record.find("\ngofer_userns yes\n") != std::string::npos;
 }
 
 void Service::SeedRunscProbe() {

@@ -86,10 +86,6 @@ class Service {
   // This service's own cgroup parent (so concurrent services never see each other's).
   std::string CgroupParent() const { return "paseo-it-" + base_.substr(base_.rfind('.') + 1); }
   gid_t socket_gid() const { return socket_gid_; }
-  // What the privhelper's runsc probe found (state/runsc-probe): its gofer runs in a user
-  // namespace of its own (runsc 20240729), so the privhelper keeps CAP_SETFCAP, not CAP_CHOWN
-  // and CAP_SYS_CHROOT (privhelper/capabilities.h).
-  bool gofer_userns() const;
   uid_t broker_uid() const { return broker_uid_; }
 
   // Runs `paseo-sandbox --socket <sock> args...` as `who`, killing it after 120 s.

@@ -246,7 +246,7 @@ TEST(PlatformChoiceTest, AutoMeasuresOnceRecordsAndTrustsOnlyAMatchingRecord) {
     // A runsc with ptrace only (bookworm's 20221219) has nothing to measure.
     EXPECT_TRUE(absl::StrContains(log, "runsc platform: ptrace (runsc.platform auto; the pinned "
                                        "runsc has ptrace, kvm)")) << log;
-    EXPECT_FALSE(absl::StrContains(ReadFile(record_path), "median_ms")) << "nothing was measured";
+    EXPECT_NE(access(record_path.c_str(), F_OK), 0) << "nothing was measured";
     GTEST_SKIP() << "the pinned runsc has no systrap";
   }
   std::string record = ReadFile(record_path);
@@ -272,7 +272,7 @@ TEST(PlatformChoiceTest, AutoMeasuresOnceRecordsAndTrustsOnlyAMatchingRecord) {
   EXPECT_EQ(r.out, "on-" + other + "\n");
 
   // Another host's key (or garbage): measured again, and the record rewritten with this key.
-  for (const std::string& stale : {"key runsc=0,kernel=1.0,cpus=64,cpu=other\ngofer_userns no\n"
+  for (const std::string& stale : {"key runsc=0,kernel=1.0,cpus=64,cpu=other\n"
                                    "platform " + other + "\nmedian_ms " + other + " 1\n",
                                    std::string("platform ptrace; rm -rf /\n")}) {
     WriteText(record_path, stale);
@@ -304,6 +304,11 @@ TEST_F(IntegrationTest, TheSandboxRunsOnThePlatformThePrivhelperChose) {
   absl::Cleanup rm = [&] { svc.Cli(Alpha(), {"rm", id}); };
   pid_t sentry = svc.SandboxProcess("runsc-sandbox", id);
   ASSERT_GT(sentry, 0);
+  // Regression (runsc 20240729, whose -directfs defaults to true): the sentry runs with
+  // directfs off wherever runsc has the flag, so the gofer stays between it and the host's files.
+  bool has_directfs = Capture(RunscPath() + " flags 2>&1 | grep -c '^  -directfs$' || true") != "0";
+  EXPECT_EQ(absl::StrContains(Cmdline(sentry), "--directfs=false"), has_directfs) << Cmdline(sentry);
+  EXPECT_EQ(absl::StrContains(svc.Log(), "runsc directfs: off"), has_directfs) << svc.Log();
   // runsc passes --platform on to the sentry only when it is not runsc's own default, so the
   // platform is told by what it does: on ptrace the sentry's threads trace its stub processes,
   // on systrap nothing is traced.

@@ -342,6 +342,10 @@ class RawRunsc {
   std::vector<std::string> Argv(const std::vector<std::string>& args) const {
     std::vector<std::string> argv = {paseo::testing::RunscPath(), "--root=" + Root(), "--platform=" + platform_,
                                      netns_path_.empty() ? "--network=none" : "--network=sandbox"};
+    // The privhelper's fixed flags, so the baseline is the same gVisor configuration.
+    static const bool has_directfs =
+        Capture(paseo::testing::RunscPath() + " flags 2>&1 | grep -c '^  -directfs$' || true") != "0";
+    if (has_directfs) argv.push_back("--directfs=false");
     argv.insert(argv.end(), args.begin(), args.end());
     return argv;
   }
@@ -1968,7 +1972,8 @@ CliResult RunNativeWorkload(const std::string& rootfs, const std::string& root,
   return r;
 }
 
-void Workload(const Options& opts, const std::string& repo) {
+// `chosen`: the platform the bench's own service ran on (runsc.platform auto's choice).
+void Workload(const Options& opts, const std::string& repo, const std::string& chosen) {
   const char* agent = getenv("PASEO_AGENT_ROOTFS");
   if (agent == nullptr || access((std::string(agent) + "/rootfs/usr/bin/git").c_str(), X_OK) != 0) {
     Progress("workload: skipped: PASEO_AGENT_ROOTFS names no built agent rootfs "
@@ -1983,6 +1988,10 @@ void Workload(const Options& opts, const std::string& repo) {
   std::string work = templ;
   Check(chmod(work.c_str(), 0755) == 0, "chmod " + work);
   std::string ws = work + "/ws", inputs = ws + "/.inputs", native_root = work + "/native-root";
+  struct RemoveWork {
+    std::string dir;
+    ~RemoveWork() { std::system(("rm -rf " + dir).c_str()); }
+  } remove_work{work};
   for (const std::string& d : {ws, inputs, native_root}) Check(mkdir(d.c_str(), 0755) == 0, "mkdir " + d);
 
   // The inputs, made on the host: this repository as a bare clone, the conformance suite's
@@ -1992,9 +2001,14 @@ void Workload(const Options& opts, const std::string& repo) {
   WriteText(inputs + "/head", Capture("git -C " + inputs + "/src.git rev-parse HEAD"));
   Capture("mkdir " + inputs + "/npm-project && cp " + repo + "/testing/conformance/package.json " +
           repo + "/testing/conformance/package-lock.json " + inputs + "/npm-project/");
+  // The bench has no network (its own namespace): the cache is the host's npm cache, which
+  // installer/install-deps filled with exactly this lockfile (npm ci in testing/conformance),
+  // copied; an offline npm ci on the host proves it holds everything.
+  Capture("mkdir " + inputs + "/npm-cache && cp -r \"$(npm config get cache)/_cacache\" " + inputs +
+          "/npm-cache/ && echo copied");
   Capture("cp -r " + inputs + "/npm-project " + work + "/npm-fill && cd " + work +
-          "/npm-fill && npm ci --cache " + inputs + "/npm-cache --ignore-scripts --no-audit "
-          "--no-fund --loglevel=error >/dev/null && echo filled");
+          "/npm-fill && npm ci --offline --cache " + inputs + "/npm-cache --ignore-scripts "
+          "--no-audit --no-fund --loglevel=error >/dev/null && echo filled");
   Capture("cp " + Runfile("testing/bench/workload.sh") + " " + inputs + "/workload.sh");
   Capture("chown -R " + std::to_string(kWorkloadUid) + ":" + std::to_string(kWorkloadUid) + " " + ws);
 
@@ -2055,18 +2069,6 @@ void Workload(const Options& opts, const std::string& repo) {
     who.groups.push_back(side.service->socket_gid());
     side.service->Cli(who, {"rm", side.sandbox});
   }
-  // The platform the service chooses here: what runsc.platform auto measured (runsc_probe.h),
-  // in the run's shared record, else the pinned runsc's probe of the first service.
-  std::string chosen;
-  for (const std::string& record : {std::string(getenv("PASEO_RUNSC_PROBE_RECORD") ?: ""),
-                                    sides[1].service->base() + "/state/runsc-probe"}) {
-    std::string text = record.empty() ? "" : ReadFile(record);
-    size_t at = text.find("\nplatform ");
-    if (at != std::string::npos) {
-      chosen = text.substr(at + 10, text.find('\n', at + 10) - (at + 10));
-      break;
-    }
-  }
   const WorkloadSide& native = sides[0];
   std::printf("\nworkload: medians of %d round(s), ms (ratio to native)\n%-14s", rounds, "step");
   for (const auto& side : sides) std::printf(" %22s", side.name.c_str());
@@ -2119,7 +2121,6 @@ void Workload(const Options& opts, const std::string& repo) {
     for (const auto& leak : side.service->Leaks()) Die("workload: " + side.name + " left " + leak);
     side.service.reset();
   }
-  Capture("rm -rf " + work + " && echo removed");
 }
 
 // The bench's part of the service config (ServiceOptions::before_start): deployment `bench`
@@ -2181,6 +2182,7 @@ int Main(int argc, char** argv) {
   if (nofile.rlim_cur < 4096) Die("RLIMIT_NOFILE hard limit below 4096: raise it (ulimit -Hn)");
 
   int rc = 0;
+  std::string service_platform;
   {
     // The harness's service: it checks for root, the paseo-sandbox user and runsc, moves this
     // process into its own mount and network namespaces, lays out a tmpfs work area with the
@@ -2200,6 +2202,7 @@ int Main(int argc, char** argv) {
     size_t at = log.find("runsc platform: ");
     if (at == std::string::npos) Die("the privhelper's log names no runsc platform:\n" + log);
     std::string platform = log.substr(at + 16, log.find(' ', at + 16) - (at + 16));
+    service_platform = platform;
     RawRunsc raw(base + "/raw", base + "/state/rootfs/" + version + "/rootfs", base + "/ws",
                  platform);
     Progress(std::string(opts.quick ? "quick" : "full") + " run; work area " + base +
@@ -2315,7 +2318,7 @@ int Main(int argc, char** argv) {
     char cwd[4096];
     Check(getcwd(cwd, sizeof(cwd)) != nullptr, "getcwd");
     try {
-      Workload(opts, cwd);
+      Workload(opts, cwd, service_platform);
     } catch (kj::Exception& e) {
       std::fprintf(stderr, "bench: workload FAILED: %s\n", e.getDescription().cStr());
       rc = 1;
