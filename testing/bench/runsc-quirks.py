@@ -50,6 +50,9 @@ TTY_CHECK = ("if (exec 3</dev/tty) 2>/dev/null; then echo ctty=yes; else echo ct
 class Quirks:
     def __init__(self, runsc, platform, agent_rootfs):
         self.runsc_path, self.platform, self.agent_rootfs = runsc, platform, agent_rootfs
+        # The privhelper's fixed flags: --directfs=false where this runsc has the flag.
+        flags = subprocess.run([runsc, "flags"], capture_output=True, text=True)
+        self.fixed = ["--directfs=false"] if "\n  -directfs\n" in flags.stdout + flags.stderr else []
         self.work = tempfile.mkdtemp(prefix="paseo-quirks-")
         os.chmod(self.work, 0o755)
         self.root = os.path.join(self.work, "runsc")
@@ -79,7 +82,7 @@ class Quirks:
 
     def argv(self, *args, network="none"):
         return [self.runsc_path, "--root=" + self.root, "--platform=" + self.platform,
-                "--network=" + network, *args]
+                "--network=" + network, *self.fixed, *args]
 
     def run(self, *args, network="none", timeout=60, pre=None):
         with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
@@ -368,8 +371,8 @@ def main():
     agent = sys.argv[sys.argv.index("--agent-rootfs") + 1] if "--agent-rootfs" in sys.argv else None
     stop_methods.unshare_net()
     version = subprocess.run([runsc, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    print(f"== {version}, --platform={platform}", flush=True)
     q = Quirks(runsc, platform, agent)
+    print(f"== {version}, --platform={platform} {' '.join(q.fixed)}", flush=True)
     try:
         only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
         for probe in (q.control_socket, q.statx, q.console, q.home, q.init_reaping, q.pause,
