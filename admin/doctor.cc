@@ -16,7 +16,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <thread>
 
@@ -145,8 +144,9 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
     return Fail(name, "not probed: " + std::string(runsc_fd.status().message()),
                 "fix the runsc check first");
   absl::Cleanup close_runsc = [&] { close(*runsc_fd); };
+  const RunscFlagsInfo runsc_flags = ReadRunscFlags(*runsc_fd);
   absl::StatusOr<PlatformChoice> choice =
-      ChoosePlatformFromProbe(pin.getPlatform().cStr(), RunscPlatforms(*runsc_fd));
+      ChoosePlatformFromProbe(pin.getPlatform().cStr(), runsc_flags.platforms);
   if (!choice.ok())
     return Fail(name, std::string(choice.status().message()),
                 "set runsc.platform in helper.json to \"auto\" (or to one the pinned runsc has) "
@@ -154,10 +154,8 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
   if (!choice->measure.empty()) {
     // "auto" between systrap and ptrace: what the privhelper measured and recorded. doctor
     // never measures (it takes seconds and would race a starting privhelper's record).
-    std::ifstream in(record_path);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    absl::StatusOr<RunscProbe> probe = ParseRunscProbe(text);
-    if (probe.ok() && probe->key == HostRunscKey(pin.getSha256().cStr()) && !probe->platform.empty()) {
+    absl::StatusOr<RunscProbe> probe = ReadRunscProbe(record_path, pin.getSha256().cStr());
+    if (probe.ok() && !probe->platform.empty()) {
       choice->platform = probe->platform;
       choice->why = DescribeMeasuredPlatform(*probe, record_path);
     } else {
@@ -168,14 +166,10 @@ CheckResult ProbePlatform(const config::RunscPin::Reader& pin, const std::string
     }
   }
   std::string platform = choice->platform;
-  absl::StatusOr<std::string> help = RunscFlagsHelp(*runsc_fd);
-  const std::vector<std::string> directfs_flags =
-      help.ok() && RunscHasFlag(*help, "directfs") ? std::vector<std::string>{"--directfs=false"}
-                                                   : std::vector<std::string>{};
   // No network at all (never the host's): the probe only shows the platform starts a sandbox.
   absl::StatusOr<absl::Duration> ran =
       RunPlatformSandbox(*runsc_fd, platform, scratch_parent, {"/bin/true"}, absl::Seconds(60), {},
-                         directfs_flags);
+                         runsc_flags.FixedFlags());
   if (ran.ok())
     return Ok(name, absl::StrCat(choice->why, ": runsc --platform=", platform, " started a sandbox"));
   std::string path = pin.getPath().cStr();

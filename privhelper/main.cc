@@ -356,20 +356,11 @@ int Serve(const Options& options, const std::string& program) {
     Log(std::string(runsc_fd.status().message()));
     return 1;
   }
-  // The platform: what helper.json asks for, among what the pinned runsc has.
-  // What the pinned runsc has, from its own flag help: its platforms, and whether it has a
-  // -directfs flag to turn off (runsc_command.h).
-  absl::StatusOr<std::string> flags_help = RunscFlagsHelp(*runsc_fd);
-  absl::StatusOr<std::vector<std::string>> platforms =
-      flags_help.ok() ? absl::StatusOr<std::vector<std::string>>(ParseRunscPlatforms(*flags_help))
-                      : absl::StatusOr<std::vector<std::string>>(flags_help.status());
-  if (platforms.ok() && platforms->empty())
-    platforms = absl::InternalError("runsc flags: its -platform flag names no platform");
-  const bool has_directfs_flag = flags_help.ok() && RunscHasFlag(*flags_help, "directfs");
-  const std::vector<std::string> fixed_flags =
-      has_directfs_flag ? std::vector<std::string>{"--directfs=false"} : std::vector<std::string>{};
+  // What the pinned runsc has, from its own flag help: its platforms (the one to use is what
+  // helper.json asks for among them), and whether it has -directfs to turn off.
+  const RunscFlagsInfo runsc_flags = ReadRunscFlags(*runsc_fd);
   absl::StatusOr<PlatformChoice> platform =
-      ChoosePlatformFromProbe(helper.getRunsc().getPlatform().cStr(), platforms);
+      ChoosePlatformFromProbe(helper.getRunsc().getPlatform().cStr(), runsc_flags.platforms);
   if (!platform.ok()) {
     Log(std::string(platform.status().message()));
     return 1;
@@ -405,7 +396,8 @@ int Serve(const Options& options, const std::string& program) {
       return 1;
     }
     const std::string record = state_dir + "/runsc-probe";
-    RunscProbe probe = ProbeRunscOnHost(*runsc_fd, *runsc_sha, platform->measure, record, run_dir, fixed_flags);
+    RunscProbe probe = ProbeRunscOnHost(*runsc_fd, *runsc_sha, platform->measure, record, run_dir,
+                                        runsc_flags.FixedFlags());
     if (!probe.platform.empty()) {
       platform->platform = probe.platform;
       platform->why = DescribeMeasuredPlatform(probe, record);
@@ -414,7 +406,7 @@ int Serve(const Options& options, const std::string& program) {
     }
   }
   Log("runsc platform: " + platform->why);
-  Log(has_directfs_flag ? "runsc directfs: off (--directfs=false; the pinned runsc defaults it on)"
+  Log(runsc_flags.has_directfs_flag ? "runsc directfs: off (--directfs=false; the pinned runsc defaults it on)"
                         : "runsc directfs: the pinned runsc has none");
   // The broker's own state (its output logs): the one place it may write.
   absl::Status broker_dir = MakeDir(state_dir + "/broker", 0700, broker_uid, broker_gid);
@@ -562,7 +554,7 @@ int Serve(const Options& options, const std::string& program) {
   std::move(remove_socket).Cancel();
 
   RunscProcessRunner runsc(events, *runsc_fd,
-                           {run_dir + "/runsc", platform->platform, false, has_directfs_flag});
+                           {run_dir + "/runsc", platform->platform, false, runsc_flags.has_directfs_flag});
   PidfdWatcher watcher(events);
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
   NetnsPortConnector ports(events, events.getTimer(), kConnectPatience, network::kInboundMark);

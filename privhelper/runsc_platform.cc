@@ -153,11 +153,26 @@ bool RunscHasFlag(absl::string_view help, absl::string_view name) {
 }
 
 absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd) {
-  ASSIGN_OR_RETURN(std::string text, RunscFlagsHelp(runsc_fd));
-  std::vector<std::string> names = ParseRunscPlatforms(text);
-  if (names.empty())
-    return absl::InternalError("runsc flags: its -platform flag names no platform");
-  return names;
+  return ReadRunscFlags(runsc_fd).platforms;
+}
+
+RunscFlagsInfo ReadRunscFlags(int runsc_fd) {
+  RunscFlagsInfo info;
+  absl::StatusOr<std::string> help = RunscFlagsHelp(runsc_fd);
+  if (!help.ok()) {
+    info.platforms = help.status();
+    return info;
+  }
+  std::vector<std::string> names = ParseRunscPlatforms(*help);
+  if (names.empty()) info.platforms = absl::InternalError("runsc flags: its -platform flag names no platform");
+  else info.platforms = std::move(names);
+  info.has_directfs_flag = RunscHasFlag(*help, "directfs");
+  return info;
+}
+
+std::vector<std::string> RunscFlagsInfo::FixedFlags() const {
+  if (has_directfs_flag) return {"--directfs=false"};
+  return {};
 }
 
 absl::StatusOr<PlatformChoice> ChoosePlatform(absl::string_view configured,

@@ -40,6 +40,16 @@ absl::StatusOr<std::string> RunscFlagsHelp(int runsc_fd);
 // Whether that help lists the global flag `name` (e.g. "directfs").
 bool RunscHasFlag(absl::string_view help, absl::string_view name);
 
+// What the pinned runsc's flag help says, read once: its platforms (an error if the help could
+// not be read or names none) and whether it has -directfs, which every call then turns off.
+struct RunscFlagsInfo {
+  absl::StatusOr<std::vector<std::string>> platforms;
+  bool has_directfs_flag = false;
+  // The flags every call gets because of it: {"--directfs=false"} or nothing.
+  std::vector<std::string> FixedFlags() const;
+};
+RunscFlagsInfo ReadRunscFlags(int runsc_fd);
+
 // Runs the verified runsc (its open fd) as `runsc flags` and parses its platforms. Errors: it
 // could not run, did not exit 0 within 10 s, or named no platform.
 absl::StatusOr<std::vector<std::string>> RunscPlatforms(int runsc_fd);

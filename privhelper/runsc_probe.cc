@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status.h"
 
 namespace paseo {
 
@@ -73,23 +74,27 @@ absl::StatusOr<RunscProbe> ParseRunscProbe(absl::string_view text) {
   return probe;
 }
 
+absl::StatusOr<RunscProbe> ReadRunscProbe(const std::string& path, absl::string_view runsc_sha256) {
+  std::ifstream in(path);
+  std::string text(4097, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  ASSIGN_OR_RETURN(RunscProbe probe, ParseRunscProbe(text));
+  if (probe.key != HostRunscKey(runsc_sha256))
+    return absl::FailedPreconditionError("runsc probe record: measured for another runsc, kernel or CPU");
+  return probe;
+}
+
 RunscProbe ProbeRunscOnHost(int runsc_fd, absl::string_view runsc_sha256,
                                             const std::vector<std::string>& measure,
                                             const std::string& record_path,
                                             const std::string& scratch_parent,
                                             const std::vector<std::string>& flags) {
-  std::string key = HostRunscKey(runsc_sha256);
-  std::ifstream in(record_path);
-  std::string text;
-  text.resize(4097);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  absl::StatusOr<RunscProbe> kept = ParseRunscProbe(text);
-  if (kept.ok() && kept->key == key &&
-      std::find(measure.begin(), measure.end(), kept->platform) != measure.end())
+  absl::StatusOr<RunscProbe> kept = ReadRunscProbe(record_path, runsc_sha256);
+  if (kept.ok() && std::find(measure.begin(), measure.end(), kept->platform) != measure.end())
     return *kept;
   RunscProbe fresh;
-  fresh.key = key;
+  fresh.key = HostRunscKey(runsc_sha256);
   absl::StatusOr<PlatformMedians> medians = MeasurePlatforms(runsc_fd, measure, scratch_parent, 3, flags);
   if (!medians.ok()) return fresh;  // nothing recorded: measured again at the next start
   fresh.median_ms = *medians;

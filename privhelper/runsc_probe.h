@@ -34,6 +34,9 @@ std::string HostRunscKey(absl::string_view runsc_sha256);
 // caller probes again.
 std::string FormatRunscProbe(const RunscProbe& probe);
 absl::StatusOr<RunscProbe> ParseRunscProbe(absl::string_view text);
+// The record at `path` (at most 4 KiB of it read) if it parses and its key is
+// HostRunscKey(runsc_sha256); else an error (missing, malformed, or another host's).
+absl::StatusOr<RunscProbe> ReadRunscProbe(const std::string& path, absl::string_view runsc_sha256);
 
 // The record at `record_path` if its key is this host's and it holds a measured choice among
 // `measure`; else MeasurePlatforms over `measure` (3 rounds: about 10 s on a 2-vCPU VM),

@@ -1,5 +1,8 @@
 #include "privhelper/runsc_probe.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -42,6 +45,18 @@ TEST(RunscProbe, ABadRecordIsRefusedSoTheHostIsProbedAgain) {
     EXPECT_FALSE(ParseRunscProbe(bad).ok()) << bad;
   }
   EXPECT_FALSE(ParseRunscProbe(std::string(5000, 'k')).ok());
+}
+
+TEST(RunscProbe, AReadRecordMustBeThisHostsForThisRunsc) {
+  std::string path = std::string(getenv("TEST_TMPDIR")) + "/runsc-probe";
+  EXPECT_FALSE(ReadRunscProbe(path, "aa").ok()) << "missing";
+  std::ofstream(path) << FormatRunscProbe({HostRunscKey("aa"), "ptrace", {{"ptrace", 9}}});
+  auto mine = ReadRunscProbe(path, "aa");
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->platform, "ptrace");
+  EXPECT_FALSE(ReadRunscProbe(path, "bb").ok()) << "another runsc's record";
+  std::ofstream(path) << std::string(8192, 'k');
+  EXPECT_FALSE(ReadRunscProbe(path, "aa").ok()) << "too long";
 }
 
 TEST(RunscProbe, TheKeyNamesTheRunscTheKernelAndTheCpus) {
