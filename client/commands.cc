@@ -682,6 +682,15 @@ class Commands {
       process = started.getProcess();
       process_id = started.getInfo().getId();
     }
+    // Without -i, stdin reads end-of-file at once, as `docker run` without -i gives: a pipe
+    // nothing writes to would block whatever reads it (codex exec reads stdin when it is not a
+    // terminal). Pipelined: no round trip. A terminal has no end of input (closeInput would type
+    // its EOF character), so a tty without -i is left as it is: nothing is typed.
+    kj::Promise<void> closing = kj::READY_NOW;
+    if (!p.interactive && !p.tty) {
+      closing = process.closeInputRequest().send().ignoreResult().catch_(
+          [](kj::Exception&&) {});  // a process already gone has nothing to close
+    }
     int code = kServiceError;
     kj::Maybe<kj::Exception> lost =
         kj::runCatchingExceptions([&] { code = Attach(io_, process, attach); });
