@@ -32,12 +32,32 @@ const std::vector<OperationEntry>& Operations() {
 
 }  // namespace
 
-absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args) {
+absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& all_args) {
+  std::vector<std::string> args = all_args;
+  int version = kOldestProtocolVersion;
+  if (!args.empty() && args[0] == "--protocol-version") {
+    if (args.size() < 2) return absl::InvalidArgumentError("--protocol-version needs a value");
+    if (args[1] == "1") version = 1;
+    else if (args[1] == "2") version = 2;
+    else
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--protocol-version: \"", args[1], "\" is not a version this runtime speaks (1 or 2)"));
+    args.erase(args.begin(), args.begin() + 2);
+  }
   if (args.empty()) return absl::InvalidArgumentError("no operation given");
   const std::string& name = args[0];
-  if (name == "release-backing" || name == "merge-to-base") {
+  if (name == "manage-describe" && version >= 2) {
+    if (args.size() > 1)
+      return absl::InvalidArgumentError(absl::StrCat(name, ": unexpected argument \"", args[1], "\""));
+    Invocation inv{Operation::kManageDescribe, "", "", ""};
+    inv.protocol_version = version;
+    return inv;
+  }
+  if (name == "release-backing" || name == "merge-to-base" || name == "validate-options" ||
+      name == "preflight-release-backing") {
     return absl::UnimplementedError(absl::StrCat(
-        name, " is not supported by paseo-sandbox-runtime (describe does not declare it)"));
+        name, " is not supported by paseo-sandbox-runtime (neither describe nor manage-describe "
+              "declares it)"));
   }
   const OperationEntry* entry = nullptr;
   for (const auto& e : Operations()) {
@@ -63,6 +83,7 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args
   }
   Invocation inv{entry->operation, values["--workspace-id"], values["--exec-id"],
                  values["--signal"]};
+  inv.protocol_version = version;
   if (inv.operation == Operation::kSignal && SignalNumber(inv.signal) == 0)
     return absl::InvalidArgumentError(absl::StrCat("signal: unknown signal \"", inv.signal, "\""));
   return inv;

@@ -1,5 +1,6 @@
-// The runtime's command line, exactly as Paseo's contract v1 spells it: an operation and its
-// flags (each `--name value`, each at most once, all required), nothing else.
+// The runtime's command line, as Paseo's contract spells it: an operation and its flags (each
+// `--name value`, each at most once, all required), after an optional `--protocol-version N`
+// that the daemon's configured command carries (the contract version: 1 unless it says 2).
 #pragma once
 
 #include <string>
@@ -19,6 +20,7 @@ enum class Operation {
   kResume,
   kDestroy,
   kReconcile,
+  kManageDescribe,  // v2 only: which management operations exist (none: a non-zero exit)
 };
 
 struct Invocation {
@@ -26,6 +28,7 @@ struct Invocation {
   std::string workspace_id;  // all but describe and reconcile
   std::string exec_id;       // signal
   std::string signal;        // signal: a name such as "SIGKILL"
+  int protocol_version = 1;
 };
 
 // `args` without the program name. invalid-argument for a usage error; unimplemented for the
@@ -33,11 +36,11 @@ struct Invocation {
 absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& args);
 
 inline constexpr char kUsage[] =
-    "usage: paseo-sandbox-runtime describe\n"
-    "       paseo-sandbox-runtime create|inspect|exec|pause|resume|destroy --workspace-id ID\n"
-    "       paseo-sandbox-runtime signal --workspace-id ID --exec-id ID --signal NAME\n"
-    "       paseo-sandbox-runtime reconcile\n"
-    "Paseo's command workspace runtime (contract version 1) over paseo-sandbox; see "
-    "docs/paseo.md.\n";
+    "usage: paseo-sandbox-runtime [--protocol-version 1|2] OPERATION\n"
+    "  OPERATION: describe | reconcile | manage-describe (version 2)\n"
+    "           | create|inspect|exec|pause|resume|destroy --workspace-id ID\n"
+    "           | signal --workspace-id ID --exec-id ID --signal NAME\n"
+    "Paseo's command workspace runtime (contract version 1 unless --protocol-version 2) over "
+    "paseo-sandbox; see docs/paseo.md.\n";
 
 }  // namespace paseo::runtime

@@ -62,3 +62,44 @@ TEST(CommandLine, UndeclaredContractOperationsAreRefusedClearly) {
 
 }  // namespace
 }  // namespace paseo::runtime
+
+namespace paseo::runtime {
+namespace {
+
+TEST(CommandLine, TheProtocolVersionComesFirstAndIsOneUnlessItSaysTwo) {
+  EXPECT_EQ(ParseCommandLine({"describe"})->protocol_version, 1);
+  EXPECT_EQ(ParseCommandLine({"--protocol-version", "1", "describe"})->protocol_version, 1);
+  auto v2 = ParseCommandLine({"--protocol-version", "2", "inspect", "--workspace-id", "w"});
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->protocol_version, 2);
+  EXPECT_EQ(v2->operation, Operation::kInspect);
+  for (const std::vector<std::string>& bad : std::vector<std::vector<std::string>>{
+           {"--protocol-version"},
+           {"--protocol-version", "3", "describe"},
+           {"--protocol-version", "02", "describe"},
+           {"--protocol-version", "2"},
+           {"describe", "--protocol-version", "2"},  // not after the operation
+           {"--protocol-version", "2", "--protocol-version", "2", "describe"}}) {
+    EXPECT_EQ(ParseCommandLine(bad).status().code(), absl::StatusCode::kInvalidArgument)
+        << bad.size();
+  }
+}
+
+TEST(CommandLine, ManageDescribeExistsOnlyInVersionTwo) {
+  auto v2 = ParseCommandLine({"--protocol-version", "2", "manage-describe"});
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->operation, Operation::kManageDescribe);
+  EXPECT_EQ(ParseCommandLine({"manage-describe"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseCommandLine({"--protocol-version", "2", "manage-describe", "x"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // v2's optional management operations: none is declared, so each is refused clearly.
+  for (std::string op : {"validate-options", "preflight-release-backing", "release-backing"}) {
+    EXPECT_EQ(ParseCommandLine({"--protocol-version", "2", op}).status().code(),
+              absl::StatusCode::kUnimplemented)
+        << op;
+  }
+}
+
+}  // namespace
+}  // namespace paseo::runtime

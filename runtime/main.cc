@@ -1,4 +1,4 @@
-// paseo-sandbox-runtime: Paseo's command workspace runtime (contract version 1) over the
+// paseo-sandbox-runtime: Paseo's command workspace runtime (contract version 1 or 2) over the
 // paseo-sandbox public API. One operation per run; see docs/paseo.md and command_line.h.
 // Exit status: 0 done, 1 the operation failed (diagnostic on stderr), 2 usage error; `exec`
 // mirrors its workload (its exit code, or death by the same signal).
@@ -123,13 +123,21 @@ int RunLifecycle(const Invocation& inv, const char* name) {
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   auto inv = ParseCommandLine(args);
-  if (absl::IsUnimplemented(inv.status())) return Failed(args[0], inv.status());
+  if (absl::IsUnimplemented(inv.status())) {
+    fprintf(stderr, "paseo-sandbox-runtime: %s\n", std::string(inv.status().message()).c_str());
+    return 1;
+  }
   if (!inv.ok()) {
     fprintf(stderr, "paseo-sandbox-runtime: %s\n%s", std::string(inv.status().message()).c_str(),
             kUsage);
     return 2;
   }
+  UseProtocolVersion(inv->protocol_version);
   switch (inv->operation) {
+    case Operation::kManageDescribe:
+      // The contract's "no operations": a non-zero exit (exit 0 with bad output is an error).
+      fprintf(stderr, "paseo-sandbox-runtime manage-describe: no operations\n");
+      return 1;
     case Operation::kDescribe:
       fputs(DescribeResponse().c_str(), stdout);
       return fflush(stdout) == 0 ? 0 : 1;

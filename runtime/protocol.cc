@@ -12,6 +12,14 @@
 #include "runtime/strict_json.h"
 
 namespace paseo::runtime {
+
+namespace {
+int g_protocol_version = kOldestProtocolVersion;
+}  // namespace
+
+void UseProtocolVersion(int version) { g_protocol_version = version; }
+int ProtocolVersion() { return g_protocol_version; }
+
 namespace {
 
 using capnp::JsonValue;
@@ -202,7 +210,7 @@ absl::StatusOr<CreateInput> ParseCreateInput(const StrictObject& request) {
   return input;
 }
 
-// Parses `text` as one object of `allowed` keys with protocolVersion 1 (checked first, so a
+// Parses `text` as one object of `allowed` keys with this process's protocolVersion (checked first, so a
 // newer Paseo gets the version diagnostic rather than one about a field it added).
 absl::StatusOr<StrictObject> ParseMessage(ParsedJson& parsed, absl::string_view path,
                                           const std::vector<absl::string_view>& allowed) {
@@ -211,12 +219,13 @@ absl::StatusOr<StrictObject> ParseMessage(ParsedJson& parsed, absl::string_view 
     for (auto field : root.getObject()) {
       if (field.getName() != "protocolVersion") continue;
       auto v = field.getValue();
-      if (!v.isNumber() || v.getNumber() != 1)
-        return UnsupportedVersion(absl::StrCat(path, ".protocolVersion"), Describe(v));
+      if (!v.isNumber() || v.getNumber() != ProtocolVersion())
+        return UnsupportedVersion(absl::StrCat(path, ".protocolVersion"), Describe(v),
+                                  ProtocolVersion());
     }
   }
   ASSIGN_OR_RETURN(obj, StrictObject::Make(root, std::string(path), allowed));
-  RETURN_IF_ERROR(obj.ProtocolVersion());
+  RETURN_IF_ERROR(obj.ProtocolVersion(ProtocolVersion()));
   return obj;
 }
 
@@ -374,17 +383,29 @@ void Header(JsonWriter& w, absl::string_view type) {
   w.Key("type");
   w.String(type);
   w.Key("protocolVersion");
-  w.Int(1);
+  w.Int(ProtocolVersion());
 }
 
+// v2's placement may carry hostVisiblePath (where the daemon would run git on the host); a
+// sandbox's workspace is not the daemon's to touch, so it is never written.
 void State(JsonWriter& w, absl::string_view workspace_id, Lifecycle lifecycle,
-           absl::string_view cwd) {
+           absl::string_view cwd,
+           const std::vector<std::pair<std::string, std::string>>& lifecycle_environment = {}) {
   w.Key("state");
   w.BeginObject();
   w.Key("workspaceId");
   w.String(workspace_id);
   w.Key("lifecycle");
   w.String(lifecycle == Lifecycle::kReady ? "ready" : "paused");
+  if (!lifecycle_environment.empty()) {
+    w.Key("lifecycleEnvironment");
+    w.BeginObject();
+    for (const auto& [name, value] : lifecycle_environment) {
+      w.Key(name);
+      w.String(value);
+    }
+    w.EndObject();
+  }
   w.EndObject();
   w.Key("placement");
   w.BeginObject();
@@ -420,11 +441,20 @@ std::string DescribeResponse() {
   JsonWriter w;
   w.BeginObject();
   w.Key("protocolVersion");
-  w.Int(1);
+  w.Int(ProtocolVersion());
   w.Key("modes");
   w.StringArray({"pipes", "pty"});
   w.Key("reconcile");
   w.Bool(true);
+  if (ProtocolVersion() >= 2) {
+    // The daemon refuses a runtime that needs authentication it does not have; ours rests on
+    // the socket's SO_PEERCRED, not on anything the daemon presents.
+    w.Key("requirements");
+    w.BeginObject();
+    w.Key("daemonAuthentication");
+    w.Bool(false);
+    w.EndObject();
+  }
   w.EndObject();
   return Line(w);
 }
@@ -445,9 +475,12 @@ std::string StateResponse(absl::string_view workspace_id, Lifecycle lifecycle,
 std::string InspectionMissing() { return Inspection("missing"); }
 
 std::string InspectionState(absl::string_view workspace_id, Lifecycle lifecycle,
-                            absl::string_view cwd) {
-  return Inspection(lifecycle == Lifecycle::kReady ? "ready" : "paused",
-                    [&](JsonWriter& w) { State(w, workspace_id, lifecycle, cwd); });
+                            absl::string_view cwd,
+                            const std::vector<std::pair<std::string, std::string>>&
+                                lifecycle_environment) {
+  return Inspection(lifecycle == Lifecycle::kReady ? "ready" : "paused", [&](JsonWriter& w) {
+    State(w, workspace_id, lifecycle, cwd, lifecycle_environment);
+  });
 }
 
 std::string InspectionError(absl::string_view message) {

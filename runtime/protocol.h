@@ -1,4 +1,4 @@
-// Paseo's command workspace runtime contract, version 1: the messages this runtime reads
+// Paseo's command workspace runtime contract, versions 1 and 2: the messages this runtime reads
 // (lifecycle request on stdin, spawn envelope and control frames on fd 3) validated exactly as
 // the contract's schemas say, and the messages it writes (responses on stdout, events on fd 4)
 // as the compact JSON of the contract's examples (same key order) plus a newline.
@@ -15,6 +15,15 @@
 #include "absl/strings/string_view.h"
 
 namespace paseo::runtime {
+
+// The contract version this process speaks, chosen once by its command line (`describe` has
+// no request to carry one): 1 (the default, getpaseo/paseo #3360) or 2 (docs/paseo.md,
+// "Protocol versions"). Every message read must carry it and every message written does; the
+// other version's messages are refused. One operation per process, so a process-wide value.
+inline constexpr int kOldestProtocolVersion = 1;
+inline constexpr int kNewestProtocolVersion = 2;
+void UseProtocolVersion(int version);
+int ProtocolVersion();
 
 // The request's `options` (Paseo's trusted configuration for this runtime); see docs/paseo.md.
 struct Options {
@@ -89,8 +98,12 @@ enum class Lifecycle { kReady, kPaused };
 std::string StateResponse(absl::string_view workspace_id, Lifecycle lifecycle,
                           absl::string_view cwd, std::optional<bool> materialized_fresh_content);
 std::string InspectionMissing();
+// `lifecycle_environment` (KEY, VALUE pairs; none: no member) is what the daemon merges over
+// every workload's env (state.lifecycleEnvironment).
 std::string InspectionState(absl::string_view workspace_id, Lifecycle lifecycle,
-                            absl::string_view cwd);
+                            absl::string_view cwd,
+                            const std::vector<std::pair<std::string, std::string>>&
+                                lifecycle_environment = {});
 std::string InspectionError(absl::string_view message);
 std::string OkResponse();
 std::string StartedEvent();

@@ -263,3 +263,72 @@ TEST(Signals, NamesAndNumbersRoundTrip) {
 
 }  // namespace
 }  // namespace paseo::runtime
+
+namespace paseo::runtime {
+namespace {
+
+// Protocol version 2 (rkendel1/paseo-feltdb 4bb9a9b5, examples/v2.json): every message carries
+// 2, describe adds requirements, and each version refuses the other's messages.
+class Version2 : public ::testing::Test {
+ protected:
+  void SetUp() override { UseProtocolVersion(2); }
+  void TearDown() override { UseProtocolVersion(1); }
+  static std::string V2(const std::string& v1) {
+    std::string out = v1;
+    for (size_t at; (at = out.find("\"protocolVersion\":1")) != std::string::npos;)
+      out.replace(at, 19, "\"protocolVersion\":2");
+    return out;
+  }
+};
+
+TEST_F(Version2, MatchesTheV2ExamplesByteForByte) {
+  EXPECT_EQ(DescribeResponse(),
+            R"({"protocolVersion":2,"modes":["pipes","pty"],"reconcile":true,"requirements":{"daemonAuthentication":false}})"
+            "\n");
+  EXPECT_EQ(StateResponse("workspace-01", Lifecycle::kReady, "/workspace", true),
+            R"({"type":"state","protocolVersion":2,"state":{"workspaceId":"workspace-01","lifecycle":"ready"},"placement":{"cwd":"/workspace"},"materializedFreshContent":true})"
+            "\n");
+  EXPECT_EQ(StartedEvent(), R"({"type":"started","protocolVersion":2})" "\n");
+  EXPECT_EQ(EofEvent(), R"({"type":"eof","protocolVersion":2})" "\n");
+  EXPECT_EQ(ResizedEvent(1), R"({"type":"resized","protocolVersion":2,"id":1})" "\n");
+  EXPECT_EQ(ExitEvent(0, std::nullopt), R"({"type":"exit","protocolVersion":2,"code":0,"signal":null})" "\n");
+  EXPECT_EQ(OkResponse(), R"({"type":"ok","protocolVersion":2})" "\n");
+  // Never a hostVisiblePath: the daemon would run git on that host path, outside the sandbox.
+  EXPECT_EQ(InspectionState("w", Lifecycle::kReady, "/workspace"),
+            R"({"type":"inspection","protocolVersion":2,"inspection":{"status":"ready","state":{"workspaceId":"w","lifecycle":"ready"},"placement":{"cwd":"/workspace"}}})"
+            "\n");
+}
+
+TEST_F(Version2, ReadsV2MessagesAndRefusesV1s) {
+  EXPECT_TRUE(ParseLifecycleRequest(V2(kLifecycleRequest)).ok());
+  EXPECT_TRUE(ParseSpawnEnvelope(V2(kPipeSpawn)).ok());
+  EXPECT_TRUE(ParseSpawnEnvelope(V2(kPtySpawn)).ok());
+  EXPECT_TRUE(ParseControl(V2(kResize)).ok());
+  EXPECT_TRUE(ParseControl(V2(kSignal)).ok());
+  for (const std::string& v1 : {kLifecycleRequest, kPipeSpawn, kResize, kSignal}) {
+    absl::Status st = v1 == kLifecycleRequest ? ParseLifecycleRequest(v1).status()
+                      : v1 == kPipeSpawn      ? ParseSpawnEnvelope(v1).status()
+                                              : ParseControl(v1).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << v1;
+    EXPECT_NE(st.message().find("unsupported command runtime protocol version 1"),
+              std::string::npos)
+        << st;
+  }
+}
+
+TEST(Version1, RefusesV2MessagesAndWritesNoRequirements) {
+  UseProtocolVersion(1);
+  std::string v2 = kLifecycleRequest;
+  v2.replace(v2.find("\"protocolVersion\":1"), 19, "\"protocolVersion\":2");
+  EXPECT_EQ(ParseLifecycleRequest(v2).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DescribeResponse().find("requirements"), std::string::npos);
+}
+
+TEST(LifecycleEnvironment, IsWrittenInTheStateWhenThereIsOne) {
+  EXPECT_EQ(InspectionState("w", Lifecycle::kReady, "/workspace", {{"PATH", "/opt/paseo/bin:/bin"}}),
+            R"({"type":"inspection","protocolVersion":1,"inspection":{"status":"ready","state":{"workspaceId":"w","lifecycle":"ready","lifecycleEnvironment":{"PATH":"/opt/paseo/bin:/bin"}},"placement":{"cwd":"/workspace"}}})"
+            "\n");
+}
+
+}  // namespace
+}  // namespace paseo::runtime

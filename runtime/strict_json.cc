@@ -1,6 +1,7 @@
 // See strict_json.h.
 #include "runtime/strict_json.h"
 
+
 #include <cmath>
 #include <cstring>
 
@@ -47,10 +48,11 @@ absl::StatusOr<std::string> AsString(JsonValue::Reader v, absl::string_view path
 
 }  // namespace
 
-absl::Status UnsupportedVersion(absl::string_view path, absl::string_view got) {
+absl::Status UnsupportedVersion(absl::string_view path, absl::string_view got, int expected) {
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": unsupported command runtime protocol version ", got,
-                   "; this runtime speaks only version 1"));
+                   "; this runtime was started for version ", expected,
+                   " (docs/paseo.md, \"Protocol versions\")"));
 }
 
 std::string Describe(JsonValue::Reader value) {
@@ -188,10 +190,11 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StrictObject::S
   return out;
 }
 
-absl::Status StrictObject::ProtocolVersion() const {
+absl::Status StrictObject::ProtocolVersion(int expected) const {
   auto v = Get("protocolVersion");
   if (!v) return Invalid(Path("protocolVersion"), "required");
-  if (!v->isNumber() || v->getNumber() != 1) return UnsupportedVersion(path_, Describe(*v));
+  if (!v->isNumber() || v->getNumber() != expected)
+    return UnsupportedVersion(path_, Describe(*v), expected);
   return absl::OkStatus();
 }
 

@@ -55,8 +55,8 @@ class StrictObject {
   // A string -> string map (the workload env), in the order sent; duplicates refused.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StringMap(
       absl::string_view key) const;
-  // `protocolVersion` must be exactly 1.
-  absl::Status ProtocolVersion() const;
+  // `protocolVersion` must be exactly `expected`.
+  absl::Status ProtocolVersion(int expected) const;
 
   const std::string& path() const { return path_; }
   std::string Path(absl::string_view key) const { return path_ + "." + std::string(key); }
@@ -67,7 +67,7 @@ class StrictObject {
 };
 
 // Protocol version errors get this wording everywhere.
-absl::Status UnsupportedVersion(absl::string_view path, absl::string_view got);
+absl::Status UnsupportedVersion(absl::string_view path, absl::string_view got, int expected);
 
 // A JSON value rendered back as compact text (for error messages).
 std::string Describe(capnp::JsonValue::Reader value);
