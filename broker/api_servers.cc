@@ -36,6 +36,10 @@ void FillReleasedInfo(const std::string& sandbox_id, const ReleasedProcess& r,
   ToCapnp(r.exit, out.initStatus());
 }
 
+void SetTexts(capnp::List<capnp::Text>::Builder out, const std::vector<std::string>& in) {
+  for (unsigned i = 0; i < in.size(); ++i) out.set(i, in[i]);
+}
+
 void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   out.setId(s.id);
   out.setDeploymentId(s.deployment_id);
@@ -52,6 +56,18 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   network.setAddress(s.network.address);
   auto ports = network.initInboundPorts(static_cast<unsigned>(s.network.inbound_ports.size()));
   for (unsigned i = 0; i < ports.size(); ++i) ports.set(i, s.network.inbound_ports[i]);
+  auto names = network.initAllowNames(static_cast<unsigned>(s.network.allow_names.size()));
+  for (unsigned i = 0; i < names.size(); ++i) {
+    const auto& [name, name_ports] = s.network.allow_names[i];
+    names[i].setName(name);
+    auto p = names[i].initPorts(static_cast<unsigned>(name_ports.size()));
+    for (unsigned j = 0; j < p.size(); ++j) p.set(j, name_ports[j]);
+  }
+  auto paths = out.initPaths();
+  SetTexts(paths.initToolDirectories(static_cast<unsigned>(s.paths.tool_directories.size())),
+           s.paths.tool_directories);
+  SetTexts(paths.initKept(static_cast<unsigned>(s.paths.kept.size())), s.paths.kept);
+  paths.setHome(s.paths.home);
   auto labels = out.initLabels(static_cast<unsigned>(s.labels.size()));
   for (unsigned i = 0; i < labels.size(); ++i) {
     labels[i].setKey(s.labels[i].first);

@@ -65,7 +65,20 @@ SandboxNetwork NetworkOf(api::NetworkInfo::Reader info) {
   if (info.getMode().size() > 0) n.mode = info.getMode().cStr();
   n.address = info.getAddress().cStr();
   for (uint16_t p : info.getInboundPorts()) n.inbound_ports.push_back(p);
+  for (auto rule : info.getAllowNames()) {
+    std::vector<uint16_t> ports;
+    for (uint16_t p : rule.getPorts()) ports.push_back(p);
+    n.allow_names.emplace_back(rule.getName().cStr(), std::move(ports));
+  }
   return n;
+}
+
+SandboxPaths PathsOf(api::SandboxPaths::Reader info) {
+  SandboxPaths p;
+  for (auto t : info.getToolDirectories()) p.tool_directories.emplace_back(t.cStr());
+  for (auto k : info.getKept()) p.kept.emplace_back(k.cStr());
+  p.home = info.getHome().cStr();
+  return p;
 }
 
 }  // namespace
@@ -127,6 +140,7 @@ absl::StatusOr<kj::Promise<Broker::CreatedSandbox>> Broker::CreateSandbox(
         SandboxRecord* created = registry_.FinishCreate(id);
         if (created == nullptr) return StatusToException(absl::NotFoundError("sandbox vanished"));
         created->network = NetworkOf(response.getNetwork());
+        created->paths = PathsOf(response.getPaths());
         WatchForStop(id);
         absl::Status persisted = state_.Persist(*created);
         if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
@@ -523,6 +537,7 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     }
     sandbox->buffer_bytes = registry_.BufferBytes(sandbox->deployment_id, sandbox->profile);
     sandbox->network = NetworkOf(known.getNetwork());
+    sandbox->paths = PathsOf(known.getPaths());
     // What only the broker knew survives its crash.
     auto processes = state_.Load(*sandbox);
     if (processes.ok()) saved[sandbox->id] = std::move(*processes);

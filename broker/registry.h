@@ -65,6 +65,15 @@ struct SandboxNetwork {
   std::string mode = "none";
   std::string address;  // empty for "none"
   std::vector<uint16_t> inbound_ports;
+  std::vector<std::pair<std::string, std::vector<uint16_t>>> allow_names;  // name, its ports
+};
+
+// Where a sandbox's programs are found and what of it is kept (api.capnp SandboxPaths), as the
+// privhelper reported them.
+struct SandboxPaths {
+  std::vector<std::string> tool_directories;
+  std::vector<std::string> kept;
+  std::string home;
 };
 
 struct SandboxRecord {
@@ -79,6 +88,7 @@ struct SandboxRecord {
   std::string key;
   // Set when the create succeeds (createSandbox's answer) or from an inventory.
   SandboxNetwork network;
+  SandboxPaths paths;
   // What a paused sandbox is again once resumed (kRunning or kUnattached).
   SandboxState resumes_to = SandboxState::kRunning;
   // Why it stopped by itself (kStopped, kOomKilled); kept through a delete that fails.

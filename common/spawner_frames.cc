@@ -78,6 +78,7 @@ std::optional<std::string> EncodeStart(uint32_t id, const StartRequest& request)
   for (const auto& a : request.argv) PutString(payload, a);
   PutU32(payload, static_cast<uint32_t>(request.env.size()));
   for (const auto& e : request.env) PutString(payload, e);
+  PutString(payload, request.search_path);
   if (payload.size() > kMaxDownPayload) return std::nullopt;
   return Encode(Type::kStart, id, payload);
 }
@@ -88,7 +89,8 @@ std::optional<StartRequest> DecodeStart(std::string_view payload) {
   request.merge_stderr = payload[0] == 1;
   size_t at = 1;
   if (!GetString(payload, &at, &request.cwd) || !GetStrings(payload, &at, &request.argv) ||
-      !GetStrings(payload, &at, &request.env) || at != payload.size() || request.argv.empty())
+      !GetStrings(payload, &at, &request.env) || !GetString(payload, &at, &request.search_path) ||
+      at != payload.size() || request.argv.empty())
     return std::nullopt;
   return request;
 }

@@ -29,7 +29,8 @@
 
 namespace paseo::spawner {
 
-inline constexpr uint32_t kVersion = 1;
+// 2: a start carries the search path its program is looked up in (StartRequest.search_path).
+inline constexpr uint32_t kVersion = 2;
 inline constexpr size_t kHeaderBytes = 9;
 // Spawner -> privhelper: the most any one frame may carry (an output chunk and its stream byte).
 inline constexpr size_t kMaxOutputChunk = 128 * 1024;
@@ -83,6 +84,10 @@ struct StartRequest {
   std::string cwd;
   std::vector<std::string> argv;
   std::vector<std::string> env;
+  // Where argv[0] without a '/' is looked up, a PATH value: the sandbox's tool directories, then
+  // env's PATH (or the fixed default without one). Separate from env, which the program gets
+  // exactly as sent.
+  std::string search_path;
 };
 // nullopt if it would exceed kMaxDownPayload.
 std::optional<std::string> EncodeStart(uint32_t id, const StartRequest& request);

@@ -20,7 +20,8 @@ std::vector<Frame> ReadAll(const std::string& stream, size_t piece, bool* error)
 }
 
 TEST(SpawnerFrames, StartRoundTripsThroughAnySplitOfTheStream) {
-  StartRequest start{true, "/work", {"sh", "-c", "echo hi"}, {"PATH=/bin", "A="}};
+  StartRequest start{true, "/work", {"sh", "-c", "echo hi"}, {"PATH=/bin", "A="},
+                     "/opt/paseo/bin:/bin"};
   auto encoded = EncodeStart(7, start);
   ASSERT_TRUE(encoded);
   std::string stream = *encoded + EncodeU32(Type::kSignal, 7, 15) + Encode(Type::kCloseInput, 7, "");
@@ -37,18 +38,19 @@ TEST(SpawnerFrames, StartRoundTripsThroughAnySplitOfTheStream) {
     EXPECT_EQ(decoded->cwd, "/work");
     EXPECT_EQ(decoded->argv, start.argv);
     EXPECT_EQ(decoded->env, start.env);
+    EXPECT_EQ(decoded->search_path, "/opt/paseo/bin:/bin");
     EXPECT_EQ(frames[1].type, Type::kSignal);
     EXPECT_EQ(frames[2].type, Type::kCloseInput);
   }
 }
 
 TEST(SpawnerFrames, AnOversizedStartIsNotEncoded) {
-  StartRequest start{false, "/", {std::string(kMaxDownPayload, 'a')}, {}};
+  StartRequest start{false, "/", {std::string(kMaxDownPayload, 'a')}, {}, "/bin"};
   EXPECT_FALSE(EncodeStart(1, start));
 }
 
 TEST(SpawnerFrames, MalformedStartsAreRefused) {
-  auto good = *EncodeStart(1, {false, "/", {"true"}, {}});
+  auto good = *EncodeStart(1, {false, "/", {"true"}, {}, "/bin"});
   std::string payload = good.substr(kHeaderBytes);
   ASSERT_TRUE(DecodeStart(payload));
   EXPECT_FALSE(DecodeStart(""));
@@ -57,8 +59,11 @@ TEST(SpawnerFrames, MalformedStartsAreRefused) {
   std::string bad_flag = payload;
   bad_flag[0] = 2;
   EXPECT_FALSE(DecodeStart(bad_flag));
-  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {}, {}})->substr(kHeaderBytes)));  // no argv
-  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {std::string("a\0b", 3)}, {}})
+  EXPECT_FALSE(
+      DecodeStart(EncodeStart(1, {false, "/", {}, {}, "/bin"})->substr(kHeaderBytes)));  // no argv
+  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {"true"}, {}, std::string("/b\0n", 4)})
+                               ->substr(kHeaderBytes)));  // a NUL in the search path
+  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {std::string("a\0b", 3)}, {}, "/bin"})
                                ->substr(kHeaderBytes)));  // a NUL
   // A count that promises more strings than bytes remain.
   std::string lying = payload;

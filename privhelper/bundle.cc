@@ -5,11 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/json_writer.h"
+#include "common/search_path.h"
 
 namespace paseo {
 namespace {
-
-constexpr char kDefaultPath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 // Paths masked or made read-only exactly as runc's default spec does; gVisor emulates most of
 // them, but the spec states the intent and keeps other runtimes safe too.
@@ -127,24 +126,27 @@ std::vector<std::string> SandboxInitArgv(bool spawner) {
   return {kShimPath, "init"};
 }
 
-std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
-                                 const std::vector<std::string>& argv) {
-  std::vector<std::string> out = {kShimPath, "tty", absl::StrCat(rows), absl::StrCat(cols)};
+std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv,
+                                 const std::string& search_path) {
+  std::vector<std::string> out = {kShimPath, "tty", "--path=" + search_path, absl::StrCat(rows),
+                                  absl::StrCat(cols)};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }
 
 std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
-                                      const std::vector<std::string>& argv) {
-  bool home = false, path = false;
+                                      const std::vector<std::string>& argv,
+                                      const std::string& search_path) {
+  bool home = false;
+  const std::string* path = nullptr;
   for (const auto& e : env) {
     home |= absl::StartsWith(e, "HOME=");
-    path |= absl::StartsWith(e, "PATH=");
+    if (path == nullptr && absl::StartsWith(e, "PATH=")) path = &e;
   }
-  if (home && path) return argv;
-  std::vector<std::string> out = {kShimPath, "exec"};
+  if (home && path != nullptr && absl::string_view(*path).substr(5) == search_path) return argv;
+  std::vector<std::string> out = {kShimPath, "exec", "--path=" + search_path};
   if (!home) out.emplace_back("--unset=HOME");
-  if (!path) out.emplace_back("--unset=PATH");
+  if (path == nullptr) out.emplace_back("--unset=PATH");
   out.emplace_back("--");
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
@@ -163,23 +165,33 @@ std::string PrefixPath(absl::string_view path_entry, const std::vector<std::stri
 
 }  // namespace
 
+std::string KeptFileText(const std::vector<std::string>& kept) {
+  std::string out;
+  for (const auto& k : kept) absl::StrAppend(&out, k, "\n");
+  return out;
+}
+
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty,
                                     const std::vector<std::string>& path_prefix, bool exact,
-                                    const std::string& home) {
+                                    const std::string& home, const std::vector<std::string>& kept) {
   std::vector<std::string> out;
   bool has_path = false;
   bool has_term = false;
   bool has_home = false;
+  bool has_kept = false;
+  std::string kept_prefix = absl::StrCat(kKeptEnvName, "=");
   for (const auto& e : env) {
     has_path |= e.rfind("PATH=", 0) == 0;
     has_term |= e.rfind("TERM=", 0) == 0;
     has_home |= e.rfind("HOME=", 0) == 0;
+    has_kept |= e.rfind(kept_prefix, 0) == 0;
   }
-  if (!has_path && !exact) out.emplace_back(kDefaultPath);
+  if (!has_path && !exact) out.push_back(absl::StrCat("PATH=", kDefaultSearchPath));
   if (tty && !has_term && !exact) out.emplace_back("TERM=xterm");
   if (!home.empty() && !has_home && !exact) out.push_back("HOME=" + home);
+  if (!kept.empty() && !has_kept && !exact) out.push_back(kept_prefix + absl::StrJoin(kept, ":"));
   out.insert(out.end(), env.begin(), env.end());
-  if (!path_prefix.empty()) {
+  if (!path_prefix.empty() && !exact) {
     // Every PATH entry: with duplicates, which one a program reads is its libc's choice.
     for (auto& e : out) {
       if (e.rfind("PATH=", 0) == 0) e = PrefixPath(e, path_prefix);
@@ -241,6 +253,9 @@ std::string RenderOciConfig(const BundleSpec& spec) {
   if (!spec.shim.empty()) {
     WriteMount(w, kShimPath, "bind", spec.shim, {"bind", "ro", "nosuid", "nodev"});
   }
+  if (!spec.kept_file.empty()) {
+    WriteMount(w, kKeptPath, "bind", spec.kept_file, {"bind", "ro", "nosuid", "nodev", "noexec"});
+  }
   for (const auto& m : spec.mounts) {
     // Non-recursive bind: the staging path is already a single root-owned bind of the resolved
     // workspace, and nothing mounted beneath it on the host should follow into the sandbox.
@@ -290,7 +305,8 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("args");
   w.StringArray(spec.argv);
   w.Key("env");
-  w.StringArray(ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env, spec.home));
+  w.StringArray(
+      ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env, spec.home, spec.kept));
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);

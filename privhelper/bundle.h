@@ -33,6 +33,7 @@ struct BundleSpec {
   SandboxLimits limits;
   std::string cgroups_path;         // linux.cgroupsPath, e.g. /paseo-sandbox/<id>
   std::string shim;                 // host path of the sandbox shim, mounted at kShimPath
+  std::string kept_file;            // host path of its KeptFileText, mounted at kKeptPath
   // Network mode "sandbox": the pinned namespace (<runDir>/netns/<id>) runsc joins, given as
   // the network namespace's "path". Empty: a new, empty one (mode "none").
   std::string netns_path;
@@ -44,15 +45,25 @@ struct BundleSpec {
 // Where every sandbox sees the shim (sandbox/shim.cc), its init and tty relay: read-only,
 // root-owned.
 inline constexpr char kShimPath[] = "/.paseo/shim";
+// Where it sees what of it is kept (Api.SandboxPaths.kept): one destination per line.
+inline constexpr char kKeptPath[] = "/.paseo/kept";
+// The same set for a process's environment (without exactEnv), ':'-separated.
+inline constexpr char kKeptEnvName[] = "PASEO_SANDBOX_KEPT";
+std::string KeptFileText(const std::vector<std::string>& kept);
 
-// The argv that runs `argv` on a rows x cols terminal through the relay.
-std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv);
+// The argv that runs `argv` on a rows x cols terminal through the relay, which looks argv[0] up
+// in `search_path` (common/search_path.h).
+std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv,
+                                 const std::string& search_path);
 // `argv` as the process to run for an exact environment `env` (KEY=VALUE entries; api.capnp
-// ProcessSpec.exactEnv): unchanged if `env` sets HOME and PATH, else through `shim exec
-// --unset=HOME --unset=PATH --` (the ones it lacks), since runsc adds a HOME to every process
-// whose environment has none (and, should it ever add a PATH, that goes too).
+// ProcessSpec.exactEnv): unchanged if `env` sets HOME and PATH and runsc's own lookup (in env's
+// PATH) is `search_path`'s; else through `shim exec --path=SEARCH --unset=HOME --unset=PATH --`
+// (the ones it lacks), since runsc adds a HOME to every process whose environment has none
+// (and, should it ever add a PATH, that goes too), and only the shim knows the tool directories
+// without putting them in the environment.
 std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
-                                      const std::vector<std::string>& argv);
+                                      const std::vector<std::string>& argv,
+                                      const std::string& search_path);
 
 // The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
 std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id);
@@ -68,6 +79,7 @@ struct ExecSpec {
   std::vector<std::string> path_prefix;
   bool exact_env = false;  // no default PATH, TERM or HOME (api.capnp ProcessSpec.exactEnv)
   std::string home;        // the sandbox's home, $HOME unless env sets one; empty: none
+  std::vector<std::string> kept;  // PASEO_SANDBOX_KEPT unless exact (ProcessEnv)
 };
 
 // The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is
@@ -78,11 +90,14 @@ std::vector<std::string> SandboxInitArgv(bool spawner);
 // The environment every sandbox process starts from; `env` entries override by key. A tty
 // process also gets TERM=xterm unless `env` sets TERM, and every process HOME=`home` (when not
 // empty) unless `env` sets HOME. `path_prefix` (the profile's tool directories) goes in front
-// of PATH, the client's if `env` sets one, else the default. With `exact`, `env` is all there
-// is (no default PATH, TERM or HOME): only a PATH it sets gets the prefix.
+// of PATH, the client's if `env` sets one, else the default (the CLI's documented behaviour).
+// With `exact`, `env` is all there is, unchanged: no default PATH, TERM or HOME, and no prefix
+// (the program is still looked up in the tool directories first: common/search_path.h).
+// Without `exact`, a non-empty `kept` adds PASEO_SANDBOX_KEPT (kKeptEnvName) unless env sets it.
 std::vector<std::string> ProcessEnv(const std::vector<std::string>& env, bool tty = false,
                                     const std::vector<std::string>& path_prefix = {},
-                                    bool exact = false, const std::string& home = "");
+                                    bool exact = false, const std::string& home = "",
+                                    const std::vector<std::string>& kept = {});
 
 std::string RenderOciConfig(const BundleSpec& spec);
 std::string RenderProcessJson(const ExecSpec& spec);

@@ -13,6 +13,7 @@
 #include <kj/exception.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/search_path.h"
 #include "gtest/gtest.h"
 
 namespace paseo {
@@ -344,30 +345,43 @@ TEST(RenderOciConfigTest, TheShimIsMountedReadOnlyFromTheHostCopy) {
             (std::vector<std::string>{"bind", "ro", "nosuid", "nodev"}));
 }
 
-TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelay) {
-  EXPECT_EQ(TtyArgv(24, 80, {"sh", "-c", "x"}),
-            (std::vector<std::string>{"/.paseo/shim", "tty", "24", "80", "sh", "-c", "x"}));
+TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelayWithItsSearchPath) {
+  EXPECT_EQ(TtyArgv(24, 80, {"sh", "-c", "x"}, "/opt/t:/bin"),
+            (std::vector<std::string>{"/.paseo/shim", "tty", "--path=/opt/t:/bin", "24", "80", "sh",
+                                      "-c", "x"}));
 }
 
 TEST(ExactEnvArgvTest, WhatRunscWouldAddIsUnsetByTheShim) {
-  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}),
+  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}, "/bin"),
             (std::vector<std::string>{"env"}));
-  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--", "env", "-0"}));
-  EXPECT_EQ(ExactEnvArgv({"HOME=/h"}, {"env"}),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=PATH", "--", "env"}));
-  EXPECT_EQ(ExactEnvArgv({}, {"-dash"}),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--unset=PATH", "--",
-                                      "-dash"}));
+  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}, "/bin"),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/bin", "--unset=HOME", "--",
+                                      "env", "-0"}));
+  EXPECT_EQ(ExactEnvArgv({"HOME=/h"}, {"env"}, "/d"),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=PATH", "--",
+                                      "env"}));
+  EXPECT_EQ(ExactEnvArgv({}, {"-dash"}, "/d"),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=HOME",
+                                      "--unset=PATH", "--", "-dash"}));
 }
 
-TEST(ProcessEnvTest, AnExactEnvironmentGetsNoDefaultsButStillTheToolPath) {
+// Issue 26: Paseo checks that a workload's env is exactly the envelope's, with tool roots
+// registered; the tools are found through the search path instead (runsc's own lookup would
+// use env's PATH, which lacks them).
+TEST(ExactEnvArgvTest, ToolDirectoriesOutsideThePathGoThroughTheShimsLookup) {
+  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/h"}, {"paseo-workspace-helper"}, "/opt/t:/bin"),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/opt/t:/bin", "--",
+                                      "paseo-workspace-helper"}));
+}
+
+TEST(ProcessEnvTest, AnExactEnvironmentIsPassedThroughUnchangedEvenWithTools) {
   EXPECT_EQ(ProcessEnv({}, /*tty=*/true, {"/opt/tools"}, /*exact=*/true),
             std::vector<std::string>{});
   EXPECT_EQ(ProcessEnv({"PATH=/bin", "A=b"}, /*tty=*/true, {"/opt/tools"}, /*exact=*/true),
-            (std::vector<std::string>{"PATH=/opt/tools:/bin", "A=b"}));
+            (std::vector<std::string>{"PATH=/bin", "A=b"}));
   std::vector<std::string> defaults = ProcessEnv({}, /*tty=*/true);
   EXPECT_EQ(defaults.size(), 2u) << "a default PATH and TERM unless exact";
+  EXPECT_EQ(defaults[0], std::string("PATH=") + kDefaultSearchPath);
 }
 
 TEST(RenderOciConfigTest, RootIsTheReadOnlyRootfs) {
@@ -873,6 +887,43 @@ TEST(RenderProcessJsonTest, ThePathPrefixIsRendered) {
   ASSERT_TRUE(doc->ok);
   EXPECT_EQ(Strings(Field(doc->root, "env")),
             std::vector<std::string>{"PATH=/opt/paseo/bin:/usr/bin"});
+}
+
+}  // namespace
+}  // namespace paseo
+
+namespace paseo {
+namespace {
+
+// Issue 26: a sandbox says what of it is kept, in a file of known path and (without exactEnv)
+// in the environment; an exact environment stays exact.
+TEST(RenderOciConfigTest, TheKeptFileIsMountedReadOnlyAtItsKnownPath) {
+  BundleSpec spec = TypicalBundle();
+  spec.kept_file = "/var/lib/paseo-sandbox/bundles/sb-1/kept";
+  auto doc = Parse(RenderOciConfig(spec));
+  ASSERT_TRUE(doc->ok);
+  auto mounts = MountsByDestination(doc->root);
+  ASSERT_EQ(mounts.count(kKeptPath), 1u);
+  JsonValue::Reader m = mounts.at(kKeptPath);
+  EXPECT_EQ(Str(Field(m, "source")), spec.kept_file);
+  EXPECT_EQ(Strings(Field(m, "options")),
+            (std::vector<std::string>{"bind", "ro", "nosuid", "nodev", "noexec"}));
+  EXPECT_EQ(KeptFileText({"/workspace", "/home/agent/.claude"}),
+            "/workspace\n/home/agent/.claude\n");
+  EXPECT_EQ(KeptFileText({}), "");
+}
+
+TEST(ProcessEnvTest, TheKeptSetIsInTheEnvironmentUnlessExactOrGiven) {
+  const std::vector<std::string> kept = {"/workspace", "/data"};
+  EXPECT_TRUE(Contains(ProcessEnv({"PATH=/bin"}, false, {}, false, "", kept),
+                       "PASEO_SANDBOX_KEPT=/workspace:/data"));
+  EXPECT_EQ(ProcessEnv({"PATH=/bin"}, false, {}, /*exact=*/true, "", kept),
+            std::vector<std::string>{"PATH=/bin"});
+  auto given = ProcessEnv({"PASEO_SANDBOX_KEPT=/mine"}, false, {}, false, "", kept);
+  EXPECT_TRUE(Contains(given, "PASEO_SANDBOX_KEPT=/mine"));
+  EXPECT_FALSE(Contains(given, "PASEO_SANDBOX_KEPT=/workspace:/data"));
+  for (const auto& e : ProcessEnv({}, false, {}, false, "", {}))
+    EXPECT_NE(e.rfind("PASEO_SANDBOX_KEPT=", 0), 0u) << "nothing kept: no variable";
 }
 
 }  // namespace

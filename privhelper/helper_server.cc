@@ -60,6 +60,7 @@ kj::Promise<void> HelperServer::createSandbox(CreateSandboxContext context) {
   return host_.RunToCompletion(ValueOrThrow(host_.Create(std::move(request))))
       .then([this, id, context]() mutable {
         host_.DescribeNetwork(id, context.getResults().initNetwork());
+        host_.DescribePaths(id, context.getResults().initPaths());
       });
 }
 

@@ -46,9 +46,14 @@ absl::StatusOr<std::vector<ValidatedMount>> CheckWorkspaces(
     std::string field = absl::StrCat("workspaces[", i, "]");
     if (HasNul(m.getPath()) || HasNul(m.getDestination()))
       return Invalid(field, "contains a NUL byte");
-    // Normalized, so that a path has one spelling: no empty, "." or ".." component and no
-    // trailing "/" (the CLI normalizes what its user typed; docs/running.md).
-    if (!IsNormalizedAbsolutePath(View(m.getPath())))
+    if (m.getEmpty()) {
+      if (m.getPath().size() > 0)
+        return Invalid(field + ".path", "must be empty for an empty workspace");
+      if (m.getMode() != api::AccessMode::READ_WRITE)
+        return Invalid(field + ".mode", "an empty workspace is read-write");
+    } else if (!IsNormalizedAbsolutePath(View(m.getPath())))
+      // Normalized, so that a path has one spelling: no empty, "." or ".." component and no
+      // trailing "/" (the CLI normalizes what its user typed; docs/running.md).
       return Invalid(field + ".path",
                      "must be a normalized absolute path shorter than PATH_MAX (no empty, \".\" "
                      "or \"..\" component, no trailing \"/\")");
@@ -64,7 +69,7 @@ absl::StatusOr<std::vector<ValidatedMount>> CheckWorkspaces(
         return Invalid(field + ".destination", "overlaps another workspace's destination");
     }
     out.push_back(ValidatedMount{m.getPath().cStr(), dest,
-                                 m.getMode() != api::AccessMode::READ_WRITE});
+                                 m.getMode() != api::AccessMode::READ_WRITE, m.getEmpty()});
   }
   return out;
 }

@@ -53,9 +53,10 @@ struct ValidatedConnect {
 };
 
 struct ValidatedMount {
-  std::string client_path;
+  std::string client_path;  // empty for `empty`
   std::string destination;
   bool read_only = true;
+  bool empty = false;  // Api.WorkspaceMount.empty: a new directory of the sandbox's own
 };
 
 struct ValidatedCredential {

@@ -18,10 +18,12 @@
 #include <kj/debug.h>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/dir_entries.h"
 #include "common/ids.h"
 #include "common/rpc_errors.h"
+#include "common/search_path.h"
 #include "common/status.h"
 #include "privhelper/bundle.h"
 #include "privhelper/exit_status.h"
@@ -34,8 +36,9 @@ namespace paseo {
 namespace {
 
 // Writes a file the privhelper generated, root-only, refusing to follow or reuse anything.
-absl::Status WriteNewFile(const std::string& path, const std::string& content) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+absl::Status WriteNewFile(const std::string& path, const std::string& content,
+                          mode_t mode = 0600) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoStatus("create", path);
   kj::AutoCloseFd owned(fd);
   size_t done = 0;
@@ -91,7 +94,7 @@ std::string RenderRecord(const std::string& id, const std::string& deployment,
                          const std::string& profile, uid_t uid, gid_t gid,
                          const std::string& default_cwd, const std::string& home,
                          int64_t created_ms, const std::string& network_block,
-                         bool deleting = false) {
+                         const std::vector<std::string>& kept, bool deleting = false) {
   capnp::MallocMessageBuilder message;
   auto record = message.initRoot<records::SandboxRecord>();
   record.setId(id);
@@ -104,6 +107,8 @@ std::string RenderRecord(const std::string& id, const std::string& deployment,
   record.setCreatedAtUnixMs(created_ms);
   record.setNetworkBlock(network_block);
   record.setDeleting(deleting);
+  auto k = record.initKept(static_cast<unsigned>(kept.size()));
+  for (unsigned i = 0; i < kept.size(); ++i) k.set(i, kept[i]);
   capnp::JsonCodec codec;
   auto text = codec.encode(record.asReader());
   return std::string(text.cStr(), text.size());
@@ -295,6 +300,10 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
   for (const auto& t : request.tools)
     RETURN_IF_ERROR(CheckDestination(plan.rootfs, t.destination));
   for (const auto& m : request.mounts) {
+    if (m.empty) {  // made in the bundle by WriteBundle: nothing of the client's to resolve
+      plan.workspaces.emplace_back();
+      continue;
+    }
     ASSIGN_OR_RETURN(ResolvedWorkspace ws,
                      ResolveWorkspace(deployment, m.client_path, request.peer, m.read_only));
     plan.workspaces.push_back(std::move(ws));
@@ -351,6 +360,10 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   sb.gid = plan.gid;
   sb.default_cwd = request.mounts.empty() ? "/" : request.mounts[0].destination;
   for (const auto& t : request.tools) sb.tool_path.push_back(t.destination);
+  for (const auto& m : request.mounts)
+    if (!m.read_only) sb.kept.push_back(m.destination);
+  for (const auto& c : request.credentials)
+    if (!c.read_only) sb.kept.push_back(c.destination);
   sb.home = request.profile->getHomePath().cStr();
   sb.created_ms = NowUnixMs();
   // Until runsc is asked to create the container, a failure undoes all that was written and
@@ -379,7 +392,7 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
               : "";
   RETURN_IF_ERROR(WriteNewFile(record_path, RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid,
                                                          sb.gid, sb.default_cwd, sb.home,
-                                                         sb.created_ms, network_block)));
+                                                         sb.created_ms, network_block, sb.kept)));
   sb.files.push_back(record_path);
 
   ASSIGN_OR_RETURN(std::string merged, MountRootfsOverlay(plan.rootfs, sb.bundle_dir));
@@ -390,6 +403,12 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   if (sb.link) spec.netns_path = sb.link->netns_path;
   spec.rootfs = merged;
   spec.shim = shim_;
+  // What is kept, for the sandbox's processes to read (Api.SandboxPaths): world-readable in the
+  // root-only bundle dir, mounted read-only like the shim.
+  std::string kept_path = sb.bundle_dir + "/kept";
+  RETURN_IF_ERROR(WriteNewFile(kept_path, KeptFileText(sb.kept), 0644));
+  sb.files.push_back(kept_path);
+  spec.kept_file = kept_path;
   spec.uid = sb.uid;
   spec.gid = sb.gid;
   spec.tmpfs_bytes = request.profile->getTmpfsBytes();
@@ -408,8 +427,20 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   };
   for (size_t i = 0; i < plan.workspaces.size(); ++i) {
     const auto& m = request.mounts[i];
-    RETURN_IF_ERROR(stage(plan.workspaces[i], absl::StrCat(mounts_dir, "/", i), m.destination,
-                          m.read_only));
+    if (m.empty) {
+      // A directory of its own, owned by its run-as user, beneath the root-only bundle dir: no
+      // one else reaches it, and it goes with the sandbox (RemoveBundle).
+      std::string dir = absl::StrCat(mounts_dir, "/", kEmptyWorkspacePrefix, i);
+      if (mkdir(dir.c_str(), 0700) != 0) return ErrnoStatus("mkdir", dir);
+      sb.empty_dirs.push_back(dir);
+      if (lchown(dir.c_str(), sb.uid, sb.gid) != 0) return ErrnoStatus("chown", dir);
+      spec.mounts.push_back({dir, m.destination, /*read_only=*/false});
+      if (i == 0) sb.first_workspace_dir = dir;
+      continue;
+    }
+    std::string staging = absl::StrCat(mounts_dir, "/", i);
+    RETURN_IF_ERROR(stage(plan.workspaces[i], staging, m.destination, m.read_only));
+    if (i == 0) sb.first_workspace_dir = staging;
   }
   for (size_t i = 0; i < plan.credentials.size(); ++i) {
     const auto& c = request.credentials[i];
@@ -519,14 +550,18 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
 
   ExecSpec exec;
   ASSIGN_OR_RETURN(exec.cwd, WorkingDirectory(*sb, command));
+  // Looked up apart from the environment, so an exact one stays exact (common/search_path.h);
+  // without exactEnv, PATH itself carries the same directories and runsc's lookup agrees.
+  std::string search_path = SearchPath(sb->tool_path, command.env);
   std::vector<std::string> argv =
-      command.exact_env ? ExactEnvArgv(command.env, command.argv) : command.argv;
-  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
+      command.exact_env ? ExactEnvArgv(command.env, command.argv, search_path) : command.argv;
+  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv, search_path) : argv;
   exec.exact_env = command.exact_env;
   exec.tty = command.tty;
   exec.env = command.env;
   exec.path_prefix = sb->tool_path;
   exec.home = sb->home;
+  exec.kept = sb->kept;
   exec.uid = sb->uid;
   exec.gid = sb->gid;
   StartSpawner(*sb);  // an adopted sandbox gets its spawner at its first process
@@ -591,7 +626,7 @@ absl::StatusOr<std::string> SandboxHost::WorkingDirectory(const Sandbox& sb,
   const std::string& relative = *command.workspace_cwd;
   // Checked on the host, beneath the staged bind the sandbox sees at default_cwd; the same path
   // is then handed to runsc, so the sandbox's kernel resolves what was checked.
-  RETURN_IF_ERROR(CheckWorkspaceCwdBeneath(sb.bundle_dir + "/mounts/0", relative));
+  RETURN_IF_ERROR(CheckWorkspaceCwdBeneath(sb.first_workspace_dir, relative));
   std::string cwd = relative.empty() ? sb.default_cwd : absl::StrCat(sb.default_cwd, "/", relative);
   if (cwd.size() > kMaxWorkspaceCwdBytes)
     return absl::InvalidArgumentError(
@@ -699,8 +734,11 @@ std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawn
   spawner::StartRequest request;
   request.merge_stderr = command.tty;
   request.cwd = cwd;
-  request.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv) : command.argv;
-  request.env = ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home);
+  request.search_path = SearchPath(sb.tool_path, command.env);
+  request.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv, request.search_path)
+                             : command.argv;
+  request.env =
+      ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home, sb.kept);
   // A working directory its user may not enter: runsc exec's sentry sets it all the same (no
   // search check), the spawner's chdir cannot, so runsc exec starts it on the same pipes.
   std::string id = sb.id;
@@ -993,6 +1031,7 @@ void SandboxHost::Inventory(const ValidatedInventory&,
     o.setStopReason(sb->stopped ? sb->stop_reason
                                 : sb->oom_killed ? kOomKilledSandboxReason : "");
     DescribeNetwork(sb->id, o.initNetwork());
+    DescribePaths(sb->id, o.initPaths());
     for (const auto& [pid, p] : sb->processes) {
       auto po = kept[k++];
       po.setSandboxId(sb->id);
@@ -1198,7 +1237,7 @@ absl::Status SandboxHost::MarkDeleting(const Sandbox& sb) {
   if (record.getDeleting()) return absl::OkStatus();
   std::string text = RenderRecord(sb.id, sb.deployment, sb.profile, sb.uid, sb.gid,
                                   sb.default_cwd, sb.home, sb.created_ms,
-                                  record.getNetworkBlock().cStr(), /*deleting=*/true);
+                                  record.getNetworkBlock().cStr(), sb.kept, /*deleting=*/true);
   // Replaced whole (rename), so a crash leaves the old record or the new one, never half.
   std::string tmp = path + ".tmp";
   unlink(tmp.c_str());
@@ -1344,6 +1383,15 @@ void SandboxHost::RemoveBundle(Sandbox& sandbox) {
     }
   }
   sandbox.staging.clear();
+  // After runsc deleted the container: nothing writes to them any more.
+  for (const auto& d : sandbox.empty_dirs) {
+    absl::Status st = RemoveEmptyWorkspace(d);
+    if (!st.ok()) {
+      all_unmounted = false;
+      KJ_LOG(ERROR, "leaving an empty workspace's directory in place", st.ToString());
+    }
+  }
+  sandbox.empty_dirs.clear();
   for (const auto& f : sandbox.files) unlink(f.c_str());
   sandbox.files.clear();
   absl::Status overlay = RemoveRootfsOverlay(sandbox.bundle_dir);
@@ -1436,14 +1484,24 @@ absl::StatusOr<std::vector<ListedContainer>> ParseRunscList(const std::string& t
 
 // What a bundle dir holds: the regular files in it and the staging dirs under mounts/.
 void ScanBundle(const std::string& bundle_dir, std::vector<std::string>& files,
-                std::vector<std::string>& staging) {
+                std::vector<std::string>& staging, std::vector<std::string>& empty_dirs) {
   for (const auto& n : DirEntries(bundle_dir)) {
     std::string path = absl::StrCat(bundle_dir, "/", n);
     struct stat st;
     if (lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)) files.push_back(path);
   }
-  for (const auto& n : DirEntries(bundle_dir + "/mounts"))
-    staging.push_back(absl::StrCat(bundle_dir, "/mounts/", n));
+  for (const auto& n : DirEntries(bundle_dir + "/mounts")) {
+    bool empty = absl::StartsWith(n, kEmptyWorkspacePrefix);
+    (empty ? empty_dirs : staging).push_back(absl::StrCat(bundle_dir, "/mounts/", n));
+  }
+}
+
+// Where the first workspace is seen on the host, for workspaceCwd checks: its staged bind, or
+// its own empty directory.
+std::string FirstWorkspaceDir(const std::string& bundle_dir) {
+  std::string empty = absl::StrCat(bundle_dir, "/mounts/", kEmptyWorkspacePrefix, 0);
+  struct stat st;
+  return lstat(empty.c_str(), &st) == 0 ? empty : bundle_dir + "/mounts/0";
 }
 
 }  // namespace
@@ -1469,7 +1527,8 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
   if (!IsValidId(id) || Find(id) != nullptr) return;
   Sandbox& sb = Add(id);
   sb.container_created = true;
-  ScanBundle(sb.bundle_dir, sb.files, sb.staging);
+  ScanBundle(sb.bundle_dir, sb.files, sb.staging, sb.empty_dirs);
+  sb.first_workspace_dir = FirstWorkspaceDir(sb.bundle_dir);
   capnp::MallocMessageBuilder message;
   auto record = ReadRecord(sb.bundle_dir + "/sandbox.json", message);
   if (record.ok()) {
@@ -1479,6 +1538,7 @@ void SandboxHost::AdoptOrDestroy(const std::string& id, const std::string& statu
     sb.gid = record->getGid();
     sb.default_cwd = record->getDefaultCwd().cStr();
     sb.home = record->getHome().cStr();
+    for (auto k : record->getKept()) sb.kept.emplace_back(k.cStr());
     sb.created_ms = record->getCreatedAtUnixMs();
     // From the profile as configured now: if an operator changed its tools since, a directory
     // on PATH may be missing (harmless) or a mounted one absent from PATH.
@@ -1551,6 +1611,28 @@ void SandboxHost::DescribeNetwork(const std::string& sandbox_id,
   out.setAddress(network::FormatIpv4(sb.link->sandbox_addr));
   auto ports = out.initInboundPorts(static_cast<unsigned>(sb.inbound_ports.size()));
   for (unsigned i = 0; i < sb.inbound_ports.size(); ++i) ports.set(i, sb.inbound_ports[i]);
+  // The rules its resolver applies: the profile's, as configured now (an adopted sandbox's
+  // resolver is set up from the same).
+  if (const config::LaunchProfile::Reader* profile = config_.FindProfile(sb.profile)) {
+    auto rules = profile->getNetwork().getAllowNames();
+    auto names = out.initAllowNames(rules.size());
+    for (unsigned i = 0; i < rules.size(); ++i) {
+      names[i].setName(rules[i].getName());
+      names[i].setPorts(rules[i].getPorts());
+    }
+  }
+}
+
+void SandboxHost::DescribePaths(const std::string& sandbox_id,
+                                api::SandboxPaths::Builder out) const {
+  auto it = sandboxes_.find(sandbox_id);
+  if (it == sandboxes_.end()) return;
+  const Sandbox& sb = *it->second;
+  auto tools = out.initToolDirectories(static_cast<unsigned>(sb.tool_path.size()));
+  for (unsigned i = 0; i < sb.tool_path.size(); ++i) tools.set(i, sb.tool_path[i]);
+  auto kept = out.initKept(static_cast<unsigned>(sb.kept.size()));
+  for (unsigned i = 0; i < sb.kept.size(); ++i) kept.set(i, sb.kept[i]);
+  out.setHome(sb.home);
 }
 
 const network::SandboxLink* SandboxHost::LinkOf(const std::string& sandbox_id) const {
@@ -1573,7 +1655,7 @@ void SandboxHost::CollectUnowned() {
     Sandbox stale;
     stale.id = n;
     stale.bundle_dir = absl::StrCat(BundlesDir(), "/", n);
-    ScanBundle(stale.bundle_dir, stale.files, stale.staging);
+    ScanBundle(stale.bundle_dir, stale.files, stale.staging, stale.empty_dirs);
     KJ_LOG(WARNING, "removing a stale bundle", n);
     RemoveBundle(stale);
   }

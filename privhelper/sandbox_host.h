@@ -76,6 +76,8 @@ class SandboxHost {
   absl::StatusOr<std::string> SpawnerState(const ValidatedSandboxRef& request);
   // A sandbox's network as the broker shows it (Api.NetworkInfo); nothing for an unknown id.
   void DescribeNetwork(const std::string& sandbox_id, api::NetworkInfo::Builder out) const;
+  // Its tool directories, kept paths and home (Api.SandboxPaths); nothing for an unknown id.
+  void DescribePaths(const std::string& sandbox_id, api::SandboxPaths::Builder out) const;
   // The link of a running sandbox with network mode "sandbox", or null.
   const network::SandboxLink* LinkOf(const std::string& sandbox_id) const;
 
@@ -193,6 +195,10 @@ class SandboxHost {
     std::string deployment;
     std::string bundle_dir;
     std::vector<std::string> staging;  // mounted staging dirs
+    // Its empty workspaces' own directories (<bundle>/mounts/empty-N), removed with it.
+    std::vector<std::string> empty_dirs;
+    // The first workspace on the host (its staging dir or empty dir), for workspaceCwd.
+    std::string first_workspace_dir;
     std::vector<std::string> files;    // files we wrote in the bundle
     uid_t uid = 0;
     gid_t gid = 0;
@@ -202,6 +208,8 @@ class SandboxHost {
     std::vector<std::string> tool_path;
     // The home mounted in it (LaunchProfile.homePath when created), $HOME of its processes.
     std::string home;
+    // Its read-write workspace and credential destinations (Api.SandboxPaths.kept).
+    std::vector<std::string> kept;
     // Network mode "sandbox": its link (namespace, veth, addresses); none for "none".
     std::optional<network::SandboxLink> link;
     std::vector<uint16_t> inbound_ports;  // its profile's network.inboundPorts

@@ -35,6 +35,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_errors.h"
+#include "common/search_path.h"
 #include "gmock/gmock.h"
 #include "privhelper/bundle.h"
 #include "gtest/gtest.h"
@@ -526,6 +527,7 @@ TEST_F(SandboxHostTest, ReconcileIgnoresContainersWhoseIdCouldNotBeOurs) {
 struct ExecFields {
   std::vector<std::string> env;
   std::string cwd;
+  std::vector<std::string> args;
 };
 ExecFields ReadProcessJson(const std::string& path) {
   std::ifstream in(path);
@@ -536,6 +538,9 @@ ExecFields ReadProcessJson(const std::string& path) {
   ExecFields out;
   for (auto field : root.asReader().getObject()) {
     if (field.getName() == "cwd") out.cwd = field.getValue().getString().cStr();
+    if (field.getName() == "args") {
+      for (auto e : field.getValue().getArray()) out.args.emplace_back(e.getString().cStr());
+    }
     if (field.getName() == "env") {
       for (auto e : field.getValue().getArray()) out.env.emplace_back(e.getString().cStr());
     }
@@ -572,6 +577,36 @@ TEST_F(SandboxHostTest, AProfilesToolsGoInFrontOfPathForPipesAndTerminals) {
   ASSERT_TRUE(host_->StartProcess(bare).ok());
   EXPECT_EQ(PathsOf(ReadProcessJson(Bundle("sb-2") + "/process-p-1.json").env),
             std::vector<std::string>{"PATH=/usr/bin"});
+}
+
+// Issue 26: an exact environment (Paseo's runtime) stays exactly the client's with tools in the
+// profile: the tools are found by the shim's lookup, not by a PATH the program would see.
+TEST_F(SandboxHostTest, AnExactEnvironmentKeepsItsPathAndFindsToolsThroughTheShim) {
+  Adopt("sb-1", "tooled");
+  ValidatedStart exact = Start("sb-1", "p-1");
+  exact.command.exact_env = true;
+  exact.command.argv = {"paseo-workspace-helper", "describe"};
+  exact.command.env = {"PATH=/usr/bin:/bin", "HOME=/h", "A=1"};
+  ASSERT_TRUE(host_->StartProcess(exact).ok());
+  auto with_path = ReadProcessJson(Bundle("sb-1") + "/process-p-1.json");
+  EXPECT_EQ(with_path.env, exact.command.env);
+  EXPECT_EQ(with_path.args,
+            (std::vector<std::string>{"/.paseo/shim", "exec",
+                                      "--path=/opt/paseo/bin:/opt/node/bin:/usr/bin:/bin", "--",
+                                      "paseo-workspace-helper", "describe"}));
+  // The daemon's helper exec: an empty env. Nothing is added; the default PATH is searched.
+  ValidatedStart empty = Start("sb-1", "p-2");
+  empty.command.exact_env = true;
+  empty.command.argv = {"paseo-workspace-helper", "describe"};
+  empty.command.env = {};
+  ASSERT_TRUE(host_->StartProcess(empty).ok());
+  auto bare = ReadProcessJson(Bundle("sb-1") + "/process-p-2.json");
+  EXPECT_TRUE(bare.env.empty()) << ::testing::PrintToString(bare.env);
+  EXPECT_EQ(bare.args, (std::vector<std::string>{
+                           "/.paseo/shim", "exec",
+                           std::string("--path=/opt/paseo/bin:/opt/node/bin:") + kDefaultSearchPath,
+                           "--unset=HOME", "--unset=PATH", "--", "paseo-workspace-helper",
+                           "describe"}));
 }
 
 // The first workspace's staged dir (<bundle>/mounts/0) as tools_test builds it inside a real

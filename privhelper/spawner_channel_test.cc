@@ -80,7 +80,7 @@ class SpawnerChannelTest : public ::testing::Test {
   SpawnerChannel::Started StartOne() {
     Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion));
     EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp);
-    auto started = channel_->Start({false, "/", {"true"}, {}});
+    auto started = channel_->Start({false, "/", {"true"}, {}, "/bin"});
     EXPECT_TRUE(started.ok());
     Turn();
     return kj::mv(*started);
@@ -192,7 +192,7 @@ TEST_F(SpawnerChannelTest, OutputAndExitReachTheProcessesPipes) {
     ASSERT_TRUE(ReadToEnd(p, &out, &err));                                                  \
     EXPECT_EQ(p.exit.wait(io_.waitScope), ProcessExit::Unknown());                          \
     EXPECT_NE(err.find("spawner went down"), std::string::npos) << err;                     \
-    EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}}).ok());                         \
+    EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}, "/bin"}).ok());                         \
   } while (false)
 
 TEST_F(SpawnerChannelTest, AnIdItNeverIssuedIsAViolation) {
@@ -221,7 +221,7 @@ TEST_F(SpawnerChannelTest, StartedTwiceIsAViolation) {
 }
 
 TEST_F(SpawnerChannelTest, NothingStartsBeforeHelloAndAWrongVersionIsRefused) {
-  EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}}).ok());
+  EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}, "/bin"}).ok());
   Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion + 1));
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
   EXPECT_NE(down_reason_.find("protocol version"), std::string::npos) << down_reason_;
@@ -244,7 +244,7 @@ TEST_F(SpawnerChannelTest, ASpawnerThatStopsReadingIsBounded) {
   std::string big(200 * 1024, 'a');
   size_t starts = 0;
   while (channel_->state() == SpawnerChannel::State::kUp && starts < 64) {
-    auto started = channel_->Start({false, "/", {"echo", big}, {}});
+    auto started = channel_->Start({false, "/", {"echo", big}, {}, "/bin"});
     if (started.ok()) ++starts;
     Turn();
   }
@@ -269,7 +269,7 @@ TEST_F(SpawnerChannelTest, AReleasedProcessLetsGoOfItsPipes) {
   Say(spawner::Encode(Type::kOutput, p.id, std::string("\1late")));
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
   // A running process is not released.
-  auto q = channel_->Start({false, "/", {"true"}, {}});
+  auto q = channel_->Start({false, "/", {"true"}, {}, "/bin"});
   ASSERT_TRUE(q.ok());
   Turn();
   Say(spawner::EncodeU32(Type::kStarted, q->id, 43));
@@ -331,7 +331,7 @@ TEST_F(SpawnerChannelTest, StuckStreamsHoldNoMoreThanTheBudget) {
   std::map<uint32_t, size_t> credit;
   constexpr int kProcs = 24;
   for (int i = 0; i < kProcs; ++i) {
-    auto started = channel_->Start({false, "/", {"true"}, {}});
+    auto started = channel_->Start({false, "/", {"true"}, {}, "/bin"});
     ASSERT_TRUE(started.ok());
     Turn();
     Say(spawner::EncodeU32(Type::kStarted, started->id, 100 + i));
@@ -384,7 +384,7 @@ TEST_F(SpawnerChannelTest, AWorkingDirectoryItCannotEnterIsHandedOver) {
   int handed_out = -1;
   auto taker = kj::newPromiseAndFulfiller<ProcessExit>();
   auto p = channel_->Start(
-      {false, "/locked", {"true"}, {}},
+      {false, "/locked", {"true"}, {}, "/bin"},
       SpawnerChannel::ChdirRefused(
           [&](int, int out, int) -> absl::StatusOr<kj::Promise<ProcessExit>> {
             handed_out = dup(out);
@@ -406,7 +406,7 @@ TEST_F(SpawnerChannelTest, AWorkingDirectoryItCannotEnterIsHandedOver) {
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp);
 
   // Not found is no reason to hand over: it fails as runsc exec would.
-  auto q = channel_->Start({false, "/gone", {"true"}, {}},
+  auto q = channel_->Start({false, "/gone", {"true"}, {}, "/bin"},
                            SpawnerChannel::ChdirRefused(
                                [&](int, int, int) -> absl::StatusOr<kj::Promise<ProcessExit>> {
                                  ADD_FAILURE() << "handed over";

@@ -2,6 +2,7 @@
 #include "absl/strings/string_view.h"
 #include "privhelper/workspace_resolver.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/mount.h>
@@ -338,6 +339,89 @@ absl::Status UnstageBind(const std::string& staging) {
       errno != ENOENT)
     return ErrnoStatus("umount", staging);
   if (rmdir(staging.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("rmdir", staging);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The names in the directory `fd` (its own offset untouched: read through a duplicate).
+absl::StatusOr<std::vector<std::string>> Names(int fd, const std::string& what) {
+  int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0) return ErrnoStatus("dup", what);
+  DIR* d = fdopendir(dup_fd);
+  if (d == nullptr) {
+    close(dup_fd);
+    return ErrnoStatus("fdopendir", what);
+  }
+  rewinddir(d);
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") names.push_back(std::move(n));
+  }
+  closedir(d);
+  return names;
+}
+
+// Removes what the directory `fd` holds; subdirectories at kMaxRemoveDepth are moved up into
+// `top` instead (named by *moved) and *again is set, for another pass.
+absl::Status RemoveContents(int top, int fd, uint64_t mnt, int depth, const std::string& what,
+                            uint64_t* moved, bool* again) {
+  ASSIGN_OR_RETURN(std::vector<std::string> names, Names(fd, what));
+  for (const auto& n : names) {
+    struct stat st;
+    if (fstatat(fd, n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus("fstatat", absl::StrCat(what, "/", n));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      if (unlinkat(fd, n.c_str(), 0) != 0 && errno != ENOENT)
+        return ErrnoStatus("unlink", absl::StrCat(what, "/", n));
+      continue;
+    }
+    if (depth + 1 >= kMaxRemoveDepth) {
+      std::string up = absl::StrCat(".paseo-deep-", (*moved)++);
+      if (renameat(fd, n.c_str(), top, up.c_str()) != 0)
+        return ErrnoStatus("rename", absl::StrCat(what, "/", n));
+      *again = true;
+      continue;
+    }
+    int child = openat(fd, n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (child < 0) return ErrnoStatus("open", absl::StrCat(what, "/", n));
+    kj::AutoCloseFd owned(child);
+    ASSIGN_OR_RETURN(uint64_t child_mnt, MountId(child, n));
+    if (child_mnt != mnt)
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, "/", n, " is a mount point: not removed"));
+    RETURN_IF_ERROR(RemoveContents(top, child, mnt, depth + 1, absl::StrCat(what, "/", n),
+                                   moved, again));
+    if (unlinkat(fd, n.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+      return ErrnoStatus("rmdir", absl::StrCat(what, "/", n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RemoveEmptyWorkspace(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? absl::OkStatus() : ErrnoStatus("open", dir);
+  kj::AutoCloseFd top(fd);
+  std::string parent_path = dir.substr(0, dir.rfind('/'));
+  int parent = open(parent_path.empty() ? "/" : parent_path.c_str(),
+                    O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (parent < 0) return ErrnoStatus("open", parent_path);
+  kj::AutoCloseFd parent_fd(parent);
+  ASSIGN_OR_RETURN(uint64_t mnt, MountId(top.get(), dir));
+  ASSIGN_OR_RETURN(uint64_t parent_mnt, MountId(parent_fd.get(), parent_path));
+  if (mnt != parent_mnt)
+    return absl::FailedPreconditionError(absl::StrCat(dir, " is a mount point: not removed"));
+  uint64_t moved = 0;
+  for (bool again = true; again;) {
+    again = false;
+    RETURN_IF_ERROR(RemoveContents(top.get(), top.get(), mnt, 0, dir, &moved, &again));
+  }
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT) return ErrnoStatus("rmdir", dir);
   return absl::OkStatus();
 }
 

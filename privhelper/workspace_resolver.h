@@ -102,4 +102,15 @@ absl::Status CheckWorkspaceCwdBeneath(const std::string& staging, const std::str
 // Detaches the staging mount (if mounted) and removes the directory.
 absl::Status UnstageBind(const std::string& staging);
 
+// An empty workspace (Api.WorkspaceMount.empty) is the directory <bundle>/mounts/empty-N.
+inline constexpr char kEmptyWorkspacePrefix[] = "empty-";
+// Removes an empty workspace's directory `dir` and all the sandbox wrote in it. Called once the
+// sandbox is gone (nothing changes the tree meanwhile; its parent is the root-only bundle), and
+// careful all the same: it never follows a symlink (every step is an fd opened O_NOFOLLOW from
+// its parent), never leaves `dir`'s mount, and refuses a `dir` that is a mount point itself, so
+// a client's staged workspace can never be what it removes. However deep the tree, it holds at
+// most kMaxRemoveDepth directory fds: deeper subtrees are first moved up into `dir`.
+inline constexpr int kMaxRemoveDepth = 64;
+absl::Status RemoveEmptyWorkspace(const std::string& dir);
+
 }  // namespace paseo

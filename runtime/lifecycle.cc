@@ -13,6 +13,7 @@
 #include "common/process_exit.h"
 #include "common/request_checks.h"
 #include "common/rpc_errors.h"
+#include "common/search_path.h"
 
 namespace paseo::runtime {
 namespace {
@@ -31,8 +32,10 @@ absl::Status Rpc(Fn&& fn) {
 }
 
 Found ToFound(api::Sandbox::Client sandbox, api::SandboxInfo::Reader info) {
-  Found f{kj::mv(sandbox), info.getId(), info.getState(), info.getStateReason(), {}};
+  Found f{kj::mv(sandbox), info.getId(), info.getState(), info.getStateReason(), {}, {}, {}};
   for (auto label : info.getLabels()) f.labels[label.getKey()] = label.getValue();
+  for (auto t : info.getPaths().getToolDirectories()) f.tool_directories.emplace_back(t.cStr());
+  for (auto k : info.getPaths().getKept()) f.kept.emplace_back(k.cStr());
   return f;
 }
 
@@ -222,7 +225,15 @@ absl::StatusOr<std::string> Inspect(Session& s, const std::string& workspace_id)
   std::string why = NotUsable(f);
   if (!why.empty()) return InspectionError(why);
   return InspectionState(workspace_id, f.state == "paused" ? Lifecycle::kPaused : Lifecycle::kReady,
-                         kWorkspaceDestination);
+                         kWorkspaceDestination, LifecycleEnvironment(f));
+}
+
+std::vector<std::pair<std::string, std::string>> LifecycleEnvironment(const Found& found) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!found.tool_directories.empty())
+    out.emplace_back("PATH", SearchPath(found.tool_directories, {}));
+  if (!found.kept.empty()) out.emplace_back("PASEO_SANDBOX_KEPT", absl::StrJoin(found.kept, ":"));
+  return out;
 }
 
 absl::StatusOr<std::string> Pause(Session& s, const std::string& workspace_id) {

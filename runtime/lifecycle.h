@@ -50,7 +50,12 @@ struct Found {
   api::Sandbox::Client sandbox;
   std::string id, state, state_reason;
   std::map<std::string, std::string> labels;
+  std::vector<std::string> tool_directories, kept;  // SandboxInfo.paths
 };
+// What inspect reports as state.lifecycleEnvironment, which the daemon merges over every
+// workload's env (docs/paseo.md): PATH with the sandbox's tool directories in front of the
+// default (only if it has tools), and PASEO_SANDBOX_KEPT (only if anything is kept).
+std::vector<std::pair<std::string, std::string>> LifecycleEnvironment(const Found& found);
 // nullopt when there is none (or it is still being created).
 absl::StatusOr<std::optional<Found>> FindWorkspace(Session& s, const std::string& workspace_id);
 // An error naming the owner when `found` belongs to another Paseo instance.

@@ -264,3 +264,25 @@ TEST_F(LifecycleTest, SignalFindsTheExecByKey) {
 
 }  // namespace
 }  // namespace paseo::runtime
+
+namespace paseo::runtime {
+namespace {
+
+// Issue 26: the daemon merges inspect's lifecycleEnvironment over every workload's env, so
+// agents it starts find the tool directories (the helper) and learn what is kept; the
+// envelope's own env stays exactly what it is.
+TEST(LifecycleEnvironmentTest, NamesTheToolPathAndTheKeptSetOnlyWhenThereAreAny) {
+  Found none{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {}, {}};
+  EXPECT_TRUE(LifecycleEnvironment(none).empty());
+  Found full{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {"/opt/paseo/bin"},
+             {"/workspace", "/home/agent/.claude"}};
+  auto env = LifecycleEnvironment(full);
+  ASSERT_EQ(env.size(), 2u);
+  EXPECT_EQ(env[0].first, "PATH");
+  EXPECT_EQ(env[0].second, "/opt/paseo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  EXPECT_EQ(env[1], (std::pair<std::string, std::string>{"PASEO_SANDBOX_KEPT",
+                                                          "/workspace:/home/agent/.claude"}));
+}
+
+}  // namespace
+}  // namespace paseo::runtime

@@ -2,8 +2,9 @@
 // at /.paseo/shim. Static, with no dependency beyond libc, so it runs in any rootfs.
 //
 //   /.paseo/shim init                           the sandbox's init
-//   /.paseo/shim tty ROWS COLS PROGRAM [ARGS...] runs PROGRAM on a pseudo-terminal
-//   /.paseo/shim exec [--unset=NAME]... -- PROGRAM [ARGS...]
+//   /.paseo/shim tty [--path=SEARCH] ROWS COLS PROGRAM [ARGS...]
+//                                               runs PROGRAM on a pseudo-terminal
+//   /.paseo/shim exec [--path=SEARCH] [--unset=NAME]... -- PROGRAM [ARGS...]
 //                                               runs PROGRAM without the NAMEd variables
 //   /.paseo/shim spawner [--init]               starts the sandbox's processes for the
 //                                               privhelper (sandbox/spawner.cc); with --init
@@ -13,9 +14,12 @@
 // environment lacks it (measured on 20221219), so a client that asked for an exact
 // environment (api.capnp ProcessSpec.exactEnv) without HOME would get one anyway. The
 // privhelper runs such a process through `exec --unset=HOME`, which removes it and execs the
-// program in place: same pid, same stdio, same exit status and signals. PROGRAM is looked up
-// in the PATH the process was given before anything is unset (so `--unset=PATH` removes a
-// PATH only from what the program sees), or in /bin:/usr/bin without one.
+// program in place: same pid, same stdio, same exit status and signals.
+//
+// --path: PROGRAM (without a '/') is looked up in SEARCH, the privhelper's search path (the
+// sandbox's tool directories, then the process's PATH or the default: common/search_path.h),
+// which need not be the PATH the program is given. Without it, the PATH the process was given
+// (before anything is unset), or the default.
 //
 // init: idles and reaps. Every process a `runsc exec` started whose parent dies is
 // reparented to the sandbox's init; an init that never waits (busybox `sleep`, measured)
@@ -60,6 +64,7 @@
 
 #include <string>
 
+#include "common/search_path.h"
 #include "common/tty_frames.h"
 #include "sandbox/spawner.h"
 
@@ -256,10 +261,45 @@ sigset_t ForwardedSignals() {
   return set;
 }
 
+// execv of `file` looked up as execvp would, in `path` (a PATH value) instead of the
+// environment's; returns the errno of the most telling failure (EACCES over ENOENT).
+int ExecInPath(char** argv, const char* path) {
+  const char* file = argv[0];
+  if (strchr(file, '/') != nullptr) {
+    execv(file, argv);
+    return errno;
+  }
+  int err = ENOENT;
+  char candidate[4096];
+  for (const char* dir = path;; ++dir) {
+    const char* end = strchrnul(dir, ':');
+    size_t len = static_cast<size_t>(end - dir);
+    // An empty entry is the working directory, as for execvp.
+    int n = len == 0 ? snprintf(candidate, sizeof(candidate), "%s", file)
+                     : snprintf(candidate, sizeof(candidate), "%.*s/%s", static_cast<int>(len),
+                                dir, file);
+    if (n > 0 && static_cast<size_t>(n) < sizeof(candidate)) {
+      execv(candidate, argv);
+      if (errno == EACCES) err = EACCES;
+      else if (errno != ENOENT && errno != ENOTDIR) return errno;
+    }
+    if (*end == '\0') return err;
+    dir = end;
+  }
+}
+
+// Where a program is looked up when the privhelper named no search path (an older privhelper):
+// the PATH the process was given, else the default the privhelper itself uses.
+const char* GivenSearchPath() {
+  const char* given = getenv("PATH");
+  return given != nullptr ? given : paseo::kDefaultSearchPath;
+}
+
 // Runs in the forked child: becomes its own process group, the terminal's foreground group,
 // then the program. Every signal the relay handles is still blocked here, SIGTTOU included,
 // which is what lets a background group take the foreground.
-[[noreturn]] void RunChild(int slave, char** argv, const sigset_t& old_mask, pid_t relay) {
+[[noreturn]] void RunChild(int slave, char** argv, const char* search_path,
+                           const sigset_t& old_mask, pid_t relay) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != relay) _exit(126);
   if (setpgid(0, 0) != 0) Die("setpgid");
   if (tcsetpgrp(slave, getpid()) != 0) Die("make the program the terminal's foreground");
@@ -268,8 +308,7 @@ sigset_t ForwardedSignals() {
   }
   sigprocmask(SIG_SETMASK, &old_mask, nullptr);
   signal(SIGPIPE, SIG_DFL);
-  execvp(argv[0], argv);
-  int err = errno;
+  int err = ExecInPath(argv, search_path);
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\r\n", argv[0], strerror(err));
   _exit(err == ENOENT ? 127 : 126);
 }
@@ -290,10 +329,18 @@ sigset_t ForwardedSignals() {
 }
 
 int RunTty(int argc, char** argv) {
+  const char* search_path = nullptr;
+  if (argc >= 2 && strncmp(argv[1], "--path=", 7) == 0) {
+    search_path = argv[1] + 7;
+    --argc;
+    ++argv;
+  }
   if (argc < 4) {
-    dprintf(STDERR_FILENO, "usage: paseo-sandbox-shim tty ROWS COLS PROGRAM [ARGS...]\n");
+    dprintf(STDERR_FILENO,
+            "usage: paseo-sandbox-shim tty [--path=SEARCH] ROWS COLS PROGRAM [ARGS...]\n");
     return 126;
   }
+  if (search_path == nullptr) search_path = GivenSearchPath();
   winsize ws = {};
   ws.ws_row = ParseSize(argv[1], 24);
   ws.ws_col = ParseSize(argv[2], 80);
@@ -328,7 +375,7 @@ int RunTty(int argc, char** argv) {
   if (child < 0) Die("fork");
   if (child == 0) {
     close(started[0]);
-    RunChild(slave, argv + 3, old_mask, self);
+    RunChild(slave, argv + 3, search_path, old_mask, self);
   }
   close(started[1]);
   char ignored;
@@ -399,46 +446,25 @@ int RunTty(int argc, char** argv) {
   ExitLike(status);
 }
 
-// execv of `file` looked up as execvp would, in `path` (a PATH value) instead of the
-// environment's; returns the errno of the most telling failure (EACCES over ENOENT).
-int ExecInPath(char** argv, const char* path) {
-  const char* file = argv[0];
-  if (strchr(file, '/') != nullptr) {
-    execv(file, argv);
-    return errno;
-  }
-  int err = ENOENT;
-  char candidate[4096];
-  for (const char* dir = path;; ++dir) {
-    const char* end = strchrnul(dir, ':');
-    size_t len = static_cast<size_t>(end - dir);
-    // An empty entry is the working directory, as for execvp.
-    int n = len == 0 ? snprintf(candidate, sizeof(candidate), "%s", file)
-                     : snprintf(candidate, sizeof(candidate), "%.*s/%s", static_cast<int>(len),
-                                dir, file);
-    if (n > 0 && static_cast<size_t>(n) < sizeof(candidate)) {
-      execv(candidate, argv);
-      if (errno == EACCES) err = EACCES;
-      else if (errno != ENOENT && errno != ENOTDIR) return errno;
-    }
-    if (*end == '\0') return err;
-    dir = end;
-  }
-}
-
 int RunExec(int argc, char** argv) {
   int i = 1;
-  while (i < argc && strncmp(argv[i], "--unset=", 8) == 0) ++i;
+  const char* search_path = nullptr;
+  for (; i < argc; ++i) {
+    if (strncmp(argv[i], "--path=", 7) == 0) search_path = argv[i] + 7;
+    else if (strncmp(argv[i], "--unset=", 8) != 0) break;
+  }
   if (i + 1 >= argc || strcmp(argv[i], "--") != 0) {
     dprintf(STDERR_FILENO,
-            "usage: paseo-sandbox-shim exec [--unset=NAME]... -- PROGRAM [ARGS...]\n");
+            "usage: paseo-sandbox-shim exec [--path=SEARCH] [--unset=NAME]... -- PROGRAM "
+            "[ARGS...]\n");
     return 126;
   }
-  // The lookup uses the PATH the process was given, before it is unset.
-  const char* given = getenv("PATH");
+  // The lookup uses the search path, or the PATH the process was given before it is unset.
   char path[8192];
-  snprintf(path, sizeof(path), "%s", given != nullptr ? given : "/bin:/usr/bin");
-  for (int u = 1; u < i; ++u) unsetenv(argv[u] + 8);
+  snprintf(path, sizeof(path), "%s", search_path != nullptr ? search_path : GivenSearchPath());
+  for (int u = 1; u < i; ++u) {
+    if (strncmp(argv[u], "--unset=", 8) == 0) unsetenv(argv[u] + 8);
+  }
   char** program = argv + i + 1;
   int err = ExecInPath(program, path);
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\n", program[0], strerror(err));
@@ -460,6 +486,6 @@ int main(int argc, char** argv) {
   }
   dprintf(STDERR_FILENO,
           "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...] | "
-          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init]\n");
+          "exec [--path=SEARCH] [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init]\n");
   return 126;
 }

@@ -4,8 +4,9 @@
 // A child is set up as `runsc exec` sets up a process, from what the spawner itself got from
 // its own `runsc exec` (same uid, gids, no capabilities, no_new_privs, rlimits, umask): a
 // session of its own, an empty signal mask and default dispositions, exactly the environment
-// and cwd it was sent, and PATH looked up in that environment. It dies with the spawner
-// (PR_SET_PDEATHSIG): a process nobody relays for must not run on unseen.
+// and cwd it was sent, and argv[0] looked up in the search path it was sent (the tool
+// directories, then the environment's PATH or a default), not in the environment itself. It dies
+// with the spawner (PR_SET_PDEATHSIG): a process nobody relays for must not run on unseen.
 //
 // Output is read only against credit (spawner_frames.h), so a child whose reader is slow
 // blocks on its own full pipe and nobody else. A child's exit is reported after what it wrote
@@ -260,16 +261,12 @@ class Spawner {
     std::vector<char*> argv, envp;
     for (const auto& a : request.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    const char* path = "/bin:/usr/bin";  // as the shim's exec mode, for an environment without
-    for (const auto& e : request.env) {
-      envp.push_back(const_cast<char*>(e.c_str()));
-      if (e.compare(0, 5, "PATH=") == 0) path = e.c_str() + 5;
-    }
+    for (const auto& e : request.env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
     c.cwd = request.cwd.c_str();
     c.argv = argv.data();
     c.envp = envp.data();
-    c.candidates = Candidates(request.argv[0], path);
+    c.candidates = Candidates(request.argv[0], request.search_path.c_str());
     c.in = in[0];
     c.out = out[1];
     c.err = request.merge_stderr ? out[1] : err[1];

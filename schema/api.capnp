@@ -29,6 +29,11 @@ struct WorkspaceMount {
   destination @1 :Text;
   # Absolute path inside the sandbox. Empty means "/workspace".
   mode @2 :AccessMode;
+  empty @3 :Bool;
+  # Instead of a client's directory: a new empty directory made for this sandbox alone (on the
+  # host, in the sandbox's own bundle, owned by its run-as user), read-write, and removed with
+  # the sandbox. `path` must then be empty and `mode` readWrite. What it holds is not kept
+  # (SandboxPaths.kept): a git source's clone (docs/paseo.md) lives here.
 }
 
 struct Label {
@@ -163,6 +168,23 @@ struct SandboxInfo {
   # spawner inside the sandbox forks them), "starting", "not started", "off" (every process is
   # a `runsc exec`), or "down: <why>" (the spawner died or misbehaved; its processes were
   # reported ended and new ones are `runsc exec`s).
+  paths @12 :SandboxPaths;
+  # Where its programs are found and which of its writes are kept.
+}
+
+struct SandboxPaths {
+  # What a process in the sandbox should know about its filesystem (docs/running.md, "What is
+  # kept"). The same set is inside the sandbox, in /.paseo/kept (one path per line) and, for a
+  # process without exactEnv, in $PASEO_SANDBOX_KEPT (':'-separated).
+  toolDirectories @0 :List(Text);
+  # The profile's tool directories, in order: a program named without a "/" is looked up here
+  # first (ProcessSpec).
+  kept @1 :List(Text);
+  # Where writes outlive the sandbox: its read-write workspaces and credential directories
+  # (host directories), by destination. Everything else that is writable -- the home, /tmp --
+  # is the sandbox's own and goes with it; the root is read-only.
+  home @2 :Text;
+  # The home every process gets as $HOME unless its env sets one (empty: none).
 }
 
 struct NetworkInfo {
@@ -172,6 +194,15 @@ struct NetworkInfo {
   # The sandbox's IPv4 address on its link ("10.88.0.6"); empty for "none".
   inboundPorts @2 :List(UInt16);
   # Ports Sandbox.connect may reach.
+  allowNames @3 :List(AllowedName);
+  # Its profile's network.allowNames: the names (and their ports) it may resolve and reach, so a
+  # client can say why a name it needs is out of reach before trying.
+}
+
+struct AllowedName {
+  name @0 :Text;
+  # "api.example.com", or "*.example.com" (any name strictly below example.com).
+  ports @1 :List(UInt16);
 }
 
 struct ProcessInfo {

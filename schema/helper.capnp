@@ -94,6 +94,8 @@ struct AdoptedSandbox {
   # Paused (pauseSandbox, or found paused by a restarted privhelper).
   network @9 :Api.NetworkInfo;
   # Its network as createSandbox reported it.
+  paths @10 :Api.SandboxPaths;
+  # Its paths as createSandbox reported them.
 }
 
 struct KeptProcess {
@@ -110,10 +112,12 @@ interface Helper {
   policy @0 () -> (policy :BrokerPolicy);
   # The deployments and who may use them, so the broker can authorize clients.
 
-  createSandbox @1 (request :CreateSandboxRequest) -> (network :Api.NetworkInfo);
+  createSandbox @1 (request :CreateSandboxRequest) -> (network :Api.NetworkInfo,
+                                                      paths :Api.SandboxPaths);
   # Resolves the workspaces, writes the bundle, sets up the profile's network (its namespace,
   # link, addresses, firewall and resolver for mode "sandbox"), and creates and starts the
-  # sandbox. Returns its network as the broker shows it (SandboxInfo.network).
+  # sandbox. Returns its network and paths as the broker shows them (SandboxInfo.network,
+  # SandboxInfo.paths).
 
   startProcess @2 (request :StartProcessRequest) -> (stdin :Fd, stdout :Fd, stderr :Fd);
   # Starts a process in a running sandbox; returns the broker's ends of its stdio pipes. For a

@@ -24,6 +24,8 @@ struct SandboxRecord {
   deleting @9 :Bool;
   # Set (the record rewritten in place) before a delete is answered: a privhelper that starts
   # and finds it finishes the teardown, whatever its restart policy.
+  kept @10 :List(Text);
+  # Api.SandboxPaths.kept: its read-write workspace and credential destinations.
 }
 
 struct BrokerSandbox {

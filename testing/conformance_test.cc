@@ -13,7 +13,13 @@
 // "restart-service" (SIGKILL the privhelper and with it the broker, then start a new one);
 // the reply is "ok ..." once done. Node's test files run one at a time.
 //
-// Arguments (bazel test --test_arg=...) choose test files (e.g. lossless.test.mjs); default all.
+// The profile places a tool root at /opt/paseo/bin holding a stand-in paseo-workspace-helper (a
+// shell script that prints "helper ARGS", its own path and its cwd), as docs/paseo.md tells an
+// operator to install Paseo's.
+//
+// Arguments (bazel test --test_arg=...): --protocol=2 checks contract version 2 (the runtime
+// runs with --protocol-version 2; //testing:conformance_v2_test sets it by its environment); the others choose test files
+// (e.g. lossless.test.mjs); default all.
 #include <chrono>
 #include <limits.h>
 #include <poll.h>
@@ -39,6 +45,7 @@ namespace {
 
 constexpr char kDeployment[] = "conformance";
 constexpr char kProfile[] = "conformance";
+constexpr char kToolDir[] = "/opt/paseo/bin";
 
 ServiceOptions ConformanceService() {
   ServiceOptions options;
@@ -48,13 +55,21 @@ ServiceOptions ConformanceService() {
     Check(mkdir(root.c_str(), 0775) == 0, "mkdir ws-conf");
     // The client is uid 0, judged by mode bits like any uid: it gets in through group 0.
     Check(chown(root.c_str(), 4242, 0) == 0 && chmod(root.c_str(), 0775) == 0, "chown ws-conf");
+    std::string helper_root = base + "/paseo-helper";
+    Check(mkdir(helper_root.c_str(), 0755) == 0, "mkdir paseo-helper");
+    WriteText(helper_root + "/paseo-workspace-helper",
+              "#!/bin/sh\necho \"helper $*\"\necho \"$0\"\npwd\n");
+    Check(chmod((helper_root + "/paseo-workspace-helper").c_str(), 0755) == 0, "chmod helper");
     WriteText(base + "/etc/deployments/conformance.json",
               std::string("{\"id\": \"") + kDeployment +
                   "\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": \"" + root +
                   "\"}], \"runAs\": {\"uid\": 4242, \"gid\": 4242}, \"profiles\": [\"" + kProfile +
-                  "\"], \"maxSandboxes\": 64}");
+                  "\"], \"maxSandboxes\": 64, \"toolRoots\": [{\"name\": \"paseo-helper\", " +
+                  "\"hostPath\": \"" + helper_root + "\"}]}");
     WriteText(base + "/etc/profiles/conformance.json",
-              std::string("{\"name\": \"") + kProfile + "\", \"outputBufferBytes\": 4194304}");
+              std::string("{\"name\": \"") + kProfile +
+                  "\", \"outputBufferBytes\": 4194304, \"tools\": [{\"name\": \"paseo-helper\", " +
+                  "\"destination\": \"" + kToolDir + "\"}]}");
   };
   return options;
 }
@@ -118,7 +133,10 @@ void ServeControl(Service& svc, int conn) {
 }
 
 std::vector<std::string> TestFiles(const std::string& dir, int argc, char** argv) {
-  std::vector<std::string> files(argv + 1, argv + argc);
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--protocol=", 11) != 0) files.push_back(argv[i]);
+  }
   if (files.empty()) {
     for (const auto& name : ListDir(dir)) {
       if (name.size() > 9 && name.compare(name.size() - 9, 9, ".test.mjs") == 0)
@@ -129,8 +147,21 @@ std::vector<std::string> TestFiles(const std::string& dir, int argc, char** argv
   return files;
 }
 
+// The contract version to check: --protocol=N (1 or 2), else $PASEO_CONFORMANCE_PROTOCOL (the
+// BUILD target's), else 1.
+std::string Protocol(int argc, char** argv) {
+  const char* from_env = getenv("PASEO_CONFORMANCE_PROTOCOL");
+  std::string protocol = from_env != nullptr && *from_env != '\0' ? from_env : "1";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--protocol=", 11) == 0) protocol = argv[i] + 11;
+  }
+  if (protocol != "1" && protocol != "2") Die("--protocol must be 1 or 2");
+  return protocol;
+}
+
 int Run(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  std::string protocol = Protocol(argc, argv);
   Service svc(ConformanceService());
   std::string dir = SuiteDir();
   std::string control = svc.base() + "/conformance.sock";
@@ -149,7 +180,9 @@ int Run(int argc, char** argv) {
   for (const auto& f : TestFiles(dir, argc, argv)) args.push_back(f);
 
   std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "PASEO_CONFORMANCE_PROTOCOL=", 27) != 0) env.push_back(*e);
+  }
   // --test_env=PASEO_CONFORMANCE_RUNTIME=... runs the suite against another build of it.
   const char* runtime = getenv("PASEO_CONFORMANCE_RUNTIME");
   env.push_back(std::string("PASEO_CONFORMANCE_RUNTIME=") +
@@ -160,6 +193,9 @@ int Run(int argc, char** argv) {
   env.push_back("PASEO_CONFORMANCE_WORKSPACE_ROOT=" + svc.base() + "/ws-conf");
   env.push_back("PASEO_CONFORMANCE_OUTSIDE=" + svc.base() + "/outside");
   env.push_back("PASEO_CONFORMANCE_CONTROL=" + control);
+  env.push_back(std::string("PASEO_CONFORMANCE_TOOL_DIR=") + kToolDir);
+  env.push_back("PASEO_CONFORMANCE_PROTOCOL=" + protocol);
+  std::fprintf(stderr, "conformance_test: contract version %s\n", protocol.c_str());
 
   std::fflush(stdout);
   pid_t pid = SpawnStdio(args, STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO, env,

@@ -1,6 +1,7 @@
 // Root integration suite for the walking skeleton: real privhelper, broker and runsc, driven
 // through the real CLI as unprivileged uids, inside the test's own mount and network
 // namespaces (testing/harness.h).
+#include <chrono>
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -75,6 +76,45 @@ TEST_F(IntegrationTest, StdoutAndStderrStaySeparate) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "out\nout2\n");
   EXPECT_EQ(r.err, "err\n");
+}
+
+// Issue 26: without -i, `run` and `exec` gave the process a stdin pipe nothing wrote to and
+// nothing closed, so `cat` (or `codex exec`, which reads stdin when it is not a terminal) never
+// ended. Now stdin reads end-of-file at once, as `docker run` without -i. The CLI's own stdin is
+// not forwarded either way: the test's is /dev/null or whatever Bazel gave it, and a deadline
+// turns a hang into a failure.
+TEST_F(IntegrationTest, WithoutDashIStdinIsAtEndOfFileForRunAndExec) {
+  using std::chrono::seconds;
+  auto cat = svc.Cli(Alpha(), {"run", "--", "cat"}, seconds(60));
+  EXPECT_EQ(cat.exit_code, 0) << cat.err;
+  EXPECT_EQ(cat.out, "");
+  auto read = svc.Cli(Alpha(), {"run", "--", "sh", "-c", "read line; echo read=$?"}, seconds(60));
+  EXPECT_EQ(read.exit_code, 0) << read.err;
+  EXPECT_EQ(read.out, "read=1\n");
+
+  auto kept = svc.Cli(Alpha(), {"run", "--keep", "--", "true"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  auto pos = kept.err.find("sb-");
+  ASSERT_NE(pos, std::string::npos) << kept.err;
+  std::string id = kept.err.substr(pos, 27);
+  absl::Cleanup rm = [&] { svc.Cli(Alpha(), {"rm", id}); };
+  auto exec = svc.Cli(Alpha(), {"exec", id, "--", "sh", "-c", "cat; echo done"}, seconds(60));
+  EXPECT_EQ(exec.exit_code, 0) << exec.err;
+  EXPECT_EQ(exec.out, "done\n");
+}
+
+// Issue 26: a sandbox tells its processes which of their writes outlive it: the read-write
+// workspaces (here one, at /workspace), in /.paseo/kept and $PASEO_SANDBOX_KEPT. The file is
+// the supervisor's, read-only; a read-only workspace is not kept.
+TEST_F(IntegrationTest, TheSandboxSaysWhatIsKeptInAFileAndTheEnvironment) {
+  auto rw = RunInAlpha({"sh", "-c", "cat /.paseo/kept; echo \"env=$PASEO_SANDBOX_KEPT\"; "
+                                    "echo x > /.paseo/kept 2>/dev/null && echo WROTE; true"});
+  EXPECT_EQ(rw.exit_code, 0) << rw.err;
+  EXPECT_EQ(rw.out, "/workspace\nenv=/workspace\n");
+  auto ro = RunInAlpha({"sh", "-c", "cat /.paseo/kept; echo \"env=${PASEO_SANDBOX_KEPT-unset}\""},
+                       "ro");
+  EXPECT_EQ(ro.exit_code, 0) << ro.err;
+  EXPECT_EQ(ro.out, "env=unset\n");
 }
 
 TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {

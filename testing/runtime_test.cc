@@ -238,7 +238,11 @@ std::string Inspection(const std::string& workspace_id, const std::string& lifec
       R"({"type":"inspection","protocolVersion":1,"inspection":{"status":")", lifecycle,
       R"(","state":{"workspaceId":")",
       workspace_id, R"(","lifecycle":")", lifecycle,
-      R"("},"placement":{"cwd":"/workspace"}}})" "\n");
+      // What the daemon merges over every workload's env: the profile's tool dir in front of
+      // the default PATH, and what is kept (the workspace).
+      R"(","lifecycleEnvironment":{"PATH":"/opt/paseo/bin:/usr/local/sbin:/usr/local/bin:)",
+      R"(/usr/sbin:/usr/bin:/sbin:/bin","PASEO_SANDBOX_KEPT":"/workspace"}},)",
+      R"("placement":{"cwd":"/workspace"}}})" "\n");
 }
 constexpr char kMissing[] = R"({"type":"inspection","protocolVersion":1,"inspection":{"status":"missing"}})" "\n";
 constexpr char kOk[] = R"({"type":"ok","protocolVersion":1})" "\n";

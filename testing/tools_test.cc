@@ -131,6 +131,7 @@ class ToolsTest : public ::testing::Test {
     std::vector<std::string> env;
     std::string workspace_cwd;
     bool tty = false;
+    bool exact_env = false;
   };
   capnp::RemotePromise<api::Sandbox::StartProcessResults> Send(api::Sandbox::Client& sandbox,
                                                                const Run& run) {
@@ -142,6 +143,7 @@ class ToolsTest : public ::testing::Test {
     for (size_t i = 0; i < run.env.size(); ++i) e.set(static_cast<unsigned>(i), run.env[i]);
     spec.setWorkspaceCwd(run.workspace_cwd);
     spec.setTty(run.tty);
+    spec.setExactEnv(run.exact_env);
     spec.setRows(24);
     spec.setCols(80);
     return req.send();
@@ -202,6 +204,30 @@ TEST_F(ToolsTest, AToolRunsByBareNameFromPathOnPipesAndATerminal) {
                                /*tty=*/true}),
             0);
   EXPECT_EQ(Slurp(Ws() + "/found"), absl::StrCat("host-tool ", tool, " ", kToolDest, ":/bin\n"));
+  unlink((Ws() + "/found").c_str());
+  Delete(sandbox);
+}
+
+// Issue 26: Paseo's runtime asks for an exact environment, and its daemon runs the workspace
+// helper with an empty one. The tool is found all the same, and the program sees exactly the
+// PATH it was given (none at all for the empty env).
+TEST_F(ToolsTest, AnExactEnvironmentFindsToolsWithoutThemInItsPath) {
+  auto sandbox = NewSandbox();
+  std::string tool = absl::StrCat(kToolDest, "/paseo-tool-probe");
+  for (bool tty : {false, true}) {
+    SCOPED_TRACE(tty ? "terminal" : "pipes");
+    unlink((Ws() + "/found").c_str());
+    Run exact{{"paseo-tool-probe", "/workspace/found"}, {"PATH=/bin", "HOME=/h"}, "", tty, true};
+    EXPECT_EQ(RunToEnd(sandbox, exact), 0);
+    EXPECT_EQ(Slurp(Ws() + "/found"), absl::StrCat("host-tool ", tool, " /bin\n"));
+    // The daemon's helper exec: no PATH, no HOME. Found through the tool dirs; nothing added.
+    unlink((Ws() + "/found").c_str());
+    Run empty{{"paseo-tool-probe", "/workspace/found"}, {}, "", tty, true};
+    EXPECT_EQ(RunToEnd(sandbox, empty), 0);
+    EXPECT_TRUE(absl::StartsWith(Slurp(Ws() + "/found"), absl::StrCat("host-tool ", tool, " ")))
+        << Slurp(Ws() + "/found");
+    EXPECT_FALSE(absl::StrContains(Slurp(Ws() + "/found"), kToolDest + std::string(":")));
+  }
   unlink((Ws() + "/found").c_str());
   Delete(sandbox);
 }

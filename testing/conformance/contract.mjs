@@ -1,11 +1,19 @@
-// Paseo's command workspace runtime contract, version 1, as this suite understands it: written
-// from Paseo's published contract (packages/workspace-runtime-contract at commit 5f2747b of
-// getpaseo/paseo: README.md, src/index.ts, examples/v1.json), not from our implementation.
+// Paseo's command workspace runtime contract, version 1 or 2, as this suite understands it:
+// written from Paseo's published contract (packages/workspace-runtime-contract at commit 5f2747b
+// of getpaseo/paseo: README.md, src/index.ts, examples/v1.json; version 2 from the same files at
+// rkendel1/paseo-feltdb 4bb9a9b5, examples/v2.json), not from our implementation. Which version
+// the suite checks is PASEO_CONFORMANCE_PROTOCOL (1 unless it says 2); the runtime is then run
+// with `--protocol-version 2`, as a v2 daemon's configured command would.
 // Every object is strict (z.strictObject): an unknown key is an error at every nesting level,
 // exactly as Paseo's own parser treats what a runtime prints.
 import { z } from "zod";
 
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = Number(process.env.PASEO_CONFORMANCE_PROTOCOL ?? "1");
+if (PROTOCOL_VERSION !== 1 && PROTOCOL_VERSION !== 2) {
+  throw new Error(`PASEO_CONFORMANCE_PROTOCOL must be 1 or 2, not ${process.env.PASEO_CONFORMANCE_PROTOCOL}`);
+}
+// The version this suite does not speak: each refuses the other's messages.
+export const OTHER_VERSION = 3 - PROTOCOL_VERSION;
 
 const version = z.literal(PROTOCOL_VERSION);
 const env = z.record(z.string(), z.string());
@@ -89,7 +97,12 @@ export const State = z.strictObject({
   lifecycleEnvironment: env.optional(),
 });
 
-export const Placement = z.strictObject({ cwd: z.string() });
+// v2 lets a placement name a hostVisiblePath (the daemon then runs git there, on the host); the
+// schema accepts it, and the suite checks that a sandbox runtime never sends one.
+export const Placement =
+  PROTOCOL_VERSION === 2
+    ? z.strictObject({ cwd: z.string(), hostVisiblePath: z.string().optional() })
+    : z.strictObject({ cwd: z.string() });
 
 export const Inspection = z.discriminatedUnion("status", [
   z.strictObject({ status: z.literal("missing") }),
@@ -110,11 +123,18 @@ export const LifecycleResponse = z.discriminatedUnion("type", [
   z.strictObject({ type: z.literal("ok"), protocolVersion: version }),
 ]);
 
-export const DescribeResponse = z.strictObject({
+const describeV1 = {
   protocolVersion: version,
   modes: z.array(z.enum(["pipes", "pty"])),
   reconcile: z.boolean().optional().default(false),
-});
+};
+export const DescribeResponse =
+  PROTOCOL_VERSION === 2
+    ? z.strictObject({
+        ...describeV1,
+        requirements: z.strictObject({ daemonAuthentication: z.boolean() }),
+      })
+    : z.strictObject(describeV1);
 
 const purposeKinds = [
   "agent",

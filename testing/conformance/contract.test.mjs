@@ -4,6 +4,8 @@ import assert from "node:assert/strict";
 import test from "node:test";
 
 import {
+  OTHER_VERSION,
+  PROTOCOL_VERSION,
   Control,
   DescribeResponse,
   EventDecoder,
@@ -14,11 +16,12 @@ import {
   frame,
 } from "./contract.mjs";
 
-const started = '{"type":"started","protocolVersion":1}\n';
-const eof = '{"type":"eof","protocolVersion":1}\n';
-const resized = '{"type":"resized","protocolVersion":1,"id":1}\n';
-const exit = '{"type":"exit","protocolVersion":1,"code":0,"signal":null}\n';
-const error = '{"type":"error","protocolVersion":1,"message":"boom"}\n';
+const V = PROTOCOL_VERSION;
+const started = `{"type":"started","protocolVersion":${V}}\n`;
+const eof = `{"type":"eof","protocolVersion":${V}}\n`;
+const resized = `{"type":"resized","protocolVersion":${V},"id":1}\n`;
+const exit = `{"type":"exit","protocolVersion":${V},"code":0,"signal":null}\n`;
+const error = `{"type":"error","protocolVersion":${V},"message":"boom"}\n`;
 
 function decode(mode, bytes, chunk = bytes.length) {
   const d = new EventDecoder(mode);
@@ -58,9 +61,9 @@ test("decoder refuses every forbidden order and framing", () => {
     ["pipes", started + error + eof, /eof after error/],
     ["pipes", started + "\n", /empty fd 4 frame/],
     ["pipes", "{nope}\n", /malformed/],
-    ["pipes", '{"type":"started","protocolVersion":2}\n', /schema/],
-    ["pipes", '{"type":"started","protocolVersion":1,"extra":1}\n', /schema/],
-    ["pipes", '{"type":"exit","protocolVersion":1,"code":0}\n', /schema/],
+    ["pipes", `{"type":"started","protocolVersion":${OTHER_VERSION}}\n`, /schema/],
+    ["pipes", `{"type":"started","protocolVersion":${V},"extra":1}\n`, /schema/],
+    ["pipes", `{"type":"exit","protocolVersion":${V},"code":0}\n`, /schema/],
     ["pipes", started + eof + exit.slice(0, -1), /ended inside a frame/],
     ["pipes", started + eof, /incomplete/],
     ["pipes", "", /incomplete/],
@@ -70,9 +73,9 @@ test("decoder refuses every forbidden order and framing", () => {
   }
 });
 
-test("schemas are strict at every nesting level and pin protocol version 1", () => {
+test(`schemas are strict at every nesting level and pin protocol version ${PROTOCOL_VERSION}`, () => {
   const request = {
-    protocolVersion: 1,
+    protocolVersion: V,
     runtimeInstanceId: "i",
     options: {},
     input: {
@@ -88,25 +91,37 @@ test("schemas are strict at every nesting level and pin protocol version 1", () 
     (r) => (r.input.project.extra = 1),
     (r) => (r.input.project.source.extra = 1),
     (r) => (r.input.placement.extra = 1),
-    (r) => (r.protocolVersion = 2),
+    (r) => (r.protocolVersion = OTHER_VERSION),
     (r) => (r.runtimeInstanceId = ""),
   ]) {
     const copy = structuredClone(request);
     mutate(copy);
     assert.equal(LifecycleRequest.safeParse(copy).success, false, JSON.stringify(copy));
   }
-  assert.equal(LifecycleResponse.safeParse({ type: "ok", protocolVersion: 1, extra: 1 }).success, false);
+  assert.equal(LifecycleResponse.safeParse({ type: "ok", protocolVersion: V, extra: 1 }).success, false);
   assert.equal(
     LifecycleResponse.safeParse({
       type: "state",
-      protocolVersion: 1,
+      protocolVersion: V,
       state: { workspaceId: "w", lifecycle: "ready", root: "/x" },
       placement: { cwd: "/workspace" },
     }).success,
     false,
   );
-  assert.equal(DescribeResponse.safeParse({ protocolVersion: 1, modes: ["pipes"], x: 1 }).success, false);
-  assert.equal(ProcessEvent.safeParse({ type: "eof", protocolVersion: 1, x: 1 }).success, false);
-  assert.equal(Control.safeParse({ type: "resize", protocolVersion: 1, id: 1, rows: 0, cols: 1 }).success, false);
-  assert.equal(frame(ProcessEvent, { type: "eof", protocolVersion: 1 }), eof);
+  assert.equal(DescribeResponse.safeParse({ protocolVersion: V, modes: ["pipes"], x: 1 }).success, false);
+  assert.equal(ProcessEvent.safeParse({ type: "eof", protocolVersion: V, x: 1 }).success, false);
+  assert.equal(Control.safeParse({ type: "resize", protocolVersion: V, id: 1, rows: 0, cols: 1 }).success, false);
+  assert.equal(frame(ProcessEvent, { type: "eof", protocolVersion: V }), eof);
+});
+
+test(`describe's shape is version ${PROTOCOL_VERSION}'s`, () => {
+  const v1 = { protocolVersion: V, modes: ["pipes"], reconcile: true };
+  const v2 = { ...v1, requirements: { daemonAuthentication: false } };
+  // v2 requires `requirements` (strict); v1 has no such key.
+  assert.equal(DescribeResponse.safeParse(v1).success, V === 1);
+  assert.equal(DescribeResponse.safeParse(v2).success, V === 2);
+  assert.equal(
+    DescribeResponse.safeParse({ ...v2, requirements: { daemonAuthentication: false, x: 1 } }).success,
+    false,
+  );
 });

@@ -11,7 +11,11 @@
 //   PASEO_CONFORMANCE_PROFILE         the profile name              (option "profile")
 //   PASEO_CONFORMANCE_WORKSPACE_ROOT  a registered workspace root (workspaces are made under it)
 //   PASEO_CONFORMANCE_OUTSIDE         a directory outside every workspace root
+//   PASEO_CONFORMANCE_TOOL_DIR        the profile's tool directory, with a stand-in
+//                                     paseo-workspace-helper (prints "helper ARGS" and its cwd)
 //   PASEO_CONFORMANCE_CONTROL         a Unix socket: "restart-broker" / "restart-service" lines
+//   PASEO_CONFORMANCE_PROTOCOL        the contract version to check: 1 (default) or 2, for which
+//                                     the runtime runs as `runtime --protocol-version 2 OP ...`
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -43,11 +47,19 @@ export const config = {
   get runtime() {
     return required("PASEO_CONFORMANCE_RUNTIME");
   },
+  // What the daemon's configured command puts before the operation.
+  get runtimeArgs() {
+    return PROTOCOL_VERSION === 1 ? [] : ["--protocol-version", String(PROTOCOL_VERSION)];
+  },
   get workspaceRoot() {
     return required("PASEO_CONFORMANCE_WORKSPACE_ROOT");
   },
   get outside() {
     return required("PASEO_CONFORMANCE_OUTSIDE");
+  },
+  // Where the profile places the tool root holding a stand-in paseo-workspace-helper.
+  get toolDir() {
+    return required("PASEO_CONFORMANCE_TOOL_DIR");
   },
   get options() {
     return {
@@ -110,7 +122,11 @@ function collect(stream) {
 // Resolves { code, signal, stdout, stderr, ms }; kills it after `timeoutMs`.
 export async function run(args, stdin, { timeoutMs = 120_000, env = process.env } = {}) {
   const started = Date.now();
-  const child = spawn(config.runtime, args, { env, shell: false, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(config.runtime, [...config.runtimeArgs, ...args], {
+    env,
+    shell: false,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
   child.stdin.on("error", () => {}); // a runtime that refuses before reading stdin
   child.stdin.end(stdin ?? "");
   const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
@@ -177,7 +193,7 @@ export class Exec {
     this.execId = typeof envelope === "object" ? envelope.execId : undefined;
     this.workspaceId = workspaceId;
     this.spawnedAt = Date.now();
-    this.child = spawn(config.runtime, ["exec", "--workspace-id", workspaceId], {
+    this.child = spawn(config.runtime, [...config.runtimeArgs, "exec", "--workspace-id", workspaceId], {
       env,
       detached: true,
       shell: false,
@@ -390,6 +406,6 @@ export function show(result) {
 // mirrored it by dying of the same signal.
 export function assertKilledBy(result, signal) {
   assert.equal(result.violation, null, show(result));
-  assert.deepEqual(result.exit, { type: "exit", protocolVersion: 1, code: null, signal }, show(result));
+  assert.deepEqual(result.exit, { type: "exit", protocolVersion: PROTOCOL_VERSION, code: null, signal }, show(result));
   assert.deepEqual(result.wrapper, { code: null, signal }, `the wrapper mirrors it: ${show(result)}`);
 }

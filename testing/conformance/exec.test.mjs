@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import {
   CLEANUP_BOUND_MS,
   Exec,
+  config,
   assertKilledBy,
   create,
   createInput,
@@ -23,6 +24,7 @@ import {
   signalExec,
   spawnEnvelope,
 } from "./driver.mjs";
+import { PROTOCOL_VERSION, OTHER_VERSION } from "./contract.mjs";
 
 const me = newInstanceId();
 const ws = newWorkspaceId("exec");
@@ -46,7 +48,7 @@ after(async () => {
 function ok(result, code = 0) {
   assert.equal(result.violation, null, show(result));
   assert.deepEqual(result.types, ["started", "eof", "exit"], show(result));
-  assert.deepEqual(result.exit, { type: "exit", protocolVersion: 1, code, signal: null }, show(result));
+  assert.deepEqual(result.exit, { type: "exit", protocolVersion: PROTOCOL_VERSION, code, signal: null }, show(result));
   assert.deepEqual(result.wrapper, { code, signal: null }, `the wrapper mirrors the exit: ${show(result)}`);
 }
 
@@ -87,7 +89,7 @@ describe("fds and exit status", () => {
       const r = await execPipes(ws, me, ["sh", "-c", `kill -${signal.slice(3)} $$`]);
       assert.equal(r.violation, null, show(r));
       assert.deepEqual(r.types, ["started", "eof", "exit"], show(r));
-      assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code: null, signal }, show(r));
+      assert.deepEqual(r.exit, { type: "exit", protocolVersion: PROTOCOL_VERSION, code: null, signal }, show(r));
       assert.deepEqual(r.wrapper, { code: null, signal }, `mirrored: ${show(r)}`);
     }
   });
@@ -119,6 +121,41 @@ describe("argv, environment, cwd", () => {
     const bare = await execPipes(ws, me, ["/usr/bin/env"], { env: {} });
     ok(bare);
     assert.equal(bare.stdout.toString(), "", "an empty env stays empty");
+  });
+
+  // The profile has a tool root (config.toolDir) holding a stand-in paseo-workspace-helper.
+  test("the environment stays exact with a tool root registered: no tool dir added to PATH", async () => {
+    for (const env of [{ PATH: "/usr/bin:/bin", A: "1" }, { A: "1" }, {}]) {
+      const r = await execPipes(ws, me, ["env"], { env });
+      ok(r);
+      const seen = r.stdout.toString().split("\n").filter(Boolean).sort();
+      assert.deepEqual(seen, Object.entries(env).map(([k, v]) => `${k}=${v}`).sort(), show(r));
+    }
+  });
+
+  test("the daemon's helper exec: bare name, empty env, purpose workspace-helper", async () => {
+    // Exactly what the daemon sends right after create: no PATH, no inspect, no merge.
+    const r = await execPipes(ws, me, ["paseo-workspace-helper", "describe"], {
+      env: {},
+      purpose: { kind: "workspace-helper" },
+    });
+    ok(r);
+    assert.equal(r.stdout.toString(), `helper describe\n${config.toolDir}/paseo-workspace-helper\n/workspace\n`);
+    // And with the env an agent's exec carries (a PATH without the tool dir), from a subdir.
+    const sub = await execPipes(ws, me, ["paseo-workspace-helper", "watch", "."], {
+      env: { PATH: "/usr/bin:/bin" },
+      cwd: "sub",
+      purpose: { kind: "workspace-helper" },
+    });
+    ok(sub);
+    assert.equal(sub.stdout.toString(), `helper watch .\n${config.toolDir}/paseo-workspace-helper\n/workspace/sub\n`);
+  });
+
+  test("a command found nowhere fails the exec with a diagnostic, and nothing runs", async () => {
+    const r = await execPipes(ws, me, ["paseo-no-such-command"], { env: {} });
+    assert.equal(r.violation, null, show(r));
+    assert.ok(!r.types.includes("exit") || r.exit.code === 127, show(r));
+    assert.notEqual(r.wrapper.code, 0, show(r));
   });
 
   test("cwd: the workspace root by default, workspace-relative otherwise", async () => {
@@ -164,7 +201,7 @@ describe("the spawn envelope is strict", () => {
   const argv = ["sh", "-c", "touch /workspace/envelope-ran"];
   const cases = {
     "unknown key": (e) => (e.privileged = true),
-    "protocolVersion 2": (e) => (e.protocolVersion = 2),
+    [`protocolVersion ${OTHER_VERSION}`]: (e) => (e.protocolVersion = OTHER_VERSION),
     "unknown purpose": (e) => (e.purpose = { kind: "root-shell" }),
     "unknown purpose key": (e) => (e.purpose.extra = 1),
     "unknown stdio key": (e) => (e.stdio.extra = 1),
@@ -247,7 +284,7 @@ describe("signals", () => {
     e.kill("SIGTERM");
     const r = await e.done;
     assert.equal(r.timedOut, false, `the signal was lost: ${show(r)}`);
-    assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code: null, signal: "SIGTERM" }, show(r));
+    assert.deepEqual(r.exit, { type: "exit", protocolVersion: PROTOCOL_VERSION, code: null, signal: "SIGTERM" }, show(r));
   });
 
   test("signal --exec-id returns once the workload is gone, within the cleanup bound, idempotently", async () => {
@@ -263,7 +300,7 @@ describe("signals", () => {
     assert.equal(second.code, 0, `not idempotent: ${second.stderr}`);
     const r = await e.done;
     assert.equal(r.violation, null, show(r));
-    assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code: null, signal: "SIGKILL" }, show(r));
+    assert.deepEqual(r.exit, { type: "exit", protocolVersion: PROTOCOL_VERSION, code: null, signal: "SIGKILL" }, show(r));
     const later = await signalExec(ws, e.execId, "SIGTERM", me);
     assert.equal(later.code, 0, `after completion it is already clean: ${later.stderr}`);
   });

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, describe, test } from "node:test";
 
-import { DescribeResponse, LifecycleRequest, PROTOCOL_VERSION, parseSingle } from "./contract.mjs";
+import { OTHER_VERSION, DescribeResponse, LifecycleRequest, PROTOCOL_VERSION, parseSingle } from "./contract.mjs";
 import {
   config,
   create,
@@ -39,20 +39,36 @@ after(async () => {
   for (const [ws, owner] of made) await lifecycle("destroy", ws, owner).catch(() => {});
 });
 
-test("describe prints protocol 1 with pipes, pty and reconcile", async () => {
-  const r = await run(["describe"]);
+test(`describe prints protocol ${PROTOCOL_VERSION} with pipes, pty and reconcile`, async () => {
+  const r = await run(["describe"], undefined);
   assert.equal(r.code, 0, r.stderr);
   const description = parseSingle(DescribeResponse, r.stdout);
   assert.equal(description.protocolVersion, PROTOCOL_VERSION);
   assert.ok(description.modes.includes("pipes"), "the daemon refuses a runtime without pipes");
   assert.ok(description.modes.includes("pty"));
   assert.equal(description.reconcile, true);
+  if (PROTOCOL_VERSION === 2) {
+    // A v2 daemon without authentication refuses a runtime that says true.
+    assert.deepEqual(description.requirements, { daemonAuthentication: false });
+  }
+});
+
+test("manage-describe declares no operations: a non-zero exit, nothing on stdout", async () => {
+  // v2's optional management commands; a v1 runtime has no such command at all.
+  const r = await run(["manage-describe"], undefined);
+  assert.notEqual(r.code, 0, `exit 0 would need a valid {protocolVersion, operations}: ${r.stdout}`);
+  assert.equal(r.stdout, "");
+  assert.notEqual(r.stderr.trim(), "");
+  for (const op of ["validate-options", "preflight-release-backing"]) {
+    const refusedOp = await run([op, "--workspace-id", "w"], undefined);
+    assert.notEqual(refusedOp.code, 0, `${op} was accepted`);
+  }
 });
 
 describe("create, inspect, pause, resume, destroy", () => {
   test("inspect of an unknown workspace is missing", async () => {
     const r = await inspect(newWorkspaceId("never"), me);
-    assert.deepEqual(r, { type: "inspection", protocolVersion: 1, inspection: { status: "missing" } });
+    assert.deepEqual(r, { type: "inspection", protocolVersion: PROTOCOL_VERSION, inspection: { status: "missing" } });
   });
 
   test("create returns ready state at /workspace with fresh content, then adopts", async () => {
@@ -62,7 +78,7 @@ describe("create, inspect, pause, resume, destroy", () => {
     const first = await create(ws, me, createInput(ws, dir));
     made.push([ws, me]);
     assert.equal(first.type, "state");
-    assert.equal(first.protocolVersion, 1);
+    assert.equal(first.protocolVersion, PROTOCOL_VERSION);
     assert.equal(first.state.workspaceId, ws);
     assert.equal(first.state.lifecycle, "ready");
     assert.deepEqual(first.placement, { cwd: "/workspace" });
@@ -76,6 +92,12 @@ describe("create, inspect, pause, resume, destroy", () => {
     assert.equal(seen.inspection.state.workspaceId, ws);
     assert.equal(seen.inspection.state.lifecycle, "ready");
     assert.deepEqual(seen.inspection.placement, { cwd: "/workspace" });
+    // What the daemon merges over every workload's env: the tool directory (Paseo's helper) in
+    // front of the default PATH, and what of the sandbox is kept (its read-write workspace).
+    assert.deepEqual(seen.inspection.state.lifecycleEnvironment, {
+      PATH: `${config.toolDir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`,
+      PASEO_SANDBOX_KEPT: "/workspace",
+    });
   });
 
   test("a discovery create is a workspace like any other", async () => {
@@ -106,12 +128,12 @@ describe("create, inspect, pause, resume, destroy", () => {
 
   test("pause and resume are idempotent and exec needs ready", async () => {
     const { ws } = await fresh("pause");
-    assert.deepEqual(await lifecycle("pause", ws, me), { type: "ok", protocolVersion: 1 });
+    assert.deepEqual(await lifecycle("pause", ws, me), { type: "ok", protocolVersion: PROTOCOL_VERSION });
     const paused = await inspect(ws, me);
     assert.equal(paused.inspection.status, "paused");
     assert.equal(paused.inspection.state.lifecycle, "paused");
     assert.deepEqual(paused.inspection.placement, { cwd: "/workspace" });
-    assert.deepEqual(await lifecycle("pause", ws, me), { type: "ok", protocolVersion: 1 });
+    assert.deepEqual(await lifecycle("pause", ws, me), { type: "ok", protocolVersion: PROTOCOL_VERSION });
     const blocked = await execPipes(ws, me, ["true"]);
     assert.notEqual(blocked.exit?.code, 0, `exec in a paused workspace ran: ${show(blocked)}`);
     assert.equal(blocked.violation, null, show(blocked));
@@ -131,10 +153,10 @@ describe("create, inspect, pause, resume, destroy", () => {
     const { ws, dir } = await fresh("destroy");
     const write = await execPipes(ws, me, ["sh", "-c", "echo kept > /workspace/file"]);
     assert.equal(write.exit?.code, 0, show(write));
-    assert.deepEqual(await destroy(ws, me), { type: "ok", protocolVersion: 1 });
+    assert.deepEqual(await destroy(ws, me), { type: "ok", protocolVersion: PROTOCOL_VERSION });
     assert.equal((await inspect(ws, me)).inspection.status, "missing");
-    assert.deepEqual(await destroy(ws, me), { type: "ok", protocolVersion: 1 });
-    assert.deepEqual(await destroy(newWorkspaceId("never"), me), { type: "ok", protocolVersion: 1 });
+    assert.deepEqual(await destroy(ws, me), { type: "ok", protocolVersion: PROTOCOL_VERSION });
+    assert.deepEqual(await destroy(newWorkspaceId("never"), me), { type: "ok", protocolVersion: PROTOCOL_VERSION });
     const { readFileSync } = await import("node:fs");
     assert.equal(readFileSync(`${dir}/file`, "utf8"), "kept\n", "destroy removes only owned resources");
   });
@@ -149,7 +171,7 @@ describe("refusals: a clear diagnostic, a non-zero exit, nothing created", () =>
   test("requests with unknown keys at any level or another protocol version", async () => {
     dir = makeWorkspaceDir(ws);
     const mutations = {
-      "protocolVersion 2": (r) => (r.protocolVersion = 2),
+      [`protocolVersion ${OTHER_VERSION}`]: (r) => (r.protocolVersion = OTHER_VERSION),
       "protocolVersion 0": (r) => (r.protocolVersion = 0),
       "protocolVersion \"1\"": (r) => (r.protocolVersion = "1"),
       "no protocolVersion": (r) => delete r.protocolVersion,
@@ -188,7 +210,7 @@ describe("refusals: a clear diagnostic, a non-zero exit, nothing created", () =>
     await refused(["create"], good);
     await refused(["create", "--workspace-id"], good);
     await refused(["create", "--workspace-id", ws, "--extra"], good);
-    await refused(["inspect", "--workspace-id", ws], '{"protocolVersion":2,"runtimeInstanceId":"x","options":{}}\n');
+    await refused(["inspect", "--workspace-id", ws], `{"protocolVersion":${OTHER_VERSION},"runtimeInstanceId":"x","options":{}}\n`);
     await refused(["frobnicate", "--workspace-id", ws], good);
     await refused([], "");
     await expectNothing();
@@ -236,7 +258,7 @@ describe("ownership by runtimeInstanceId", () => {
     const { ws: theirs } = await fresh("rec-theirs", other);
     assert.deepEqual(await lifecycle("reconcile", undefined, me, { workspaceIds: [mine] }), {
       type: "ok",
-      protocolVersion: 1,
+      protocolVersion: PROTOCOL_VERSION,
     });
     assert.equal((await inspect(mine, me)).inspection.status, "ready", "reconcile removed a listed workspace");
     assert.equal((await inspect(theirs, other)).inspection.status, "ready", "reconcile removed another daemon's workspace");
@@ -244,7 +266,7 @@ describe("ownership by runtimeInstanceId", () => {
     assert.equal((await inspect(mine, me)).inspection.status, "ready");
     assert.deepEqual(await lifecycle("reconcile", undefined, other, { workspaceIds: [theirs] }), {
       type: "ok",
-      protocolVersion: 1,
+      protocolVersion: PROTOCOL_VERSION,
     });
     assert.equal((await inspect(mine, me)).inspection.status, "ready");
   });

@@ -18,6 +18,7 @@ import {
   show,
   spawnEnvelope,
 } from "./driver.mjs";
+import { PROTOCOL_VERSION, OTHER_VERSION } from "./contract.mjs";
 
 const me = newInstanceId();
 const ws = newWorkspaceId("pty");
@@ -36,7 +37,7 @@ function clean(r, code = 0) {
   assert.equal(r.violation, null, show(r));
   assert.equal(r.types[0], "started", show(r));
   assert.deepEqual(r.types.slice(-2), ["eof", "exit"], show(r));
-  assert.deepEqual(r.exit, { type: "exit", protocolVersion: 1, code, signal: null }, show(r));
+  assert.deepEqual(r.exit, { type: "exit", protocolVersion: PROTOCOL_VERSION, code, signal: null }, show(r));
   assert.deepEqual(r.wrapper, { code, signal: null }, show(r));
 }
 
@@ -129,10 +130,10 @@ test("invalid control frames change nothing: no ack, no resize, no signal", asyn
   const e = pty(["sh", "-c", "read a; stty size"], 24, 80);
   await e.waitFor("started");
   for (const bad of [
-    '{"type":"resize","protocolVersion":1,"id":90,"rows":0,"cols":80}\n',
-    '{"type":"resize","protocolVersion":2,"id":91,"rows":30,"cols":80}\n',
-    '{"type":"resize","protocolVersion":1,"id":92,"rows":30,"cols":80,"x":1}\n',
-    '{"type":"signal","protocolVersion":1,"signal":"SIGKILL","pid":1}\n',
+    `{"type":"resize","protocolVersion":${PROTOCOL_VERSION},"id":90,"rows":0,"cols":80}\n`,
+    `{"type":"resize","protocolVersion":${OTHER_VERSION},"id":91,"rows":30,"cols":80}\n`,
+    `{"type":"resize","protocolVersion":${PROTOCOL_VERSION},"id":92,"rows":30,"cols":80,"x":1}\n`,
+    `{"type":"signal","protocolVersion":${PROTOCOL_VERSION},"signal":"SIGKILL","pid":1}\n`,
   ]) {
     e.sendControl(bad);
   }
