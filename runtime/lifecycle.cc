@@ -14,6 +14,7 @@
 #include "common/request_checks.h"
 #include "common/rpc_errors.h"
 #include "common/search_path.h"
+#include "runtime/git_source.h"
 
 namespace paseo::runtime {
 namespace {
@@ -32,9 +33,17 @@ absl::Status Rpc(Fn&& fn) {
 }
 
 Found ToFound(api::Sandbox::Client sandbox, api::SandboxInfo::Reader info) {
-  Found f{kj::mv(sandbox), info.getId(), info.getState(), info.getStateReason(), {}, {}, {}};
+  Found f{kj::mv(sandbox), info.getId(), info.getState(), info.getStateReason(), {}, {}, {},
+          {}, {}, {}};
   for (auto label : info.getLabels()) f.labels[label.getKey()] = label.getValue();
   for (auto t : info.getPaths().getToolDirectories()) f.tool_directories.emplace_back(t.cStr());
+  f.profile = info.getProfile().cStr();
+  f.network_mode = info.getNetwork().getMode().cStr();
+  for (auto rule : info.getNetwork().getAllowNames()) {
+    std::vector<uint16_t> ports;
+    for (uint16_t p : rule.getPorts()) ports.push_back(p);
+    f.allow_names.emplace_back(rule.getName().cStr(), std::move(ports));
+  }
   for (auto k : info.getPaths().getKept()) f.kept.emplace_back(k.cStr());
   return f;
 }
@@ -83,12 +92,143 @@ absl::Status CheckLabelValue(const char* key, const std::string& value) {
   return absl::OkStatus();
 }
 
+std::string Describe(const ProcessExit& exit) {
+  switch (exit.kind) {
+    case ProcessExit::kExited: return absl::StrCat("exit status ", exit.value);
+    case ProcessExit::kSignaled: return absl::StrCat("killed by signal ", exit.value);
+    case ProcessExit::kOomKilled: return "out of memory";
+    default: return "could not be started";
+  }
+}
+
+// Collects the tail of one output stream and when it ended.
+class TailSink final : public api::OutputSink::Server {
+ public:
+  explicit TailSink(kj::Own<kj::PromiseFulfiller<void>> ended) : ended_(kj::mv(ended)) {}
+  std::string tail;
+
+ protected:
+  kj::Promise<void> write(WriteContext context) override {
+    auto data = context.getParams().getData();
+    tail.append(reinterpret_cast<const char*>(data.begin()), data.size());
+    if (tail.size() > kMaxTail) tail.erase(0, tail.size() - kMaxTail);
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> gap(GapContext) override { return kj::READY_NOW; }
+  kj::Promise<void> end(EndContext) override {
+    ended_->fulfill();
+    return kj::READY_NOW;
+  }
+
+ private:
+  static constexpr size_t kMaxTail = 2000;
+  kj::Own<kj::PromiseFulfiller<void>> ended_;
+};
+
+// Runs argv in the sandbox's workspace (the service's default env for its user, plus `env`)
+// and waits for its end: its exit, and what it wrote to stdout and stderr (the last bytes).
+struct Ran {
+  ProcessExit exit;
+  std::string output;
+};
+absl::StatusOr<Ran> RunInWorkspace(Session& s, api::Sandbox::Client& sandbox,
+                                   const std::vector<std::string>& argv,
+                                   const std::vector<std::string>& env,
+                                   const std::string& workspace_cwd = ".") {
+  Ran ran;
+  absl::Status st = Rpc([&] {
+    auto start = sandbox.startProcessRequest();
+    auto spec = start.initSpec();
+    auto a = spec.initArgv(static_cast<unsigned>(argv.size()));
+    for (unsigned i = 0; i < a.size(); ++i) a.set(i, argv[i]);
+    auto e = spec.initEnv(static_cast<unsigned>(env.size()));
+    for (unsigned i = 0; i < e.size(); ++i) e.set(i, env[i]);
+    spec.setWorkspaceCwd(workspace_cwd);
+    spec.setOutput(api::OutputMode::LOSSLESS);
+    auto process = start.send().getProcess();
+    process.closeInputRequest().send().detach([](kj::Exception&&) {});
+    auto out_ended = kj::newPromiseAndFulfiller<void>();
+    auto err_ended = kj::newPromiseAndFulfiller<void>();
+    auto out_sink = kj::heap<TailSink>(kj::mv(out_ended.fulfiller));
+    auto err_sink = kj::heap<TailSink>(kj::mv(err_ended.fulfiller));
+    TailSink& out = *out_sink;
+    TailSink& err = *err_sink;
+    auto sub_out = process.subscribeRequest();
+    sub_out.setStream(api::Stream::STDOUT);
+    sub_out.setSink(kj::mv(out_sink));
+    auto sub_err = process.subscribeRequest();
+    sub_err.setStream(api::Stream::STDERR);
+    sub_err.setSink(kj::mv(err_sink));
+    auto subscribed_out = sub_out.send();
+    auto subscribed_err = sub_err.send();
+    auto waited = process.waitRequest().send().wait(s.wait_scope);
+    ran.exit = FromCapnp(waited.getStatus());
+    // Bounded: output a descendant keeps writing must not hold the create.
+    out_ended.promise.exclusiveJoin(s.timer.afterDelay(5 * kj::SECONDS)).wait(s.wait_scope);
+    err_ended.promise.exclusiveJoin(s.timer.afterDelay(5 * kj::SECONDS)).wait(s.wait_scope);
+    ran.output = out.tail + err.tail;
+  });
+  if (!st.ok()) return st;
+  return ran;
+}
+
+absl::Status CloneInto(Session& s, Found& made, const GitSource& git) {
+  GitRemote remote = *ParseGitUrl(git.url);  // checked before the sandbox was made
+  if (made.network_mode != "sandbox") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "git source ", git.url, ": profile ", made.profile,
+        " has no network (network.mode \"", made.network_mode, "\"); a git source is cloned "
+        "inside the sandbox, through its own network: use a profile with network mode "
+        "\"sandbox\" that allows ", remote.host, " on port ", remote.port));
+  }
+  if (!AllowsRemote(made.allow_names, remote)) {
+    std::vector<std::string> allowed;
+    for (const auto& [name, ports] : made.allow_names)
+      allowed.push_back(absl::StrCat(name, ":", absl::StrJoin(ports, ",")));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "git source ", git.url, ": profile ", made.profile, " does not allow ", remote.host,
+        " on port ", remote.port, " (its network.allowNames: ",
+        allowed.empty() ? "none" : absl::StrJoin(allowed, " "), ")"));
+  }
+  for (const auto& argv : {GitCloneArgv(git), GitCheckoutArgv(git)}) {
+    auto ran = RunInWorkspace(s, made.sandbox, argv, GitEnvironment());
+    if (!ran.ok()) return absl::Status(ran.status().code(),
+                                       absl::StrCat("git source ", git.url, ": ", argv[1] == "-c"
+                                                    ? "clone" : "checkout", ": ",
+                                                    ran.status().message()));
+    if (ran->exit.kind != ProcessExit::kExited || ran->exit.value != 0) {
+      std::string said = ran->output;
+      while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+      return absl::FailedPreconditionError(absl::StrCat(
+          "git source ", git.url, " (revision ", git.revision, "): `", absl::StrJoin(argv, " "),
+          "` failed in the sandbox (", Describe(ran->exit), ")", said.empty() ? "" : ": ", said));
+    }
+  }
+  if (git.subdirectory) {
+    // Checked by the service as any workspaceCwd: a directory beneath the workspace, reached
+    // without a symlink out of it.
+    auto ran = RunInWorkspace(s, made.sandbox, {"true"}, {}, *git.subdirectory);
+    if (!ran.ok() || ran->exit.kind != ProcessExit::kExited || ran->exit.value != 0)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "git source ", git.url, ": revision ", git.revision, " has no directory ",
+          *git.subdirectory));
+  }
+  return absl::OkStatus();
+}
+
+// Where Paseo works in the workspace (placement.cwd): /workspace, or a git source's
+// subdirectory of it (its paseo.cwd label).
+std::string PlacementCwd(const Found& found) {
+  std::string cwd = Label(found, kCwdLabel);
+  return cwd.empty() ? kWorkspaceDestination : cwd;
+}
+
 absl::StatusOr<std::string> CreateResponse(const std::string& workspace_id, const Found& found,
                                            bool fresh) {
   std::string why = NotUsable(found);
   if (!why.empty()) return absl::FailedPreconditionError(why);
   Lifecycle lifecycle = found.state == "paused" ? Lifecycle::kPaused : Lifecycle::kReady;
-  return StateResponse(workspace_id, lifecycle, kWorkspaceDestination, fresh);
+  return StateResponse(workspace_id, lifecycle, PlacementCwd(found), fresh);
 }
 
 }  // namespace
@@ -154,11 +294,14 @@ absl::StatusOr<std::string> Create(Session& s, const std::string& workspace_id,
                                                    input.workspace_id, "\" is not --workspace-id \"",
                                                    workspace_id, "\""));
   }
-  if (std::holds_alternative<GitSource>(input.source)) {
-    return absl::UnimplementedError(
-        "git sources need a sandbox network; not supported yet (use a directory source)");
+  const GitSource* git = std::get_if<GitSource>(&input.source);
+  if (git != nullptr) {
+    absl::Status checked = CheckGitSource(*git);
+    if (!checked.ok()) return checked;
   }
-  const std::string& path = std::get<DirectorySource>(input.source).path;
+  // What the sandbox's paseo.source label says: the directory, or the git URL and revision.
+  const std::string path =
+      git != nullptr ? GitSourceLabel(*git) : std::get<DirectorySource>(input.source).path;
   for (auto [key, value] : {std::pair<const char*, const std::string&>{kInstanceLabel, s.instance},
                             {kWorkspaceLabel, workspace_id},
                             {kSourceLabel, path}}) {
@@ -192,16 +335,23 @@ absl::StatusOr<std::string> Create(Session& s, const std::string& workspace_id,
     if (s.options.profile) spec.setProfile(*s.options.profile);
     spec.setKey(*key);
     auto ws = spec.initWorkspaces(1)[0];
-    ws.setPath(path);
+    // A git source is cloned into a directory of the sandbox's own, removed with it.
+    if (git != nullptr) ws.setEmpty(true);
+    else ws.setPath(path);
     ws.setDestination(kWorkspaceDestination);
     ws.setMode(api::AccessMode::READ_WRITE);
-    auto labels = spec.initLabels(3);
+    bool sub = git != nullptr && git->subdirectory.has_value();
+    auto labels = spec.initLabels(sub ? 4 : 3);
     labels[0].setKey(kInstanceLabel);
     labels[0].setValue(s.instance);
     labels[1].setKey(kWorkspaceLabel);
     labels[1].setValue(workspace_id);
     labels[2].setKey(kSourceLabel);
     labels[2].setValue(path);
+    if (sub) {
+      labels[3].setKey(kCwdLabel);
+      labels[3].setValue(absl::StrCat(kWorkspaceDestination, "/", *git->subdirectory));
+    }
     auto creds = spec.initCredentials(static_cast<unsigned>(s.options.credentials.size()));
     for (unsigned i = 0; i < s.options.credentials.size(); ++i)
       creds.set(i, s.options.credentials[i]);
@@ -212,6 +362,22 @@ absl::StatusOr<std::string> Create(Session& s, const std::string& workspace_id,
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat("create: ", st.message()));
   // Not created: a concurrent create with the same key won; adopt it like any existing one.
   if (!created) return adopt(*made, false);
+  if (git != nullptr) {
+    // Cloned through the sandbox's own network policy; a refusal or a failed clone deletes the
+    // sandbox (and with it its workspace), so nothing is left behind.
+    absl::Status cloned = CloneInto(s, *made, *git);
+    if (!cloned.ok()) {
+      absl::Status gone = Rpc([&] {
+        auto del = made->sandbox.deleteRequest();
+        del.setForce(true);
+        del.send().wait(s.wait_scope);
+      });
+      if (!gone.ok() && !absl::IsNotFound(gone))
+        return absl::Status(cloned.code(), absl::StrCat(cloned.message(), "; and deleting its "
+                                                        "sandbox failed: ", gone.message()));
+      return cloned;
+    }
+  }
   return CreateResponse(workspace_id, *made, true);
 }
 
@@ -225,7 +391,7 @@ absl::StatusOr<std::string> Inspect(Session& s, const std::string& workspace_id)
   std::string why = NotUsable(f);
   if (!why.empty()) return InspectionError(why);
   return InspectionState(workspace_id, f.state == "paused" ? Lifecycle::kPaused : Lifecycle::kReady,
-                         kWorkspaceDestination, LifecycleEnvironment(f));
+                         PlacementCwd(f), LifecycleEnvironment(f));
 }
 
 std::vector<std::pair<std::string, std::string>> LifecycleEnvironment(const Found& found) {
@@ -249,7 +415,7 @@ absl::StatusOr<std::string> Resume(Session& s, const std::string& workspace_id) 
   if (!found.ok()) return found.status();
   absl::Status st = Rpc([&] { found->sandbox.resumeRequest().send().wait(s.wait_scope); });
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat("resume: ", st.message()));
-  return StateResponse(workspace_id, Lifecycle::kReady, kWorkspaceDestination, std::nullopt);
+  return StateResponse(workspace_id, Lifecycle::kReady, PlacementCwd(*found), std::nullopt);
 }
 
 absl::StatusOr<std::string> Destroy(Session& s, const std::string& workspace_id) {

@@ -23,6 +23,7 @@ inline constexpr char kKeyPrefix[] = "paseo/";
 inline constexpr char kInstanceLabel[] = "paseo.runtime-instance";
 inline constexpr char kWorkspaceLabel[] = "paseo.workspace";
 inline constexpr char kSourceLabel[] = "paseo.source";
+inline constexpr char kCwdLabel[] = "paseo.cwd";  // a git source's subdirectory, as placement.cwd
 inline constexpr char kWorkspaceDestination[] = "/workspace";
 
 // What every operation needs: the API, the event loop, who we are and where we work.
@@ -51,6 +52,8 @@ struct Found {
   std::string id, state, state_reason;
   std::map<std::string, std::string> labels;
   std::vector<std::string> tool_directories, kept;  // SandboxInfo.paths
+  std::string profile, network_mode;
+  std::vector<std::pair<std::string, std::vector<uint16_t>>> allow_names;  // network.allowNames
 };
 // What inspect reports as state.lifecycleEnvironment, which the daemon merges over every
 // workload's env (docs/paseo.md): PATH with the sandbox's tool directories in front of the

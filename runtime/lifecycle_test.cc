@@ -100,13 +100,20 @@ TEST_F(LifecycleTest, CreateIsIdempotentAndRefusesAnotherSourceOrOwner) {
             StateResponse("ws1", Lifecycle::kPaused, "/workspace", false));
 }
 
-TEST_F(LifecycleTest, CreateRefusesGitSourcesMismatchedIdsAndOverlongKeys) {
+TEST_F(LifecycleTest, CreateRefusesGitSourcesWithoutANetworkMismatchedIdsAndOverlongKeys) {
   Session s = Make();
   LifecycleRequest git = DirectoryRequest("ws1", "/src");
   git.input->source = GitSource{"https://example.test/r.git", "main", std::nullopt};
+  // The fake's sandboxes have no network: refused after the create, and the sandbox deleted.
   auto r = Create(s, "ws1", git);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_NE(r.status().message().find("git sources need a sandbox network"), std::string::npos);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("has no network"), std::string::npos) << r.status();
+  ASSERT_EQ(service_.sandboxes.size(), 1u);
+  EXPECT_TRUE(service_.sandboxes.begin()->second.deleted) << "a refused git source leaves no sandbox";
+  EXPECT_TRUE(service_.sandboxes.begin()->second.delete_force);
+  // A URL that could not be reached by name is refused before anything is made.
+  git.input->source = GitSource{"ssh://git@example.test/r.git", "main", std::nullopt};
+  EXPECT_EQ(Create(s, "ws1", git).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(Create(s, "ws2", DirectoryRequest("ws1", "/src")).ok());
   LifecycleRequest no_input = DirectoryRequest("ws1", "/src");
   no_input.input.reset();
@@ -116,7 +123,9 @@ TEST_F(LifecycleTest, CreateRefusesGitSourcesMismatchedIdsAndOverlongKeys) {
   std::string fits(250, 'a');
   EXPECT_TRUE(Create(s, fits, DirectoryRequest(fits, "/src")).ok());
   EXPECT_FALSE(Create(s, "ws3", DirectoryRequest("ws3", "/" + std::string(300, 'd'))).ok());
-  EXPECT_EQ(service_.sandboxes.size(), 1u);  // only `fits`
+  size_t live = 0;
+  for (const auto& [id, sb] : service_.sandboxes) live += sb.deleted ? 0 : 1;
+  EXPECT_EQ(live, 1u);  // only `fits`
 }
 
 TEST_F(LifecycleTest, InspectReportsEveryState) {
@@ -272,10 +281,10 @@ namespace {
 // agents it starts find the tool directories (the helper) and learn what is kept; the
 // envelope's own env stays exactly what it is.
 TEST(LifecycleEnvironmentTest, NamesTheToolPathAndTheKeptSetOnlyWhenThereAreAny) {
-  Found none{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {}, {}};
+  Found none{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {}, {}, {}, {}, {}};
   EXPECT_TRUE(LifecycleEnvironment(none).empty());
   Found full{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {"/opt/paseo/bin"},
-             {"/workspace", "/home/agent/.claude"}};
+             {"/workspace", "/home/agent/.claude"}, {}, {}, {}};
   auto env = LifecycleEnvironment(full);
   ASSERT_EQ(env.size(), 2u);
   EXPECT_EQ(env[0].first, "PATH");

@@ -21,7 +21,9 @@
 // runs with --protocol-version 2; //testing:conformance_v2_test sets it by its environment); the others choose test files
 // (e.g. lossless.test.mjs); default all.
 #include <chrono>
+#include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "testing/harness.h"
+#include "testing/test_internet.h"
 
 namespace paseo::testing {
 namespace {
@@ -47,10 +50,64 @@ constexpr char kDeployment[] = "conformance";
 constexpr char kProfile[] = "conformance";
 constexpr char kToolDir[] = "/opt/paseo/bin";
 
+// The agent rootfs (PASEO_AGENT_ROOTFS, <out>/<version>) for the profiles that run git and the
+// agent CLIs; without it, the suites that need them say they are skipped.
+std::string AgentRootfs() {
+  const char* rootfs = getenv("PASEO_AGENT_ROOTFS");
+  return rootfs != nullptr ? rootfs : "";
+}
+std::string AgentVersion() {
+  std::string r = AgentRootfs();
+  return r.substr(r.rfind('/') + 1);
+}
+
+// The test's CA and a certificate it signed for the fake model APIs' names (openssl CLI), in
+// `dir`; the sandbox gets only ca.pem (a read-only tool root at /opt/test-ca).
+void MakeCertificates(const std::string& dir) {
+  std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  std::string script =
+      "set -e; cd '" + dir + "'; exec >openssl.log 2>&1\n"
+      "openssl req -x509 " + ec + " -keyout ca.key -out ca.pem -days 2 -subj '/CN=paseo test CA'"
+      " -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign\n"
+      "openssl req " + ec + " -keyout server.key -out server.csr -subj '/CN=api.anthropic.com'\n"
+      "printf 'subjectAltName=DNS:api.anthropic.com,DNS:api.openai.com\\n"
+      "basicConstraints=CA:FALSE\\nextendedKeyUsage=serverAuth\\n' > server.ext\n"
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile server.ext -out server.pem\n"
+      "chmod 0644 ca.pem\n";
+  if (std::system(script.c_str()) != 0) Die("openssl failed: " + ReadFile(dir + "/openssl.log"));
+}
+
+// Two bare repositories for git sources, served by testing/git-http-server.mjs: public.git and
+// private-repo.git (which needs the registered credential), each with a commit holding
+// README and pkg/app/, and a tag v1 on it; main has one more commit after the tag.
+void MakeRepositories(const std::string& base) {
+  std::string script =
+      "set -e; cd '" + base + "'; exec >git.log 2>&1\n"
+      "export GIT_CONFIG_NOSYSTEM=1 HOME='" + base + "/git-home'; mkdir -p git-home\n"
+      "git init -q -b main git-src; cd git-src\n"
+      "echo 'conformance repo' > README; mkdir -p pkg/app; echo app > pkg/app/main.txt\n"
+      "git add .; git -c user.email=t@example -c user.name=t commit -qm first; git tag v1\n"
+      "echo more >> README; git -c user.email=t@example -c user.name=t commit -qam second\n"
+      "cd ..; mkdir -p git-repos\n"
+      "git clone -q --bare git-src git-repos/public.git\n"
+      "git clone -q --bare git-src git-repos/private-repo.git\n";
+  if (std::system(script.c_str()) != 0) Die("git setup failed: " + ReadFile(base + "/git.log"));
+}
+
+constexpr char kGitUser[] = "paseo";
+constexpr char kGitToken[] = "conformance-token-0f1e2d";
+
 ServiceOptions ConformanceService() {
   ServiceOptions options;
   options.helper_json_extra = ", \"onRestart\": \"keep\"";
-  options.before_start = [](const std::string& base) {
+  bool agent = !AgentRootfs().empty();
+  if (agent) {
+    options.extra_rootfs = AgentRootfs();
+    options.helper_json_extra +=
+        R"(, "network": {"pool": "10.97.0.0/24", "dnsUpstreams": ["203.0.113.53"]})";
+  }
+  options.before_start = [agent](const std::string& base) {
     std::string root = base + "/ws-conf";
     Check(mkdir(root.c_str(), 0775) == 0, "mkdir ws-conf");
     // The client is uid 0, judged by mode bits like any uid: it gets in through group 0.
@@ -60,18 +117,86 @@ ServiceOptions ConformanceService() {
     WriteText(helper_root + "/paseo-workspace-helper",
               "#!/bin/sh\necho \"helper $*\"\necho \"$0\"\npwd\n");
     Check(chmod((helper_root + "/paseo-workspace-helper").c_str(), 0755) == 0, "chmod helper");
+    std::string profiles = std::string("\"") + kProfile + "\"";
+    std::string tool_roots = "{\"name\": \"paseo-helper\", \"hostPath\": \"" + helper_root + "\"}";
+    std::string credential_roots;
+    std::string tools =
+        std::string("{\"name\": \"paseo-helper\", \"destination\": \"") + kToolDir + "\"}";
+    if (agent) {
+      // Credential directories an agent keeps in its home (read-write: it refreshes tokens),
+      // and the git credential (read-only) in git's own place for its `store` helper.
+      for (const char* name : {"claude", "codex", "git"}) {
+        std::string dir = base + "/cred-" + name;
+        Check(mkdir(dir.c_str(), 0700) == 0 && chown(dir.c_str(), 4242, 4242) == 0,
+              "mkdir cred");
+      }
+      WriteText(base + "/cred-git/credentials", std::string("http://") + kGitUser + ":" +
+                                                    kGitToken + "@git.example:8180\n");
+      Check(chown((base + "/cred-git/credentials").c_str(), 4242, 4242) == 0, "chown cred");
+      WriteText(base + "/cred-claude/.credentials.json",
+                R"({"claudeAiOauth": {"accessToken": "conformance-access", "refreshToken": "r"}})");
+      Check(chown((base + "/cred-claude/.credentials.json").c_str(), 4242, 4242) == 0, "chown");
+      std::string ca = base + "/test-ca";
+      Check(mkdir(ca.c_str(), 0755) == 0, "mkdir test-ca");
+      MakeCertificates(ca);
+      MakeRepositories(base);
+      tool_roots += ", {\"name\": \"test-ca\", \"hostPath\": \"" + ca + "\"}";
+      credential_roots = ", \"credentialRoots\": [{\"name\": \"claude\", \"hostPath\": \"" + base +
+                         "/cred-claude\"}, {\"name\": \"codex\", \"hostPath\": \"" + base +
+                         "/cred-codex\"}, {\"name\": \"git\", \"hostPath\": \"" + base +
+                         "/cred-git\"}]";
+      // One profile reaches the git server and the model APIs; one only the model APIs.
+      std::string common = "\"rootfsVersion\": \"" + AgentVersion() +
+                           "\", \"outputBufferBytes\": 4194304, \"tools\": [" + tools +
+                           ", {\"name\": \"test-ca\", \"destination\": \"/opt/test-ca\"}], "
+                           "\"credentials\": [{\"name\": \"claude\", \"destination\": "
+                           "\"/home/agent/.claude\", \"writable\": true}, {\"name\": \"codex\", "
+                           "\"destination\": \"/home/agent/.codex\", \"writable\": true}, "
+                           "{\"name\": \"git\", \"destination\": \"/home/agent/.config/git\"}]";
+      std::string apis = "{\"name\": \"api.anthropic.com\", \"ports\": [443]}, "
+                         "{\"name\": \"api.openai.com\", \"ports\": [443]}";
+      WriteText(base + "/etc/profiles/conformance-agent.json",
+                "{\"name\": \"conformance-agent\", " + common +
+                    ", \"network\": {\"mode\": \"sandbox\", \"allowNames\": [" + apis +
+                    ", {\"name\": \"git.example\", \"ports\": [8180]}]}}");
+      WriteText(base + "/etc/profiles/conformance-nogit.json",
+                "{\"name\": \"conformance-nogit\", " + common +
+                    ", \"network\": {\"mode\": \"sandbox\", \"allowNames\": [" + apis + "]}}");
+      profiles += ", \"conformance-agent\", \"conformance-nogit\"";
+    }
     WriteText(base + "/etc/deployments/conformance.json",
               std::string("{\"id\": \"") + kDeployment +
                   "\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": \"" + root +
-                  "\"}], \"runAs\": {\"uid\": 4242, \"gid\": 4242}, \"profiles\": [\"" + kProfile +
-                  "\"], \"maxSandboxes\": 64, \"toolRoots\": [{\"name\": \"paseo-helper\", " +
-                  "\"hostPath\": \"" + helper_root + "\"}]}");
+                  "\"}], \"runAs\": {\"uid\": 4242, \"gid\": 4242}, \"profiles\": [" + profiles +
+                  "], \"maxSandboxes\": 64, \"toolRoots\": [" + tool_roots + "]" +
+                  credential_roots + "}");
     WriteText(base + "/etc/profiles/conformance.json",
               std::string("{\"name\": \"") + kProfile +
-                  "\", \"outputBufferBytes\": 4194304, \"tools\": [{\"name\": \"paseo-helper\", " +
-                  "\"destination\": \"" + kToolDir + "\"}]}");
+                  "\", \"outputBufferBytes\": 4194304, \"tools\": [" + tools + "]}");
   };
   return options;
+}
+
+// A server of the suite's, run in the test internet's namespace (testing/test_internet.h) with
+// its stdout to `log`: the git server, the fake model API.
+pid_t StartInInternet(const std::vector<std::string>& argv, const std::string& log) {
+  int out = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  Check(out >= 0, "open " + log);
+  std::string pin = InternetPin();
+  std::vector<std::string> env = {"PATH=/usr/bin:/bin"};
+  pid_t pid = SpawnStdio(argv, STDIN_FILENO, out, STDERR_FILENO, env, [pin] {
+    int fd = open(pin.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) return errno;
+    return 0;
+  });
+  close(out);
+  // Listening once its first line is written.
+  for (int i = 0; i < 200; ++i) {
+    if (ReadFile(log).find("listening") != std::string::npos) return pid;
+    usleep(50000);
+  }
+  Die("a test server did not start: " + argv[1] + ": " + ReadFile(log));
+  return -1;
 }
 
 // The suite's source directory: the runfile package.json is a symlink into the source tree,
@@ -168,6 +293,30 @@ int Run(int argc, char** argv) {
   int listener = Listen(control);
 
   std::string node = Capture("command -v node");
+  // The git server and the fake model APIs, in the test's own internet (the privhelper resolves
+  // through its DNS server; nothing leaves the test's namespaces).
+  std::vector<pid_t> servers;
+  std::string agent_profile;
+  if (!AgentRootfs().empty()) {
+    absl::Status internet = BuildInternet();
+    if (!internet.ok()) Die("the test internet: " + std::string(internet.message()));
+    std::string base = svc.base();
+    servers.push_back(StartInInternet(
+        {node, Runfile("testing/git-http-server.mjs"), "--root", base + "/git-repos", "--host",
+         "203.0.113.30", "--port", "8180", "--user", kGitUser, "--token", kGitToken},
+        base + "/git-server.jsonl"));
+    WriteText(base + "/model-script.json",
+              R"({"steps": [{"bash": "echo made-by-the-agent > proof.txt && git add proof.txt && )"
+              R"(git -c user.email=agent@example -c user.name=agent commit -qm 'agent proof'"},)"
+              R"( {"text": "DONE: proof committed"}]})");
+    servers.push_back(StartInInternet(
+        {node, Runfile("testing/fake-model-api/server.mjs"), "--cert",
+         base + "/test-ca/server.pem", "--key", base + "/test-ca/server.key", "--port", "443",
+         "--host", "0.0.0.0", "--script", base + "/model-script.json", "--log",
+         base + "/model.jsonl"},
+        base + "/model-server.out"));
+    agent_profile = "conformance-agent";
+  }
   // Every exec in the suite is bounded (driver.mjs); this is only the backstop for a hung file.
   std::vector<std::string> args = {node, "--test", "--test-concurrency=1", "--test-timeout=1200000",
                                    "--test-reporter=spec",
@@ -195,6 +344,16 @@ int Run(int argc, char** argv) {
   env.push_back("PASEO_CONFORMANCE_CONTROL=" + control);
   env.push_back(std::string("PASEO_CONFORMANCE_TOOL_DIR=") + kToolDir);
   env.push_back("PASEO_CONFORMANCE_PROTOCOL=" + protocol);
+  // The agent profiles (empty without the agent rootfs: those suites are skipped).
+  env.push_back("PASEO_CONFORMANCE_AGENT_PROFILE=" + agent_profile);
+  env.push_back("PASEO_CONFORMANCE_NOGIT_PROFILE=" +
+                std::string(agent_profile.empty() ? "" : "conformance-nogit"));
+  env.push_back("PASEO_CONFORMANCE_GIT_BASE=http://git.example:8180");
+  env.push_back(std::string("PASEO_CONFORMANCE_GIT_TOKEN=") + kGitToken);
+  env.push_back("PASEO_CONFORMANCE_GIT_LOG=" + svc.base() + "/git-server.jsonl");
+  env.push_back("PASEO_CONFORMANCE_MODEL_LOG=" + svc.base() + "/model.jsonl");
+  env.push_back("PASEO_CONFORMANCE_CA=/opt/test-ca/ca.pem");
+  env.push_back("PASEO_CONFORMANCE_CREDENTIALS=" + svc.base());
   std::fprintf(stderr, "conformance_test: contract version %s\n", protocol.c_str());
 
   std::fflush(stdout);
@@ -220,6 +379,10 @@ int Run(int argc, char** argv) {
     }
   }
   close(listener);
+  for (pid_t server : servers) {
+    kill(server, SIGTERM);
+    WaitPid(server);
+  }
   bool passed = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!passed) std::fprintf(stderr, "conformance_test: node --test failed (wait status %d)\n", status);
 

@@ -25,6 +25,11 @@ const std::map<std::string, uint32_t> kZone = {
     {"other.example", 0xcb007115},    // 203.0.113.21
     {"x.wild.example", 0xcb007116},   // 203.0.113.22
     {"wild.example", 0xcb007117},     // 203.0.113.23
+    // Servers a suite starts itself (InNetnsFile / RunIn with InternetPin()): a git server,
+    // and the fake model APIs (testing/fake-model-api) under the names the agent CLIs use.
+    {"git.example", 0xcb00711e},        // 203.0.113.30
+    {"api.anthropic.com", 0xcb007128},  // 203.0.113.40
+    {"api.openai.com", 0xcb007129},     // 203.0.113.41
 };
 
 namespace {
@@ -91,6 +96,7 @@ absl::Status Build() {
   if (!linked.ok()) return linked;
   for (const char* a : {"203.0.113.10/32", "169.254.169.254/32", "203.0.113.20/32",
                         "203.0.113.21/32", "203.0.113.22/32", "203.0.113.23/32",
+                        "203.0.113.30/32", "203.0.113.40/32", "203.0.113.41/32",
                         "203.0.113.53/32"})
     if (RunIn(pin, {"ip", "addr", "add", a, "dev", "lo"}) != 0)
       return absl::InternalError(absl::StrCat("ip addr add ", a));

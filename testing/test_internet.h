@@ -1,7 +1,8 @@
 // A small "internet" for the network suites (issue 13), inside a network namespace the test
 // makes: joined to the test's own namespace (the privhelper's host; the harness gives every
 // suite its own) by a veth, 192.0.2.1 here and 192.0.2.2 there. It holds an HTTP responder on
-// ports 80 and 8080 of every address it has (203.0.113.10, .20-.23, 169.254.169.254), a DNS
+// ports 80 and 8080 of every address it has (203.0.113.10, .20-.23, .30, .40, .41,
+// 169.254.169.254; a suite adds its own servers on other ports), a DNS
 // server on 203.0.113.53 (kZone; NXDOMAIN for the rest; it records what it was asked), and the
 // test's namespace routes 203.0.113.0/24 and 169.254.169.254 there. A server on port 8082 of
 // every address of the test's own namespace stands for the host's services.

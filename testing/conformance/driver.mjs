@@ -164,7 +164,7 @@ export async function refused(args, stdin) {
   return r;
 }
 
-export const create = (ws, id, input) => lifecycle("create", ws, id, { input });
+export const create = (ws, id, input, options) => lifecycle("create", ws, id, { input, options });
 export const inspect = (ws, id) => lifecycle("inspect", ws, id);
 export const destroy = (ws, id) => lifecycle("destroy", ws, id);
 
