@@ -336,6 +336,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   r.setEnv(spec.getEnv());
   r.setCwd(spec.getCwd());
   r.setExactEnv(spec.getExactEnv());
+  r.setReportUnkept(spec.getReportUnkept());
   r.setWorkspaceCwd(spec.getWorkspaceCwd());  // resolved by the privhelper, against the workspace
   r.setTty(spec.getTty());
   r.setRows(spec.getRows());

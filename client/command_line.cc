@@ -428,7 +428,12 @@ class Parser {
          "Run on a pseudo-terminal (implies -i): the local terminal goes raw and its size "
          "follows. With exec, or run --keep, Ctrl-P Ctrl-Q detaches and leaves it running.")
         .Flag({'i', "interactive"}, p.interactive,
-              "Forward stdin to the command (its input is closed at end-of-file).")
+              "Forward stdin to the command (its input is closed at end-of-file). Without -i "
+              "the command's stdin is at end-of-file at once (with -t: a terminal nothing types "
+              "at).")
+        .Flag({"report-unkept"}, p.report_unkept,
+              "When the command ends, list on its stderr what it wrote outside the sandbox's "
+              "kept directories (those go with the sandbox; advisory).")
         .Values("env", p.env, "<key>=<value>", "Environment entry; may be repeated.")
         .Value("cwd", p.cwd, "<dir>", "Working directory inside the sandbox.")
         .Value("key", p.key, "<key>",

@@ -53,7 +53,8 @@ std::optional<int> ParseSignal(std::string_view name);
 // "lossless" or "drop-oldest" (--output).
 std::optional<api::OutputMode> ParseOutputMode(std::string_view name);
 
-// How a process is started (run and exec): -t, -i, --env, --cwd, --key, --output.
+// How a process is started (run and exec): -t, -i, --env, --cwd, --key, --output,
+// --report-unkept.
 struct ProcessOptions {
   std::vector<std::string> env;
   std::string cwd;
@@ -61,6 +62,7 @@ struct ProcessOptions {
   bool interactive = false;
   std::string key;  // empty: none
   std::optional<api::OutputMode> output;  // none: DefaultOutputMode
+  bool report_unkept = false;  // --report-unkept (api.capnp ProcessSpec.reportUnkept)
 };
 
 // The output mode when --output is not given: lossless for a pipe process, whose output this

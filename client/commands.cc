@@ -658,6 +658,7 @@ class Commands {
     spec.setTty(p.tty);
     spec.setKey(p.key);
     spec.setOutput(DefaultOutputMode(p));
+    spec.setReportUnkept(p.report_unkept);
     if (p.tty) {
       uint16_t rows, cols;
       TerminalSize(&rows, &cols);

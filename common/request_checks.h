@@ -66,6 +66,7 @@ struct ProcessCommand {
   // workspace itself); unset when the client sent none.
   std::optional<std::string> workspace_cwd;
   bool exact_env = false;  // api.capnp ProcessSpec.exactEnv
+  bool report_unkept = false;  // api.capnp ProcessSpec.reportUnkept
   bool tty = false;
   uint16_t rows = 0;  // tty only
   uint16_t cols = 0;

@@ -134,19 +134,25 @@ std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector
   return out;
 }
 
-std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
+std::vector<std::string> ShimExecArgv(const std::vector<std::string>& env,
                                       const std::vector<std::string>& argv,
-                                      const std::string& search_path) {
+                                      const std::string& search_path, bool exact,
+                                      bool report_unkept, bool runsc_exec) {
   bool home = false;
   const std::string* path = nullptr;
   for (const auto& e : env) {
     home |= absl::StartsWith(e, "HOME=");
     if (path == nullptr && absl::StartsWith(e, "PATH=")) path = &e;
   }
-  if (home && path != nullptr && absl::string_view(*path).substr(5) == search_path) return argv;
+  bool unset_home = exact && runsc_exec && !home;
+  bool unset_path = exact && runsc_exec && path == nullptr;
+  bool lookup = exact && runsc_exec &&
+                (path == nullptr || absl::string_view(*path).substr(5) != search_path);
+  if (!unset_home && !unset_path && !lookup && !report_unkept) return argv;
   std::vector<std::string> out = {kShimPath, "exec", "--path=" + search_path};
-  if (!home) out.emplace_back("--unset=HOME");
-  if (path == nullptr) out.emplace_back("--unset=PATH");
+  if (unset_home) out.emplace_back("--unset=HOME");
+  if (unset_path) out.emplace_back("--unset=PATH");
+  if (report_unkept) out.emplace_back("--report-unkept");
   out.emplace_back("--");
   out.insert(out.end(), argv.begin(), argv.end());
   return out;

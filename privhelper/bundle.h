@@ -55,15 +55,19 @@ std::string KeptFileText(const std::vector<std::string>& kept);
 // in `search_path` (common/search_path.h).
 std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv,
                                  const std::string& search_path);
-// `argv` as the process to run for an exact environment `env` (KEY=VALUE entries; api.capnp
-// ProcessSpec.exactEnv): unchanged if `env` sets HOME and PATH and runsc's own lookup (in env's
-// PATH) is `search_path`'s; else through `shim exec --path=SEARCH --unset=HOME --unset=PATH --`
-// (the ones it lacks), since runsc adds a HOME to every process whose environment has none
-// (and, should it ever add a PATH, that goes too), and only the shim knows the tool directories
-// without putting them in the environment.
-std::vector<std::string> ExactEnvArgv(const std::vector<std::string>& env,
+// `argv` as the process to run, given its environment `env` (KEY=VALUE entries), whether that
+// is exact (api.capnp ProcessSpec.exactEnv) and whether it asked for the not-kept report
+// (ProcessSpec.reportUnkept): unchanged unless one of these needs the shim, else through
+// `shim exec --path=SEARCH [--unset=HOME] [--unset=PATH] [--report-unkept] --`. An exact
+// environment needs it when it lacks HOME or PATH (runsc adds a HOME to every process whose
+// environment has none; should it ever add a PATH, that goes too) or when runsc's own lookup
+// (in env's PATH) would not be `search_path`'s: only the shim knows the tool directories without
+// putting them in the environment. `runsc_exec`: started by `runsc exec` (which adds HOME), not
+// by the spawner (which adds nothing and looks up in the search path itself).
+std::vector<std::string> ShimExecArgv(const std::vector<std::string>& env,
                                       const std::vector<std::string>& argv,
-                                      const std::string& search_path);
+                                      const std::string& search_path, bool exact,
+                                      bool report_unkept, bool runsc_exec = true);
 
 // The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
 std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id);

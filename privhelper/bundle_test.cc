@@ -351,25 +351,43 @@ TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelayWithItsSearchPath) {
                                       "-c", "x"}));
 }
 
-TEST(ExactEnvArgvTest, WhatRunscWouldAddIsUnsetByTheShim) {
-  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}, "/bin"),
+TEST(ShimExecArgvTest, WhatRunscWouldAddIsUnsetByTheShim) {
+  EXPECT_EQ(ShimExecArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}, "/bin", true, false),
             (std::vector<std::string>{"env"}));
-  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}, "/bin"),
+  EXPECT_EQ(ShimExecArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}, "/bin", true, false),
             (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/bin", "--unset=HOME", "--",
                                       "env", "-0"}));
-  EXPECT_EQ(ExactEnvArgv({"HOME=/h"}, {"env"}, "/d"),
+  EXPECT_EQ(ShimExecArgv({"HOME=/h"}, {"env"}, "/d", true, false),
             (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=PATH", "--",
                                       "env"}));
-  EXPECT_EQ(ExactEnvArgv({}, {"-dash"}, "/d"),
+  EXPECT_EQ(ShimExecArgv({}, {"-dash"}, "/d", true, false),
             (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=HOME",
                                       "--unset=PATH", "--", "-dash"}));
+}
+
+TEST(ShimExecArgvTest, WithoutAnExactEnvOrAReportTheProgramRunsAsItIs) {
+  EXPECT_EQ(ShimExecArgv({}, {"true"}, "/opt/t:/bin", false, false),
+            (std::vector<std::string>{"true"}));
+  // The spawner adds no HOME and looks up in the search path itself.
+  EXPECT_EQ(ShimExecArgv({}, {"true"}, "/opt/t:/bin", true, false, /*runsc_exec=*/false),
+            (std::vector<std::string>{"true"}));
+}
+
+TEST(ShimExecArgvTest, TheNotKeptReportRunsTheProgramUnderTheShim) {
+  EXPECT_EQ(ShimExecArgv({"PATH=/bin"}, {"make"}, "/opt/t:/bin", false, true, false),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/opt/t:/bin",
+                                      "--report-unkept", "--", "make"}));
+  EXPECT_EQ(ShimExecArgv({}, {"make"}, "/d", true, true),
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=HOME",
+                                      "--unset=PATH", "--report-unkept", "--", "make"}));
 }
 
 // Issue 26: Paseo checks that a workload's env is exactly the envelope's, with tool roots
 // registered; the tools are found through the search path instead (runsc's own lookup would
 // use env's PATH, which lacks them).
-TEST(ExactEnvArgvTest, ToolDirectoriesOutsideThePathGoThroughTheShimsLookup) {
-  EXPECT_EQ(ExactEnvArgv({"PATH=/bin", "HOME=/h"}, {"paseo-workspace-helper"}, "/opt/t:/bin"),
+TEST(ShimExecArgvTest, ToolDirectoriesOutsideThePathGoThroughTheShimsLookup) {
+  EXPECT_EQ(ShimExecArgv({"PATH=/bin", "HOME=/h"}, {"paseo-workspace-helper"}, "/opt/t:/bin",
+                         true, false),
             (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/opt/t:/bin", "--",
                                       "paseo-workspace-helper"}));
 }

@@ -213,6 +213,7 @@ absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams:
   ASSIGN_OR_RETURN(out.command.workspace_cwd,
                    CheckWorkspaceCwd(request.getWorkspaceCwd(), request.getCwd()));
   out.command.exact_env = request.getExactEnv();
+  out.command.report_unkept = request.getReportUnkept();
   return out;
 }
 

@@ -553,8 +553,8 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   // Looked up apart from the environment, so an exact one stays exact (common/search_path.h);
   // without exactEnv, PATH itself carries the same directories and runsc's lookup agrees.
   std::string search_path = SearchPath(sb->tool_path, command.env);
-  std::vector<std::string> argv =
-      command.exact_env ? ExactEnvArgv(command.env, command.argv, search_path) : command.argv;
+  std::vector<std::string> argv = ShimExecArgv(command.env, command.argv, search_path,
+                                              command.exact_env, command.report_unkept);
   exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv, search_path) : argv;
   exec.exact_env = command.exact_env;
   exec.tty = command.tty;
@@ -735,8 +735,11 @@ std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawn
   request.merge_stderr = command.tty;
   request.cwd = cwd;
   request.search_path = SearchPath(sb.tool_path, command.env);
-  request.argv = command.tty ? TtyArgv(command.rows, command.cols, command.argv, request.search_path)
-                             : command.argv;
+  std::vector<std::string> argv =
+      ShimExecArgv(command.env, command.argv, request.search_path, command.exact_env,
+                   command.report_unkept, /*runsc_exec=*/false);
+  request.argv =
+      command.tty ? TtyArgv(command.rows, command.cols, argv, request.search_path) : argv;
   request.env =
       ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home, sb.kept);
   // A working directory its user may not enter: runsc exec's sentry sets it all the same (no

@@ -4,8 +4,9 @@
 //   /.paseo/shim init                           the sandbox's init
 //   /.paseo/shim tty [--path=SEARCH] ROWS COLS PROGRAM [ARGS...]
 //                                               runs PROGRAM on a pseudo-terminal
-//   /.paseo/shim exec [--path=SEARCH] [--unset=NAME]... -- PROGRAM [ARGS...]
-//                                               runs PROGRAM without the NAMEd variables
+//   /.paseo/shim exec [--path=SEARCH] [--unset=NAME]... [--report-unkept] -- PROGRAM [ARGS...]
+//                                               runs PROGRAM without the NAMEd variables (and
+//                                               then reports what it wrote that is not kept)
 //   /.paseo/shim spawner [--init]               starts the sandbox's processes for the
 //                                               privhelper (sandbox/spawner.cc); with --init
 //                                               it is also the sandbox's init
@@ -67,6 +68,7 @@
 #include "common/search_path.h"
 #include "common/tty_frames.h"
 #include "sandbox/spawner.h"
+#include "sandbox/unkept.h"
 
 namespace {
 
@@ -446,17 +448,56 @@ int RunTty(int argc, char** argv) {
   ExitLike(status);
 }
 
+// `exec --report-unkept`: the program runs as this process's child (every signal this process
+// can catch is passed on; it dies with us), and once it has ended the report of what it wrote
+// outside the kept directories goes to stderr (sandbox/unkept.h); then this process ends the
+// way the program did.
+[[noreturn]] void RunReportingUnkept(char** program, const char* path) {
+  timespec since;
+  clock_gettime(CLOCK_REALTIME, &since);
+  sigset_t handled = ForwardedSignals(), old_mask;
+  sigaddset(&handled, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &handled, &old_mask);
+  pid_t self = getpid();
+  pid_t child = fork();
+  if (child < 0) Die("fork");
+  if (child == 0) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != self) _exit(126);
+    sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    int err = ExecInPath(program, path);
+    dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\n", program[0], strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+  }
+  int status = 0;
+  for (;;) {
+    siginfo_t info;
+    int sig = sigwaitinfo(&handled, &info);
+    if (sig < 0) continue;
+    if (sig != SIGCHLD) {
+      kill(child, sig);
+      continue;
+    }
+    pid_t done = waitpid(child, &status, WNOHANG);
+    if (done == child) break;
+  }
+  std::string report = paseo::shim::FormatUnkept(paseo::shim::FindUnkept(since));
+  if (!report.empty()) WriteAll(STDERR_FILENO, report.data(), report.size());
+  ExitLike(status);
+}
+
 int RunExec(int argc, char** argv) {
   int i = 1;
   const char* search_path = nullptr;
+  bool report_unkept = false;
   for (; i < argc; ++i) {
     if (strncmp(argv[i], "--path=", 7) == 0) search_path = argv[i] + 7;
+    else if (strcmp(argv[i], "--report-unkept") == 0) report_unkept = true;
     else if (strncmp(argv[i], "--unset=", 8) != 0) break;
   }
   if (i + 1 >= argc || strcmp(argv[i], "--") != 0) {
     dprintf(STDERR_FILENO,
-            "usage: paseo-sandbox-shim exec [--path=SEARCH] [--unset=NAME]... -- PROGRAM "
-            "[ARGS...]\n");
+            "usage: paseo-sandbox-shim exec [--path=SEARCH] [--unset=NAME]... [--report-unkept] -- "
+            "PROGRAM [ARGS...]\n");
     return 126;
   }
   // The lookup uses the search path, or the PATH the process was given before it is unset.
@@ -466,6 +507,7 @@ int RunExec(int argc, char** argv) {
     if (strncmp(argv[u], "--unset=", 8) == 0) unsetenv(argv[u] + 8);
   }
   char** program = argv + i + 1;
+  if (report_unkept) RunReportingUnkept(program, path);
   int err = ExecInPath(program, path);
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\n", program[0], strerror(err));
   return err == ENOENT ? 127 : 126;
@@ -486,6 +528,7 @@ int main(int argc, char** argv) {
   }
   dprintf(STDERR_FILENO,
           "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...] | "
-          "exec [--path=SEARCH] [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init]\n");
+          "exec [--path=SEARCH] [--unset=NAME]... [--report-unkept] -- PROGRAM [ARGS...] | "
+          "spawner [--init]\n");
   return 126;
 }

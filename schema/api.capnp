@@ -96,10 +96,17 @@ struct ProcessSpec {
   exactEnv @9 :Bool;
   # The process's environment is exactly `env`: no default PATH (or TERM for a tty) is added,
   # and the HOME that runsc gives every process without one is removed again (such a process
-  # starts through the in-sandbox shim, which unsets it and execs the program in place). A
-  # program named without a "/" is then looked up in env's PATH, or in "/bin:/usr/bin" if
-  # env has none. The profile's tool directories still go in front of a PATH env sets.
-  # Paseo's runtime contract asks for exactly this.
+  # starts through the in-sandbox shim, which unsets it and execs the program in place).
+  # Nothing else is added either: the profile's tool directories are not put on its PATH. A
+  # program named without a "/" is looked up, as for every process, in the tool directories,
+  # then env's PATH, or the default PATH when env has none; a name with a "/" is taken from the
+  # working directory. Paseo's runtime contract asks for exactly this.
+  reportUnkept @10 :Bool;
+  # Once the program has ended, its stderr (or a tty's stream) gets a short advisory report of
+  # the paths it created or changed outside the sandbox's kept directories (SandboxPaths.kept),
+  # which go with the sandbox, written by the in-sandbox shim (at most 32 paths, bounded in
+  # time; docs/running.md, "What is kept"). The program then runs as the shim's child: signals
+  # are passed on and its exit status is the process's. Advisory, never a boundary.
 }
 
 enum OutputMode {

@@ -67,6 +67,8 @@ struct StartProcessRequest {
   # workspace (cwd is then empty).
   exactEnv @9 :Bool;
   # Api.ProcessSpec.exactEnv.
+  reportUnkept @10 :Bool;
+  # Api.ProcessSpec.reportUnkept: run through `shim exec --report-unkept`.
 }
 
 interface Fd {

@@ -117,6 +117,38 @@ TEST_F(IntegrationTest, TheSandboxSaysWhatIsKeptInAFileAndTheEnvironment) {
   EXPECT_EQ(ro.out, "env=unset\n");
 }
 
+// Issue 26 (seed 000_b7dee6be8c25e2e1): a command can ask to be told, when it ends, what it
+// wrote that the sandbox does not keep. The home and /tmp are the sandbox's own; the workspace
+// is kept and never listed. The report is on stderr after the command's own output, and the
+// command's exit status is still its own.
+TEST_F(IntegrationTest, ReportUnkeptListsWritesOutsideTheKeptDirectoriesAtTheEnd) {
+  std::string script =
+      "echo out; echo err >&2; echo a > /tmp/scratch; mkdir -p \"$HOME/.cache/deep\"; "
+      "echo b > \"$HOME/.cache/deep/y\"; echo c > /workspace/kept.txt; exit 3";
+  auto r = svc.Cli(Alpha(), {"run", "--workspace", AlphaWs() + ":/workspace:rw",
+                             "--report-unkept", "--", "sh", "-c", script});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.out, "out\n");
+  EXPECT_TRUE(absl::StartsWith(r.err, "err\npaseo-sandbox: not kept: written outside the kept "
+                                      "directories (/workspace); these go with the sandbox:\n"))
+      << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "paseo-sandbox:   /tmp/scratch\n")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "paseo-sandbox:   /home/agent/.cache\n")) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.err, "/home/agent/.cache/deep")) << "the outermost only";
+  EXPECT_FALSE(absl::StrContains(r.err, "kept.txt")) << r.err;
+  EXPECT_EQ(ReadFile(AlphaWs() + "/kept.txt"), "c\n");
+  unlink((AlphaWs() + "/kept.txt").c_str());
+  // Without the flag nothing is added; with it and nothing written, nothing either.
+  auto plain = svc.Cli(Alpha(), {"run", "--", "sh", "-c", "echo a > /tmp/scratch"});
+  EXPECT_EQ(plain.err, "");
+  auto quiet = svc.Cli(Alpha(), {"run", "--report-unkept", "--", "true"});
+  EXPECT_EQ(quiet.exit_code, 0);
+  EXPECT_EQ(quiet.err, "");
+  // A signal still reaches the command through the shim, and its death is the process's.
+  auto killed = svc.Cli(Alpha(), {"run", "--report-unkept", "--", "sh", "-c", "kill -TERM $$"});
+  EXPECT_EQ(killed.exit_code, 128 + 15) << killed.err;
+}
+
 TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {
   // Not started from a terminal: the CLI asks for 24x80 and leaves its own stdin alone.
   auto r = svc.Cli(Alpha(), {"run", "-t", "--", "sh", "-c", "tty; stty size; echo x >&2; exit 3"});

@@ -873,6 +873,49 @@ void SessionExec(Env& env) {
   Report(r);
 }
 
+// session_exec_report: session_exec with ProcessSpec.reportUnkept (the shim runs `true` as its
+// child, then looks for writes outside the kept directories), against raw `runsc exec`, and the
+// same start without the report in the same sandbox, all three alternating. Without the flag
+// nothing changes on the command path (no shim): the difference is the whole price of asking.
+void SessionExecReport(Env& env) {
+  int n = env.opts.quick ? 10 : 40;
+  Progress("session_exec_report: " + std::to_string(n) + " samples per side");
+  auto sandbox = env.CreateSandbox();
+  std::string spawner = AwaitSpawner(env, sandbox);
+  std::string raw_id = env.raw->CreateIdle();
+  Result r{"session_exec_report", "ms",
+           "startProcess(true, reportUnkept) -> exit status on an open connection",
+           "runsc exec --process (true), stdio pipes, -> exit", {}, {}, "ratio <= 1.00",
+           [](double ratio, double, double) { return ratio <= 1.0; }, {}};
+  auto& ws = env.ws_();
+  int failures = 0;
+  std::vector<double> plain;
+  for (int i = 0; i < n; ++i) {
+    for (bool report : {true, false}) {
+      double t0 = Now();
+      auto start = sandbox.startProcessRequest();
+      FillArgv(start.initSpec(), {"true"});
+      start.getSpec().setReportUnkept(report);
+      auto waited = start.send().getProcess().waitRequest().send().wait(ws);
+      double ms = (Now() - t0) * 1000;
+      if (waited.getStatus().which() != api::ExitStatus::EXIT_CODE ||
+          waited.getStatus().getExitCode() != 0)
+        ++failures;
+      (report ? r.ours : plain).push_back(ms);
+    }
+    r.baseline.push_back(RawExecTrueMs(env, raw_id));
+  }
+  env.DeleteSandbox(sandbox);
+  env.raw->Delete(raw_id);
+  double with = Median(r.ours), without = Median(plain);
+  r.extra.push_back({"session_exec_ms_median", Num(without)});
+  r.extra.push_back({"report_vs_session_exec_ratio", Num(with / without)});
+  r.extra.push_back({"spawner", "\"" + spawner + "\""});
+  r.extra.push_back({"nonzero_exits", std::to_string(failures)});
+  g_results.push_back(r);
+  Report(r);
+}
+
 // cli_exec: `paseo-sandbox exec SB -- true`, a new CLI process and connection each time, as a
 // script or Paseo's runtime wrapper runs it, against raw `runsc exec`. Also the CLI's own floor:
 // `paseo-sandbox --version` (start-up, no connection) and `info` (one connection, one call).
@@ -2163,6 +2206,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: bench [--quick] [--perf DIR] "
                    "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber,runtime_exec,"
+                   "session_exec_report,"
                    "net_cold,net_bulk,workload]\n");
       std::exit(2);
     }
@@ -2268,6 +2312,10 @@ int Main(int argc, char** argv) {
       if (opts.Wants("session_exec")) {
         SessionExec(env);
         checkpoint("session exec");
+      }
+      if (opts.Wants("session_exec_report")) {
+        SessionExecReport(env);
+        checkpoint("session exec with the not-kept report");
       }
       if (opts.Wants("cli_exec")) {
         CliExec(env);
