@@ -126,10 +126,9 @@ std::vector<std::string> SandboxInitArgv(bool spawner) {
   return {kShimPath, "init"};
 }
 
-std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv,
-                                 const std::string& search_path) {
-  std::vector<std::string> out = {kShimPath, "tty", "--path=" + search_path, absl::StrCat(rows),
-                                  absl::StrCat(cols)};
+std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols,
+                                 const std::vector<std::string>& argv) {
+  std::vector<std::string> out = {kShimPath, "tty", absl::StrCat(rows), absl::StrCat(cols)};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;
 }
@@ -149,12 +148,19 @@ std::vector<std::string> ShimExecArgv(const std::vector<std::string>& env,
   bool lookup = exact && runsc_exec &&
                 (path == nullptr || absl::string_view(*path).substr(5) != search_path);
   if (!unset_home && !unset_path && !lookup && !report_unkept) return argv;
-  std::vector<std::string> out = {kShimPath, "exec", "--path=" + search_path};
+  std::vector<std::string> out = {kShimPath, "exec"};
   if (unset_home) out.emplace_back("--unset=HOME");
   if (unset_path) out.emplace_back("--unset=PATH");
-  if (report_unkept) out.emplace_back("--report-unkept");
   out.emplace_back("--");
   out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+std::vector<std::string> ShimEnv(const std::vector<std::string>& to_run,
+                                 const std::string& search_path, bool report_unkept) {
+  if (to_run.empty() || to_run[0] != kShimPath) return {};
+  std::vector<std::string> out = {absl::StrCat(kShimSearchPathEnv, "=", search_path)};
+  if (report_unkept) out.push_back(absl::StrCat(kShimReportUnkeptEnv, "=1"));
   return out;
 }
 
@@ -311,8 +317,10 @@ std::string RenderProcessJson(const ExecSpec& spec) {
   w.Key("args");
   w.StringArray(spec.argv);
   w.Key("env");
-  w.StringArray(
-      ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env, spec.home, spec.kept));
+  std::vector<std::string> env =
+      ProcessEnv(spec.env, spec.tty, spec.path_prefix, spec.exact_env, spec.home, spec.kept);
+  env.insert(env.end(), spec.shim_env.begin(), spec.shim_env.end());
+  w.StringArray(env);
   w.Key("cwd");
   w.String(spec.cwd);
   WriteNoCapabilities(w);

@@ -51,23 +51,34 @@ inline constexpr char kKeptPath[] = "/.paseo/kept";
 inline constexpr char kKeptEnvName[] = "PASEO_SANDBOX_KEPT";
 std::string KeptFileText(const std::vector<std::string>& kept);
 
-// The argv that runs `argv` on a rows x cols terminal through the relay, which looks argv[0] up
-// in `search_path` (common/search_path.h).
-std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv,
-                                 const std::string& search_path);
+// The argv that runs `argv` on a rows x cols terminal through the relay.
+std::vector<std::string> TtyArgv(uint16_t rows, uint16_t cols, const std::vector<std::string>& argv);
+
 // `argv` as the process to run, given its environment `env` (KEY=VALUE entries), whether that
 // is exact (api.capnp ProcessSpec.exactEnv) and whether it asked for the not-kept report
 // (ProcessSpec.reportUnkept): unchanged unless one of these needs the shim, else through
-// `shim exec --path=SEARCH [--unset=HOME] [--unset=PATH] [--report-unkept] --`. An exact
-// environment needs it when it lacks HOME or PATH (runsc adds a HOME to every process whose
-// environment has none; should it ever add a PATH, that goes too) or when runsc's own lookup
-// (in env's PATH) would not be `search_path`'s: only the shim knows the tool directories without
-// putting them in the environment. `runsc_exec`: started by `runsc exec` (which adds HOME), not
-// by the spawner (which adds nothing and looks up in the search path itself).
+// `shim exec [--unset=HOME] [--unset=PATH] --`. An exact environment needs it when it lacks HOME
+// or PATH (runsc adds a HOME to every process whose environment has none; should it ever add a
+// PATH, that goes too) or when runsc's own lookup (in env's PATH) would not be `search_path`'s:
+// only the shim knows the tool directories without putting them in the environment.
+// `runsc_exec`: started by `runsc exec` (which adds HOME), not by the spawner (which adds
+// nothing and looks up in the search path itself).
 std::vector<std::string> ShimExecArgv(const std::vector<std::string>& env,
                                       const std::vector<std::string>& argv,
                                       const std::string& search_path, bool exact,
                                       bool report_unkept, bool runsc_exec = true);
+
+// What the shim is told through the environment of a process whose argv (`to_run`, as
+// ShimExecArgv and TtyArgv made it) starts it: the search path and whether to report what is
+// not kept. The shim reads and removes these before the program starts, so the program's
+// environment is still exactly what it was given. Through the environment rather than argv so
+// that an older shim (a sandbox kept across an upgrade sees the one it was created with)
+// ignores what it does not know and runs the command as before, instead of refusing the
+// command line. Empty when `to_run` does not start the shim.
+inline constexpr char kShimSearchPathEnv[] = "PASEO_SHIM_SEARCH_PATH";
+inline constexpr char kShimReportUnkeptEnv[] = "PASEO_SHIM_REPORT_UNKEPT";
+std::vector<std::string> ShimEnv(const std::vector<std::string>& to_run,
+                                 const std::string& search_path, bool report_unkept);
 
 // The cgroup (relative to each hierarchy's root) runsc puts a sandbox in.
 std::string SandboxCgroup(const std::string& parent, const std::string& sandbox_id);
@@ -84,6 +95,7 @@ struct ExecSpec {
   bool exact_env = false;  // no default PATH, TERM or HOME (api.capnp ProcessSpec.exactEnv)
   std::string home;        // the sandbox's home, $HOME unless env sets one; empty: none
   std::vector<std::string> kept;  // PASEO_SANDBOX_KEPT unless exact (ProcessEnv)
+  std::vector<std::string> shim_env;  // ShimEnv: after everything else, whatever `exact` says
 };
 
 // The sandbox's init: the shim's idle, orphan-reaping init (a process whose parent died is

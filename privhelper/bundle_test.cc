@@ -345,24 +345,21 @@ TEST(RenderOciConfigTest, TheShimIsMountedReadOnlyFromTheHostCopy) {
             (std::vector<std::string>{"bind", "ro", "nosuid", "nodev"}));
 }
 
-TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelayWithItsSearchPath) {
-  EXPECT_EQ(TtyArgv(24, 80, {"sh", "-c", "x"}, "/opt/t:/bin"),
-            (std::vector<std::string>{"/.paseo/shim", "tty", "--path=/opt/t:/bin", "24", "80", "sh",
-                                      "-c", "x"}));
+TEST(TtyArgvTest, RunsTheProgramThroughTheShimsRelay) {
+  EXPECT_EQ(TtyArgv(24, 80, {"sh", "-c", "x"}),
+            (std::vector<std::string>{"/.paseo/shim", "tty", "24", "80", "sh", "-c", "x"}));
 }
 
 TEST(ShimExecArgvTest, WhatRunscWouldAddIsUnsetByTheShim) {
   EXPECT_EQ(ShimExecArgv({"PATH=/bin", "HOME=/home/a"}, {"env"}, "/bin", true, false),
             (std::vector<std::string>{"env"}));
   EXPECT_EQ(ShimExecArgv({"PATH=/bin", "HOMEDIR=/x"}, {"env", "-0"}, "/bin", true, false),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/bin", "--unset=HOME", "--",
-                                      "env", "-0"}));
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--", "env", "-0"}));
   EXPECT_EQ(ShimExecArgv({"HOME=/h"}, {"env"}, "/d", true, false),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=PATH", "--",
-                                      "env"}));
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=PATH", "--", "env"}));
   EXPECT_EQ(ShimExecArgv({}, {"-dash"}, "/d", true, false),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=HOME",
-                                      "--unset=PATH", "--", "-dash"}));
+            (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME", "--unset=PATH", "--",
+                                      "-dash"}));
 }
 
 TEST(ShimExecArgvTest, WithoutAnExactEnvOrAReportTheProgramRunsAsItIs) {
@@ -371,25 +368,30 @@ TEST(ShimExecArgvTest, WithoutAnExactEnvOrAReportTheProgramRunsAsItIs) {
   // The spawner adds no HOME and looks up in the search path itself.
   EXPECT_EQ(ShimExecArgv({}, {"true"}, "/opt/t:/bin", true, false, /*runsc_exec=*/false),
             (std::vector<std::string>{"true"}));
+  EXPECT_TRUE(ShimEnv({"true"}, "/opt/t:/bin", false).empty());
 }
 
 TEST(ShimExecArgvTest, TheNotKeptReportRunsTheProgramUnderTheShim) {
-  EXPECT_EQ(ShimExecArgv({"PATH=/bin"}, {"make"}, "/opt/t:/bin", false, true, false),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/opt/t:/bin",
-                                      "--report-unkept", "--", "make"}));
-  EXPECT_EQ(ShimExecArgv({}, {"make"}, "/d", true, true),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/d", "--unset=HOME",
-                                      "--unset=PATH", "--report-unkept", "--", "make"}));
+  auto argv = ShimExecArgv({"PATH=/bin"}, {"make"}, "/opt/t:/bin", false, true, false);
+  EXPECT_EQ(argv, (std::vector<std::string>{"/.paseo/shim", "exec", "--", "make"}));
+  EXPECT_EQ(ShimEnv(argv, "/opt/t:/bin", true),
+            (std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin",
+                                      "PASEO_SHIM_REPORT_UNKEPT=1"}));
 }
 
 // Issue 26: Paseo checks that a workload's env is exactly the envelope's, with tool roots
 // registered; the tools are found through the search path instead (runsc's own lookup would
-// use env's PATH, which lacks them).
+// use env's PATH, which lacks them). The shim is told it through its environment, which it
+// empties again, so that a kept sandbox's older shim still runs the command.
 TEST(ShimExecArgvTest, ToolDirectoriesOutsideThePathGoThroughTheShimsLookup) {
-  EXPECT_EQ(ShimExecArgv({"PATH=/bin", "HOME=/h"}, {"paseo-workspace-helper"}, "/opt/t:/bin",
-                         true, false),
-            (std::vector<std::string>{"/.paseo/shim", "exec", "--path=/opt/t:/bin", "--",
-                                      "paseo-workspace-helper"}));
+  auto argv = ShimExecArgv({"PATH=/bin", "HOME=/h"}, {"paseo-workspace-helper"}, "/opt/t:/bin",
+                           true, false);
+  EXPECT_EQ(argv, (std::vector<std::string>{"/.paseo/shim", "exec", "--",
+                                            "paseo-workspace-helper"}));
+  EXPECT_EQ(ShimEnv(argv, "/opt/t:/bin", false),
+            std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin"});
+  EXPECT_EQ(ShimEnv(TtyArgv(24, 80, {"sh"}), "/opt/t:/bin", false),
+            std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin"});
 }
 
 TEST(ProcessEnvTest, AnExactEnvironmentIsPassedThroughUnchangedEvenWithTools) {

@@ -555,7 +555,8 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   std::string search_path = SearchPath(sb->tool_path, command.env);
   std::vector<std::string> argv = ShimExecArgv(command.env, command.argv, search_path,
                                               command.exact_env, command.report_unkept);
-  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv, search_path) : argv;
+  exec.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
+  exec.shim_env = ShimEnv(exec.argv, search_path, command.report_unkept);
   exec.exact_env = command.exact_env;
   exec.tty = command.tty;
   exec.env = command.env;
@@ -738,10 +739,11 @@ std::optional<absl::StatusOr<SandboxHost::Stdio>> SandboxHost::StartThroughSpawn
   std::vector<std::string> argv =
       ShimExecArgv(command.env, command.argv, request.search_path, command.exact_env,
                    command.report_unkept, /*runsc_exec=*/false);
-  request.argv =
-      command.tty ? TtyArgv(command.rows, command.cols, argv, request.search_path) : argv;
+  request.argv = command.tty ? TtyArgv(command.rows, command.cols, argv) : argv;
   request.env =
       ProcessEnv(command.env, command.tty, sb.tool_path, command.exact_env, sb.home, sb.kept);
+  for (auto& e : ShimEnv(request.argv, request.search_path, command.report_unkept))
+    request.env.push_back(std::move(e));
   // A working directory its user may not enter: runsc exec's sentry sets it all the same (no
   // search check), the spawner's chdir cannot, so runsc exec starts it on the same pipes.
   std::string id = sb.id;

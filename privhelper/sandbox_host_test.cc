@@ -589,11 +589,12 @@ TEST_F(SandboxHostTest, AnExactEnvironmentKeepsItsPathAndFindsToolsThroughTheShi
   exact.command.env = {"PATH=/usr/bin:/bin", "HOME=/h", "A=1"};
   ASSERT_TRUE(host_->StartProcess(exact).ok());
   auto with_path = ReadProcessJson(Bundle("sb-1") + "/process-p-1.json");
-  EXPECT_EQ(with_path.env, exact.command.env);
-  EXPECT_EQ(with_path.args,
-            (std::vector<std::string>{"/.paseo/shim", "exec",
-                                      "--path=/opt/paseo/bin:/opt/node/bin:/usr/bin:/bin", "--",
-                                      "paseo-workspace-helper", "describe"}));
+  // The client's env, then what the shim reads and removes before the program starts.
+  std::vector<std::string> want = exact.command.env;
+  want.push_back("PASEO_SHIM_SEARCH_PATH=/opt/paseo/bin:/opt/node/bin:/usr/bin:/bin");
+  EXPECT_EQ(with_path.env, want);
+  EXPECT_EQ(with_path.args, (std::vector<std::string>{"/.paseo/shim", "exec", "--",
+                                                      "paseo-workspace-helper", "describe"}));
   // The daemon's helper exec: an empty env. Nothing is added; the default PATH is searched.
   ValidatedStart empty = Start("sb-1", "p-2");
   empty.command.exact_env = true;
@@ -601,12 +602,12 @@ TEST_F(SandboxHostTest, AnExactEnvironmentKeepsItsPathAndFindsToolsThroughTheShi
   empty.command.env = {};
   ASSERT_TRUE(host_->StartProcess(empty).ok());
   auto bare = ReadProcessJson(Bundle("sb-1") + "/process-p-2.json");
-  EXPECT_TRUE(bare.env.empty()) << ::testing::PrintToString(bare.env);
-  EXPECT_EQ(bare.args, (std::vector<std::string>{
-                           "/.paseo/shim", "exec",
-                           std::string("--path=/opt/paseo/bin:/opt/node/bin:") + kDefaultSearchPath,
-                           "--unset=HOME", "--unset=PATH", "--", "paseo-workspace-helper",
-                           "describe"}));
+  EXPECT_EQ(bare.env, std::vector<std::string>{std::string("PASEO_SHIM_SEARCH_PATH=/opt/paseo/bin:"
+                                                           "/opt/node/bin:") +
+                                               kDefaultSearchPath});
+  EXPECT_EQ(bare.args, (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME",
+                                                 "--unset=PATH", "--", "paseo-workspace-helper",
+                                                 "describe"}));
 }
 
 // The first workspace's staged dir (<bundle>/mounts/0) as tools_test builds it inside a real

@@ -2,11 +2,9 @@
 // at /.paseo/shim. Static, with no dependency beyond libc, so it runs in any rootfs.
 //
 //   /.paseo/shim init                           the sandbox's init
-//   /.paseo/shim tty [--path=SEARCH] ROWS COLS PROGRAM [ARGS...]
-//                                               runs PROGRAM on a pseudo-terminal
-//   /.paseo/shim exec [--path=SEARCH] [--unset=NAME]... [--report-unkept] -- PROGRAM [ARGS...]
-//                                               runs PROGRAM without the NAMEd variables (and
-//                                               then reports what it wrote that is not kept)
+//   /.paseo/shim tty ROWS COLS PROGRAM [ARGS...] runs PROGRAM on a pseudo-terminal
+//   /.paseo/shim exec [--unset=NAME]... -- PROGRAM [ARGS...]
+//                                               runs PROGRAM without the NAMEd variables
 //   /.paseo/shim spawner [--init]               starts the sandbox's processes for the
 //                                               privhelper (sandbox/spawner.cc); with --init
 //                                               it is also the sandbox's init
@@ -17,10 +15,13 @@
 // privhelper runs such a process through `exec --unset=HOME`, which removes it and execs the
 // program in place: same pid, same stdio, same exit status and signals.
 //
-// --path: PROGRAM (without a '/') is looked up in SEARCH, the privhelper's search path (the
-// sandbox's tool directories, then the process's PATH or the default: common/search_path.h),
-// which need not be the PATH the program is given. Without it, the PATH the process was given
-// (before anything is unset), or the default.
+// exec and tty look PROGRAM (without a '/') up in $PASEO_SHIM_SEARCH_PATH, the privhelper's
+// search path (the sandbox's tool directories, then the process's PATH or the default:
+// common/search_path.h), which need not be the PATH the program is given; without it, in the
+// PATH the process was given (before anything is unset), or the default. With
+// $PASEO_SHIM_REPORT_UNKEPT=1, exec runs PROGRAM as its child and then reports what it wrote
+// that is not kept (sandbox/unkept.h). Both variables are removed before PROGRAM starts; they
+// come through the environment so that an older shim ignores them (privhelper/bundle.h).
 //
 // init: idles and reaps. Every process a `runsc exec` started whose parent dies is
 // reparented to the sandbox's init; an init that never waits (busybox `sleep`, measured)
@@ -297,6 +298,21 @@ const char* GivenSearchPath() {
   return given != nullptr ? given : paseo::kDefaultSearchPath;
 }
 
+// What the privhelper tells the shim through the environment (privhelper/bundle.h ShimEnv),
+// taken out of it before anything runs: the program gets the environment it was given.
+struct ShimSettings {
+  std::string search_path;  // empty: GivenSearchPath()
+  bool report_unkept = false;
+};
+ShimSettings TakeShimSettings() {
+  ShimSettings out;
+  if (const char* p = getenv("PASEO_SHIM_SEARCH_PATH")) out.search_path = p;
+  if (const char* r = getenv("PASEO_SHIM_REPORT_UNKEPT")) out.report_unkept = strcmp(r, "1") == 0;
+  unsetenv("PASEO_SHIM_SEARCH_PATH");
+  unsetenv("PASEO_SHIM_REPORT_UNKEPT");
+  return out;
+}
+
 // Runs in the forked child: becomes its own process group, the terminal's foreground group,
 // then the program. Every signal the relay handles is still blocked here, SIGTTOU included,
 // which is what lets a background group take the foreground.
@@ -331,18 +347,13 @@ const char* GivenSearchPath() {
 }
 
 int RunTty(int argc, char** argv) {
-  const char* search_path = nullptr;
-  if (argc >= 2 && strncmp(argv[1], "--path=", 7) == 0) {
-    search_path = argv[1] + 7;
-    --argc;
-    ++argv;
-  }
   if (argc < 4) {
-    dprintf(STDERR_FILENO,
-            "usage: paseo-sandbox-shim tty [--path=SEARCH] ROWS COLS PROGRAM [ARGS...]\n");
+    dprintf(STDERR_FILENO, "usage: paseo-sandbox-shim tty ROWS COLS PROGRAM [ARGS...]\n");
     return 126;
   }
-  if (search_path == nullptr) search_path = GivenSearchPath();
+  ShimSettings settings = TakeShimSettings();
+  std::string search = settings.search_path.empty() ? GivenSearchPath() : settings.search_path;
+  const char* search_path = search.c_str();
   winsize ws = {};
   ws.ws_row = ParseSize(argv[1], 24);
   ws.ws_col = ParseSize(argv[2], 80);
@@ -448,7 +459,7 @@ int RunTty(int argc, char** argv) {
   ExitLike(status);
 }
 
-// `exec --report-unkept`: the program runs as this process's child (every signal this process
+// exec with $PASEO_SHIM_REPORT_UNKEPT=1: the program runs as this process's child (every signal this process
 // can catch is passed on; it dies with us), and once it has ended the report of what it wrote
 // outside the kept directories goes to stderr (sandbox/unkept.h); then this process ends the
 // way the program did.
@@ -487,27 +498,20 @@ int RunTty(int argc, char** argv) {
 
 int RunExec(int argc, char** argv) {
   int i = 1;
-  const char* search_path = nullptr;
-  bool report_unkept = false;
-  for (; i < argc; ++i) {
-    if (strncmp(argv[i], "--path=", 7) == 0) search_path = argv[i] + 7;
-    else if (strcmp(argv[i], "--report-unkept") == 0) report_unkept = true;
-    else if (strncmp(argv[i], "--unset=", 8) != 0) break;
-  }
+  while (i < argc && strncmp(argv[i], "--unset=", 8) == 0) ++i;
   if (i + 1 >= argc || strcmp(argv[i], "--") != 0) {
     dprintf(STDERR_FILENO,
-            "usage: paseo-sandbox-shim exec [--path=SEARCH] [--unset=NAME]... [--report-unkept] -- "
-            "PROGRAM [ARGS...]\n");
+            "usage: paseo-sandbox-shim exec [--unset=NAME]... -- PROGRAM [ARGS...]\n");
     return 126;
   }
+  ShimSettings settings = TakeShimSettings();
   // The lookup uses the search path, or the PATH the process was given before it is unset.
   char path[8192];
-  snprintf(path, sizeof(path), "%s", search_path != nullptr ? search_path : GivenSearchPath());
-  for (int u = 1; u < i; ++u) {
-    if (strncmp(argv[u], "--unset=", 8) == 0) unsetenv(argv[u] + 8);
-  }
+  snprintf(path, sizeof(path), "%s",
+           settings.search_path.empty() ? GivenSearchPath() : settings.search_path.c_str());
+  for (int u = 1; u < i; ++u) unsetenv(argv[u] + 8);
   char** program = argv + i + 1;
-  if (report_unkept) RunReportingUnkept(program, path);
+  if (settings.report_unkept) RunReportingUnkept(program, path);
   int err = ExecInPath(program, path);
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\n", program[0], strerror(err));
   return err == ENOENT ? 127 : 126;
@@ -528,7 +532,6 @@ int main(int argc, char** argv) {
   }
   dprintf(STDERR_FILENO,
           "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...] | "
-          "exec [--path=SEARCH] [--unset=NAME]... [--report-unkept] -- PROGRAM [ARGS...] | "
-          "spawner [--init]\n");
+          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init]\n");
   return 126;
 }
