@@ -354,6 +354,7 @@ int Run(int argc, char** argv) {
   env.push_back("PASEO_CONFORMANCE_MODEL_LOG=" + svc.base() + "/model.jsonl");
   env.push_back("PASEO_CONFORMANCE_CA=/opt/test-ca/ca.pem");
   env.push_back("PASEO_CONFORMANCE_CREDENTIALS=" + svc.base());
+  env.push_back("PASEO_CONFORMANCE_CLI=" + Runfile("client/paseo-sandbox"));
   std::fprintf(stderr, "conformance_test: contract version %s\n", protocol.c_str());
 
   std::fflush(stdout);

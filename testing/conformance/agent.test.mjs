@@ -6,7 +6,7 @@
 // for one shell command that writes proof.txt and commits it; the final answer comes only once
 // the command's result was sent back. Needs the agent rootfs; skipped without it.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { readFileSync, statSync } from "node:fs";
 import { after, before, describe, test } from "node:test";
 
@@ -135,6 +135,30 @@ describe("agents through the runtime", { skip }, () => {
     assert.match(result.result, /DONE: proof committed/);
     assert.ok(lines.some((l) => l.type === "assistant" &&
       l.message.content.some((c) => c.type === "tool_use" && c.name === "Bash")), "a Bash tool call");
+  });
+
+  // The CLI without -i (issue 26): codex reads stdin when it is not a terminal, and the CLI's
+  // own stdin here is a pipe that stays open; the process's stdin must be at end-of-file.
+  test("paseo-sandbox run without -i: codex exec ends, its stdin at end-of-file", async () => {
+    const cliDir = makeWorkspaceDir(newWorkspaceId("cli-codex"));
+    const args = ["--socket", config.options.socket, "run", "--deployment", config.options.deployment,
+      "--profile", agentProfile, "--workspace", `${cliDir}:/workspace:rw`,
+      "--env", "OPENAI_API_KEY=sk-conformance", "--env", `CODEX_CA_CERTIFICATE=${ca}`, "--",
+      "codex", "exec", "--json", "--dangerously-bypass-approvals-and-sandbox", "--skip-git-repo-check",
+      "--ephemeral", "-c", "analytics.enabled=false", "--disable", "plugins", "-m", "gpt-5.5",
+      "Make the proof commit."];
+    const child = spawn(process.env.PASEO_CONFORMANCE_CLI, args, { stdio: ["pipe", "pipe", "pipe"] });
+    let out = "";
+    let err = "";
+    child.stdout.on("data", (d) => (out += d));
+    child.stderr.on("data", (d) => (err += d));
+    const timer = setTimeout(() => child.kill("SIGKILL"), 90_000);
+    const [code, signal] = await new Promise((resolve) => child.once("close", (c, s) => resolve([c, s])));
+    clearTimeout(timer);
+    child.stdin.destroy();
+    assert.equal(signal, null, `run never ended (killed at the deadline): ${err}`);
+    assert.equal(code, 0, err);
+    assert.match(out, /DONE: proof committed/);
   });
 
   test("codex exec runs its shell tool, writes a file and commits it", async () => {
