@@ -165,6 +165,16 @@ TEST_F(RequestValidationTest, RefusesWhatACompromisedBrokerMightSend) {
        absl::StatusCode::kPermissionDenied, "nope"},
       {"relative workspace path", [](auto r) { r.getWorkspaces()[0].setPath("srv/a"); },
        absl::StatusCode::kInvalidArgument, "path"},
+      // An empty workspace (a git source's) names no client path and is always read-write.
+      {"empty workspace with a path", [](auto r) { r.getWorkspaces()[0].setEmpty(true); },
+       absl::StatusCode::kInvalidArgument, "must be empty for an empty workspace"},
+      {"read-only empty workspace",
+       [](auto r) {
+         r.getWorkspaces()[0].setEmpty(true);
+         r.getWorkspaces()[0].setPath("");
+         r.getWorkspaces()[0].setMode(api::AccessMode::READ_ONLY);
+       },
+       absl::StatusCode::kInvalidArgument, "an empty workspace is read-write"},
       {"workspace path longer than PATH_MAX",
        [](auto r) { r.getWorkspaces()[0].setPath("/" + std::string(5000, 'a')); },
        absl::StatusCode::kInvalidArgument, "PATH_MAX"},
@@ -363,6 +373,19 @@ TEST_F(RequestValidationTest, AWorkspaceMayNotOverlapATool) {
                 r.setProfile("tooled");
                 r.getWorkspaces()[0].setDestination("/opt/paseo-work");
               }).ok());
+}
+
+TEST_F(RequestValidationTest, AnEmptyWorkspaceIsAcceptedWithoutAPath) {
+  auto v = Create([](auto r) {
+    r.getWorkspaces()[0].setEmpty(true);
+    r.getWorkspaces()[0].setPath("");
+    r.getWorkspaces()[0].setMode(api::AccessMode::READ_WRITE);
+  });
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->mounts.size(), 1u);
+  EXPECT_TRUE(v->mounts[0].empty);
+  EXPECT_FALSE(v->mounts[0].read_only);
+  EXPECT_EQ(v->mounts[0].client_path, "");
 }
 
 TEST_F(RequestValidationTest, AcceptsATerminalWithItsSize) {
