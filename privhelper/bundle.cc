@@ -159,9 +159,10 @@ std::vector<std::string> ShimExecArgv(const std::vector<std::string>& env,
 std::vector<std::string> ShimEnv(const std::vector<std::string>& to_run,
                                  const std::string& search_path, bool report_unkept) {
   if (to_run.empty() || to_run[0] != kShimPath) return {};
-  std::vector<std::string> out = {absl::StrCat(kShimSearchPathEnv, "=", search_path)};
-  if (report_unkept) out.push_back(absl::StrCat(kShimReportUnkeptEnv, "=1"));
-  return out;
+  // Both, always, after everything else: the shim takes the last entry of each name (and only
+  // that one), so a client's own entries of these names reach the program untouched.
+  return {absl::StrCat(kShimSearchPathEnv, "=", search_path),
+          absl::StrCat(kShimReportUnkeptEnv, "=", report_unkept ? "1" : "0")};
 }
 
 namespace {

@@ -389,9 +389,11 @@ TEST(ShimExecArgvTest, ToolDirectoriesOutsideThePathGoThroughTheShimsLookup) {
   EXPECT_EQ(argv, (std::vector<std::string>{"/.paseo/shim", "exec", "--",
                                             "paseo-workspace-helper"}));
   EXPECT_EQ(ShimEnv(argv, "/opt/t:/bin", false),
-            std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin"});
+            (std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin",
+                                      "PASEO_SHIM_REPORT_UNKEPT=0"}));
   EXPECT_EQ(ShimEnv(TtyArgv(24, 80, {"sh"}), "/opt/t:/bin", false),
-            std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin"});
+            (std::vector<std::string>{"PASEO_SHIM_SEARCH_PATH=/opt/t:/bin",
+                                      "PASEO_SHIM_REPORT_UNKEPT=0"}));
 }
 
 TEST(ProcessEnvTest, AnExactEnvironmentIsPassedThroughUnchangedEvenWithTools) {

@@ -592,6 +592,7 @@ TEST_F(SandboxHostTest, AnExactEnvironmentKeepsItsPathAndFindsToolsThroughTheShi
   // The client's env, then what the shim reads and removes before the program starts.
   std::vector<std::string> want = exact.command.env;
   want.push_back("PASEO_SHIM_SEARCH_PATH=/opt/paseo/bin:/opt/node/bin:/usr/bin:/bin");
+  want.push_back("PASEO_SHIM_REPORT_UNKEPT=0");
   EXPECT_EQ(with_path.env, want);
   EXPECT_EQ(with_path.args, (std::vector<std::string>{"/.paseo/shim", "exec", "--",
                                                       "paseo-workspace-helper", "describe"}));
@@ -602,9 +603,10 @@ TEST_F(SandboxHostTest, AnExactEnvironmentKeepsItsPathAndFindsToolsThroughTheShi
   empty.command.env = {};
   ASSERT_TRUE(host_->StartProcess(empty).ok());
   auto bare = ReadProcessJson(Bundle("sb-1") + "/process-p-2.json");
-  EXPECT_EQ(bare.env, std::vector<std::string>{std::string("PASEO_SHIM_SEARCH_PATH=/opt/paseo/bin:"
-                                                           "/opt/node/bin:") +
-                                               kDefaultSearchPath});
+  EXPECT_EQ(bare.env, (std::vector<std::string>{
+                          std::string("PASEO_SHIM_SEARCH_PATH=/opt/paseo/bin:/opt/node/bin:") +
+                              kDefaultSearchPath,
+                          "PASEO_SHIM_REPORT_UNKEPT=0"}));
   EXPECT_EQ(bare.args, (std::vector<std::string>{"/.paseo/shim", "exec", "--unset=HOME",
                                                  "--unset=PATH", "--", "paseo-workspace-helper",
                                                  "describe"}));

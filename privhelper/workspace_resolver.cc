@@ -3,6 +3,7 @@
 #include "privhelper/workspace_resolver.h"
 
 #include <dirent.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/mount.h>
@@ -344,7 +345,7 @@ absl::Status UnstageBind(const std::string& staging) {
 
 namespace {
 
-// The names in the directory `fd` (its own offset untouched: read through a duplicate).
+// The names in the directory `fd` (read through a duplicate, rewound first).
 absl::StatusOr<std::vector<std::string>> Names(int fd, const std::string& what) {
   int dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (dup_fd < 0) return ErrnoStatus("dup", what);
@@ -367,6 +368,11 @@ absl::StatusOr<std::vector<std::string>> Names(int fd, const std::string& what) 
 // `top` instead (named by *moved) and *again is set, for another pass.
 absl::Status RemoveContents(int top, int fd, uint64_t mnt, int depth, const std::string& what,
                             uint64_t* moved, bool* again) {
+  // Root's first: the sandbox's user may have made it sticky (mode 1777), and then only the
+  // directory's or an entry's owner may remove entries (the privhelper has no CAP_FOWNER, only
+  // CAP_CHOWN). Nothing else changes the tree now.
+  // (EPERM: not root, as in the unit tests; the privhelper always holds CAP_CHOWN.)
+  if (fchown(fd, 0, 0) != 0 && errno != EPERM) return ErrnoStatus("chown", what);
   ASSIGN_OR_RETURN(std::vector<std::string> names, Names(fd, what));
   for (const auto& n : names) {
     struct stat st;
@@ -380,9 +386,13 @@ absl::Status RemoveContents(int top, int fd, uint64_t mnt, int depth, const std:
       continue;
     }
     if (depth + 1 >= kMaxRemoveDepth) {
-      std::string up = absl::StrCat(".paseo-deep-", (*moved)++);
-      if (renameat(fd, n.c_str(), top, up.c_str()) != 0)
-        return ErrnoStatus("rename", absl::StrCat(what, "/", n));
+      // A name of the sandbox's may already be there: never replace one, try the next.
+      for (;;) {
+        std::string up = absl::StrCat(".paseo-deep-", (*moved)++);
+        if (renameat2(fd, n.c_str(), top, up.c_str(), RENAME_NOREPLACE) == 0) break;
+        if (errno != EEXIST || *moved > (uint64_t{1} << 40))
+          return ErrnoStatus("rename", absl::StrCat(what, "/", n));
+      }
       *again = true;
       continue;
     }

@@ -199,6 +199,27 @@ TEST(RemoveEmptyWorkspaceTest, RemovesEverythingInsideAndNothingASymlinkLeadsTo)
   EXPECT_TRUE(RemoveEmptyWorkspace(ws).ok()) << "already gone: nothing to do";
 }
 
+// The sandbox's user can prepare names the deep-tree move uses: none is replaced or followed.
+TEST(RemoveEmptyWorkspaceTest, NamesTheSandboxPreparedForTheMoveUpAreNeitherReplacedNorInTheWay) {
+  std::string ws = Fresh("remove-names") + "/empty-0";
+  std::filesystem::create_directories(ws + "/.paseo-deep-0/full");
+  std::ofstream(ws + "/.paseo-deep-1") << "a file";
+  std::filesystem::create_directory_symlink("/etc", ws + "/.paseo-deep-2");
+  int fd = open(ws.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 2 * kMaxRemoveDepth; ++i) {
+    ASSERT_EQ(mkdirat(fd, "d", 0700), 0);
+    int next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    close(fd);
+    fd = next;
+  }
+  close(fd);
+  absl::Status st = RemoveEmptyWorkspace(ws);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_FALSE(std::filesystem::exists(ws));
+  EXPECT_TRUE(std::filesystem::exists("/etc/passwd"));
+}
+
 TEST(RemoveEmptyWorkspaceTest, ATreeDeeperThanItsFdBoundIsRemovedWhole) {
   std::string ws = Fresh("remove-deep") + "/empty-0";
   std::filesystem::create_directories(ws);

@@ -94,9 +94,28 @@ absl::Status CheckGitSource(const GitSource& source) {
   return absl::OkStatus();
 }
 
+namespace {
+// '%', '#' and ':' percent-escaped, so the label's separators are unambiguous.
+std::string EscapePart(absl::string_view part) {
+  std::string out;
+  for (char c : part) {
+    if (c == '%') out += "%25";
+    else if (c == '#') out += "%23";
+    else if (c == ':') out += "%3A";
+    else out += c;
+  }
+  return out;
+}
+}  // namespace
+
 std::string GitSourceLabel(const GitSource& source) {
-  std::string label = absl::StrCat("git:", source.url, "#", source.revision);
-  if (source.subdirectory) absl::StrAppend(&label, ":", *source.subdirectory);
+  // The URL keeps its "scheme://": only its own '#', '%' (and ':' after the scheme) are escaped.
+  size_t scheme = source.url.find("://");
+  std::string url = scheme == std::string::npos
+                        ? EscapePart(source.url)
+                        : source.url.substr(0, scheme + 3) + EscapePart(source.url.substr(scheme + 3));
+  std::string label = absl::StrCat("git:", url, "#", EscapePart(source.revision));
+  if (source.subdirectory) absl::StrAppend(&label, ":", EscapePart(*source.subdirectory));
   return label;
 }
 
@@ -118,8 +137,11 @@ bool AllowsRemote(const std::vector<std::pair<std::string, std::vector<uint16_t>
 }
 
 std::vector<std::string> GitCloneArgv(const GitSource& source) {
-  return {"git", "-c", "credential.helper=store", "clone", "--quiet", "--no-checkout", "--",
-          source.url, "."};
+  // A server that stops sending (under 1 KB/s for a minute) ends the clone; the runtime's own
+  // deadline bounds the rest.
+  return {"git",           "-c",      "credential.helper=store", "-c", "http.lowSpeedLimit=1000",
+          "-c",            "http.lowSpeedTime=60", "clone", "--quiet", "--no-checkout", "--",
+          source.url,      "."};
 }
 
 std::vector<std::string> GitCheckoutArgv(const GitSource& source) {

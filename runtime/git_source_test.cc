@@ -67,6 +67,14 @@ TEST(GitSource, CommandsPutTheUrlAndRevisionWhereNoOptionCanHide) {
   EXPECT_EQ(GitSourceLabel(g), "git:https://git.example.test/x#v1.2");
   g.subdirectory = "pkg";
   EXPECT_EQ(GitSourceLabel(g), "git:https://git.example.test/x#v1.2:pkg");
+  // The separators cannot be forged by the parts: two sources, two labels.
+  GitSource a{"https://h.test/x#y", "z", std::nullopt};
+  GitSource b{"https://h.test/x", "y#z", std::nullopt};
+  EXPECT_NE(GitSourceLabel(a), GitSourceLabel(b));
+  GitSource c{"https://h.test:8443/x", "main:sub", std::nullopt};
+  GitSource d{"https://h.test:8443/x", "main", std::string("sub")};
+  EXPECT_NE(GitSourceLabel(c), GitSourceLabel(d));
+  EXPECT_EQ(GitSourceLabel(c), "git:https://h.test%3A8443/x#main%3Asub");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // See lifecycle.h.
 #include "runtime/lifecycle.h"
 
+#include <chrono>
+#include <csignal>
 #include <utility>
 #include <vector>
 
@@ -34,10 +36,11 @@ absl::Status Rpc(Fn&& fn) {
 
 Found ToFound(api::Sandbox::Client sandbox, api::SandboxInfo::Reader info) {
   Found f{kj::mv(sandbox), info.getId(), info.getState(), info.getStateReason(), {}, {}, {},
-          {}, {}, {}};
+          {}, {}, {}, 0};
   for (auto label : info.getLabels()) f.labels[label.getKey()] = label.getValue();
   for (auto t : info.getPaths().getToolDirectories()) f.tool_directories.emplace_back(t.cStr());
   f.profile = info.getProfile().cStr();
+  f.created_ms = info.getCreatedAtUnixMs();
   f.network_mode = info.getNetwork().getMode().cStr();
   for (auto rule : info.getNetwork().getAllowNames()) {
     std::vector<uint16_t> ports;
@@ -92,6 +95,12 @@ absl::Status CheckLabelValue(const char* key, const std::string& value) {
   return absl::OkStatus();
 }
 
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string Describe(const ProcessExit& exit) {
   switch (exit.kind) {
     case ProcessExit::kExited: return absl::StrCat("exit status ", exit.value);
@@ -101,41 +110,53 @@ std::string Describe(const ProcessExit& exit) {
   }
 }
 
-// Collects the tail of one output stream and when it ended.
+// The tail of one output stream, kept by the caller (on its stack) for as long as it reads it:
+// the sink object itself goes whenever the broker drops its reference.
+struct Tail {
+  std::string bytes;
+  kj::Own<kj::PromiseFulfiller<void>> ended;
+};
 class TailSink final : public api::OutputSink::Server {
  public:
-  explicit TailSink(kj::Own<kj::PromiseFulfiller<void>> ended) : ended_(kj::mv(ended)) {}
-  std::string tail;
+  explicit TailSink(Tail& tail) : tail_(tail) {}
 
  protected:
   kj::Promise<void> write(WriteContext context) override {
     auto data = context.getParams().getData();
-    tail.append(reinterpret_cast<const char*>(data.begin()), data.size());
-    if (tail.size() > kMaxTail) tail.erase(0, tail.size() - kMaxTail);
+    tail_.bytes.append(reinterpret_cast<const char*>(data.begin()), data.size());
+    if (tail_.bytes.size() > kMaxTail) tail_.bytes.erase(0, tail_.bytes.size() - kMaxTail);
     return kj::READY_NOW;
   }
   kj::Promise<void> gap(GapContext) override { return kj::READY_NOW; }
   kj::Promise<void> end(EndContext) override {
-    ended_->fulfill();
+    tail_.ended->fulfill();
     return kj::READY_NOW;
   }
 
  private:
   static constexpr size_t kMaxTail = 2000;
-  kj::Own<kj::PromiseFulfiller<void>> ended_;
+  Tail& tail_;
 };
 
 // Runs argv in the sandbox's workspace (the service's default env for its user, plus `env`)
-// and waits for its end: its exit, and what it wrote to stdout and stderr (the last bytes).
+// and waits for its end, at most `deadline` (then it is killed): its exit, and what it wrote to
+// stdout and stderr (the last bytes). `key` names the process (ProcessSpec.key).
 struct Ran {
   ProcessExit exit;
   std::string output;
+  bool timed_out = false;
 };
 absl::StatusOr<Ran> RunInWorkspace(Session& s, api::Sandbox::Client& sandbox,
                                    const std::vector<std::string>& argv,
                                    const std::vector<std::string>& env,
-                                   const std::string& workspace_cwd = ".") {
+                                   const std::string& workspace_cwd = ".",
+                                   const std::string& key = "",
+                                   kj::Duration deadline = 60 * kj::SECONDS) {
   Ran ran;
+  auto out_ended = kj::newPromiseAndFulfiller<void>();
+  auto err_ended = kj::newPromiseAndFulfiller<void>();
+  Tail out{"", kj::mv(out_ended.fulfiller)};
+  Tail err{"", kj::mv(err_ended.fulfiller)};
   absl::Status st = Rpc([&] {
     auto start = sandbox.startProcessRequest();
     auto spec = start.initSpec();
@@ -144,33 +165,55 @@ absl::StatusOr<Ran> RunInWorkspace(Session& s, api::Sandbox::Client& sandbox,
     auto e = spec.initEnv(static_cast<unsigned>(env.size()));
     for (unsigned i = 0; i < e.size(); ++i) e.set(i, env[i]);
     spec.setWorkspaceCwd(workspace_cwd);
+    spec.setKey(key);
     spec.setOutput(api::OutputMode::LOSSLESS);
     auto process = start.send().getProcess();
     process.closeInputRequest().send().detach([](kj::Exception&&) {});
-    auto out_ended = kj::newPromiseAndFulfiller<void>();
-    auto err_ended = kj::newPromiseAndFulfiller<void>();
-    auto out_sink = kj::heap<TailSink>(kj::mv(out_ended.fulfiller));
-    auto err_sink = kj::heap<TailSink>(kj::mv(err_ended.fulfiller));
-    TailSink& out = *out_sink;
-    TailSink& err = *err_sink;
     auto sub_out = process.subscribeRequest();
     sub_out.setStream(api::Stream::STDOUT);
-    sub_out.setSink(kj::mv(out_sink));
+    sub_out.setSink(kj::heap<TailSink>(out));
     auto sub_err = process.subscribeRequest();
     sub_err.setStream(api::Stream::STDERR);
-    sub_err.setSink(kj::mv(err_sink));
+    sub_err.setSink(kj::heap<TailSink>(err));
     auto subscribed_out = sub_out.send();
     auto subscribed_err = sub_err.send();
-    auto waited = process.waitRequest().send().wait(s.wait_scope);
-    ran.exit = FromCapnp(waited.getStatus());
-    // Bounded: output a descendant keeps writing must not hold the create.
-    out_ended.promise.exclusiveJoin(s.timer.afterDelay(5 * kj::SECONDS)).wait(s.wait_scope);
-    err_ended.promise.exclusiveJoin(s.timer.afterDelay(5 * kj::SECONDS)).wait(s.wait_scope);
-    ran.output = out.tail + err.tail;
+    auto waited = process.waitRequest().send().then(
+        [](auto result) -> kj::Maybe<ProcessExit> { return FromCapnp(result.getStatus()); });
+    auto timeout = s.timer.afterDelay(deadline).then([]() -> kj::Maybe<ProcessExit> {
+      return nullptr;
+    });
+    KJ_IF_MAYBE (exit, waited.exclusiveJoin(kj::mv(timeout)).wait(s.wait_scope)) {
+      ran.exit = *exit;
+    } else {
+      ran.timed_out = true;
+      auto kill = process.signalRequest();
+      kill.setSignal(SIGKILL);
+      kill.send().wait(s.wait_scope);
+      ran.exit = FromCapnp(process.waitRequest().send().wait(s.wait_scope).getStatus());
+    }
+    // Bounded: output a descendant keeps writing must not hold the create. A sink the broker
+    // let go of without end() is the end too.
+    auto ended = [&](kj::Promise<void> p) {
+      p.catch_([](kj::Exception&&) {})
+          .exclusiveJoin(s.timer.afterDelay(5 * kj::SECONDS))
+          .wait(s.wait_scope);
+    };
+    ended(kj::mv(out_ended.promise));
+    ended(kj::mv(err_ended.promise));
   });
   if (!st.ok()) return st;
+  ran.output = out.bytes + err.bytes;
   return ran;
 }
+
+// The clone's and checkout's process keys, and the repository-local config entry the last step
+// writes: a sandbox over a git source is ready only once it is there (a create that was
+// interrupted, or one still cloning for a concurrent caller, leaves it unset).
+constexpr char kCloneKey[] = "paseo/git-clone";
+constexpr char kCheckoutKey[] = "paseo/git-checkout";
+constexpr char kMaterializedKey[] = "paseo.materialized";
+constexpr kj::Duration kCloneDeadline = 10 * kj::MINUTES;
+constexpr kj::Duration kCheckoutDeadline = 2 * kj::MINUTES;
 
 absl::Status CloneInto(Session& s, Found& made, const GitSource& git) {
   GitRemote remote = *ParseGitUrl(git.url);  // checked before the sandbox was made
@@ -190,17 +233,28 @@ absl::Status CloneInto(Session& s, Found& made, const GitSource& git) {
         " on port ", remote.port, " (its network.allowNames: ",
         allowed.empty() ? "none" : absl::StrJoin(allowed, " "), ")"));
   }
-  for (const auto& argv : {GitCloneArgv(git), GitCheckoutArgv(git)}) {
-    auto ran = RunInWorkspace(s, made.sandbox, argv, GitEnvironment());
-    if (!ran.ok()) return absl::Status(ran.status().code(),
-                                       absl::StrCat("git source ", git.url, ": ", argv[1] == "-c"
-                                                    ? "clone" : "checkout", ": ",
-                                                    ran.status().message()));
+  struct Step {
+    const char* name;
+    std::vector<std::string> argv;
+    const char* key;
+    kj::Duration deadline;
+  };
+  for (const Step& step : {Step{"clone", GitCloneArgv(git), kCloneKey, kCloneDeadline},
+                           Step{"checkout", GitCheckoutArgv(git), kCheckoutKey, kCheckoutDeadline}}) {
+    auto ran = RunInWorkspace(s, made.sandbox, step.argv, GitEnvironment(), ".", step.key,
+                              step.deadline);
+    if (!ran.ok())
+      return absl::Status(ran.status().code(), absl::StrCat("git source ", git.url, ": ",
+                                                            step.name, ": ", ran.status().message()));
+    if (ran->timed_out)
+      return absl::DeadlineExceededError(absl::StrCat(
+          "git source ", git.url, ": ", step.name, " did not finish within ",
+          step.deadline / kj::SECONDS, " s; stopped"));
     if (ran->exit.kind != ProcessExit::kExited || ran->exit.value != 0) {
       std::string said = ran->output;
       while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
       return absl::FailedPreconditionError(absl::StrCat(
-          "git source ", git.url, " (revision ", git.revision, "): `", absl::StrJoin(argv, " "),
+          "git source ", git.url, " (revision ", git.revision, "): `", absl::StrJoin(step.argv, " "),
           "` failed in the sandbox (", Describe(ran->exit), ")", said.empty() ? "" : ": ", said));
     }
   }
@@ -211,9 +265,45 @@ absl::Status CloneInto(Session& s, Found& made, const GitSource& git) {
     if (!ran.ok() || ran->exit.kind != ProcessExit::kExited || ran->exit.value != 0)
       return absl::FailedPreconditionError(absl::StrCat(
           "git source ", git.url, ": revision ", git.revision, " has no directory ",
-          *git.subdirectory));
+          *git.subdirectory, ran.ok() ? "" : absl::StrCat(" (", ran.status().message(), ")")));
   }
+  auto marked = RunInWorkspace(s, made.sandbox,
+                               {"git", "config", "--local", kMaterializedKey, "true"}, {});
+  if (!marked.ok()) return marked.status();
+  if (marked->exit.kind != ProcessExit::kExited || marked->exit.value != 0)
+    return absl::InternalError(absl::StrCat("git source ", git.url, ": could not record the "
+                                            "finished clone: ", marked->output));
   return absl::OkStatus();
+}
+
+// Whether an existing sandbox over a git source holds the finished clone. Waits while its
+// creator (a concurrent create) is still cloning; false once nobody is and the clone is not
+// finished (its creator was interrupted).
+absl::StatusOr<bool> AwaitMaterialized(Session& s, Found& found) {
+  int64_t started = NowMs();
+  for (;;) {
+    auto ran = RunInWorkspace(s, found.sandbox, {"git", "config", "--get", kMaterializedKey}, {});
+    if (!ran.ok()) return ran.status();
+    if (ran->exit.kind == ProcessExit::kExited && ran->exit.value == 0 &&
+        absl::StartsWith(ran->output, "true"))
+      return true;
+    bool cloning = false;
+    for (const char* key : {kCloneKey, kCheckoutKey}) {
+      absl::Status st = Rpc([&] {
+        auto req = found.sandbox.findProcessRequest();
+        req.setKey(key);
+        auto res = req.send().wait(s.wait_scope);
+        cloning |= !res.getReleased() && res.getInfo().getStatus().isRunning();
+      });
+      if (!st.ok() && !absl::IsNotFound(st)) return st;
+    }
+    // A creator that has not started its clone yet: one round trip after its create.
+    bool young = NowMs() - found.created_ms < 10 * 1000;
+    if (!cloning && !young) return false;
+    if (NowMs() - started > (kCloneDeadline + kCheckoutDeadline) / kj::MILLISECONDS)
+      return absl::DeadlineExceededError("the workspace's clone did not finish in time");
+    s.timer.afterDelay(500 * kj::MILLISECONDS).wait(s.wait_scope);
+  }
 }
 
 // Where Paseo works in the workspace (placement.cwd): /workspace, or a git source's
@@ -311,8 +401,10 @@ absl::StatusOr<std::string> Create(Session& s, const std::string& workspace_id,
   auto key = SandboxKey(workspace_id);
   if (!key.ok()) return key.status();
 
-  // Idempotence: an existing sandbox is adopted only if it is ours and over the same source.
-  auto adopt = [&](const Found& found, bool fresh) -> absl::StatusOr<std::string> {
+  // Idempotence: an existing sandbox is adopted only if it is ours and over the same source,
+  // and for a git source only once its clone is finished.
+  bool abandoned = false;
+  auto adopt = [&](Found& found, bool fresh) -> absl::StatusOr<std::string> {
     absl::Status owned = CheckOwned(s, found, workspace_id);
     if (!owned.ok()) return owned;
     if (Label(found, kSourceLabel) != path) {
@@ -320,11 +412,29 @@ absl::StatusOr<std::string> Create(Session& s, const std::string& workspace_id,
           "workspace ", workspace_id, " already exists over another source (",
           Label(found, kSourceLabel), "); destroy it first"));
     }
+    if (git != nullptr && NotUsable(found).empty()) {
+      auto done = AwaitMaterialized(s, found);
+      if (!done.ok()) return done.status();
+      if (!*done) {
+        abandoned = true;
+        return absl::AbortedError("its clone was abandoned");
+      }
+    }
     return CreateResponse(workspace_id, found, fresh);
   };
   auto existing = FindWorkspace(s, workspace_id);
   if (!existing.ok()) return existing.status();
-  if (existing->has_value()) return adopt(**existing, false);
+  if (existing->has_value()) {
+    auto adopted = adopt(**existing, false);
+    if (!abandoned) return adopted;
+    // Its creator was interrupted mid-clone: what is there is not the source. Start again.
+    absl::Status gone = Rpc([&] {
+      auto del = (*existing)->sandbox.deleteRequest();
+      del.setForce(true);
+      del.send().wait(s.wait_scope);
+    });
+    if (!gone.ok() && !absl::IsNotFound(gone)) return gone;
+  }
 
   std::optional<Found> made;
   bool created = false;
@@ -361,7 +471,13 @@ absl::StatusOr<std::string> Create(Session& s, const std::string& workspace_id,
   });
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat("create: ", st.message()));
   // Not created: a concurrent create with the same key won; adopt it like any existing one.
-  if (!created) return adopt(*made, false);
+  if (!created) {
+    auto adopted = adopt(*made, false);
+    if (abandoned)
+      return absl::FailedPreconditionError(absl::StrCat(
+          "workspace ", workspace_id, ": a concurrent create's clone was abandoned; retry"));
+    return adopted;
+  }
   if (git != nullptr) {
     // Cloned through the sandbox's own network policy; a refusal or a failed clone deletes the
     // sandbox (and with it its workspace), so nothing is left behind.

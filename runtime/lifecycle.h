@@ -54,6 +54,7 @@ struct Found {
   std::vector<std::string> tool_directories, kept;  // SandboxInfo.paths
   std::string profile, network_mode;
   std::vector<std::pair<std::string, std::vector<uint16_t>>> allow_names;  // network.allowNames
+  int64_t created_ms = 0;
 };
 // What inspect reports as state.lifecycleEnvironment, which the daemon merges over every
 // workload's env (docs/paseo.md): PATH with the sandbox's tool directories in front of the

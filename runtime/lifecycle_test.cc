@@ -281,10 +281,10 @@ namespace {
 // agents it starts find the tool directories (the helper) and learn what is kept; the
 // envelope's own env stays exactly what it is.
 TEST(LifecycleEnvironmentTest, NamesTheToolPathAndTheKeptSetOnlyWhenThereAreAny) {
-  Found none{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {}, {}, {}, {}, {}};
+  Found none{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {}, {}, {}, {}, {}, 0};
   EXPECT_TRUE(LifecycleEnvironment(none).empty());
   Found full{api::Sandbox::Client(nullptr), "sb", "running", "", {}, {"/opt/paseo/bin"},
-             {"/workspace", "/home/agent/.claude"}, {}, {}, {}};
+             {"/workspace", "/home/agent/.claude"}, {}, {}, {}, 0};
   auto env = LifecycleEnvironment(full);
   ASSERT_EQ(env.size(), 2u);
   EXPECT_EQ(env[0].first, "PATH");

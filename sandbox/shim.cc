@@ -64,6 +64,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/search_path.h"
@@ -304,12 +305,28 @@ struct ShimSettings {
   std::string search_path;  // empty: GivenSearchPath()
   bool report_unkept = false;
 };
-ShimSettings TakeShimSettings() {
+// The privhelper appends both, after the client's own entries: the last entry of each name is
+// the privhelper's, and only that one is taken out (a client's own entry of the same name, if
+// it sent one, stays, as everything it sent does). `take` false: read only (the program this
+// process execs is the shim again, which takes them).
+ShimSettings TakeShimSettings(bool take = true) {
   ShimSettings out;
-  if (const char* p = getenv("PASEO_SHIM_SEARCH_PATH")) out.search_path = p;
-  if (const char* r = getenv("PASEO_SHIM_REPORT_UNKEPT")) out.report_unkept = strcmp(r, "1") == 0;
-  unsetenv("PASEO_SHIM_SEARCH_PATH");
-  unsetenv("PASEO_SHIM_REPORT_UNKEPT");
+  int search = -1, report = -1;
+  int n = 0;
+  for (; environ[n] != nullptr; ++n) {
+    if (strncmp(environ[n], "PASEO_SHIM_SEARCH_PATH=", 23) == 0) search = n;
+    if (strncmp(environ[n], "PASEO_SHIM_REPORT_UNKEPT=", 25) == 0) report = n;
+  }
+  if (search >= 0) out.search_path = environ[search] + 23;
+  if (report >= 0) out.report_unkept = strcmp(environ[report] + 25, "1") == 0;
+  if (take) {
+    // Removed in place, later index first (environ is this process's own array).
+    for (int drop : {std::max(search, report), std::min(search, report)}) {
+      if (drop < 0) continue;
+      for (int i = drop; i < n; ++i) environ[i] = environ[i + 1];
+      --n;
+    }
+  }
   return out;
 }
 
@@ -351,7 +368,8 @@ int RunTty(int argc, char** argv) {
     dprintf(STDERR_FILENO, "usage: paseo-sandbox-shim tty ROWS COLS PROGRAM [ARGS...]\n");
     return 126;
   }
-  ShimSettings settings = TakeShimSettings();
+  // A shim again (`shim exec` under the terminal): it takes the settings itself.
+  ShimSettings settings = TakeShimSettings(strcmp(argv[3], "/.paseo/shim") != 0);
   std::string search = settings.search_path.empty() ? GivenSearchPath() : settings.search_path;
   const char* search_path = search.c_str();
   winsize ws = {};
@@ -469,6 +487,7 @@ int RunTty(int argc, char** argv) {
   sigset_t handled = ForwardedSignals(), old_mask;
   sigaddset(&handled, SIGCHLD);
   sigprocmask(SIG_BLOCK, &handled, &old_mask);
+  bool in_foreground = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
   pid_t self = getpid();
   pid_t child = fork();
   if (child < 0) Die("fork");
@@ -485,7 +504,9 @@ int RunTty(int argc, char** argv) {
     int sig = sigwaitinfo(&handled, &info);
     if (sig < 0) continue;
     if (sig != SIGCHLD) {
-      kill(child, sig);
+      // On a terminal the program is in our process group, the foreground one: what the
+      // terminal (or its relay) signals reaches it already. Passing it on would double it.
+      if (!in_foreground) kill(child, sig);
       continue;
     }
     pid_t done = waitpid(child, &status, WNOHANG);
@@ -506,13 +527,11 @@ int RunExec(int argc, char** argv) {
   }
   ShimSettings settings = TakeShimSettings();
   // The lookup uses the search path, or the PATH the process was given before it is unset.
-  char path[8192];
-  snprintf(path, sizeof(path), "%s",
-           settings.search_path.empty() ? GivenSearchPath() : settings.search_path.c_str());
+  std::string path = settings.search_path.empty() ? GivenSearchPath() : settings.search_path;
   for (int u = 1; u < i; ++u) unsetenv(argv[u] + 8);
   char** program = argv + i + 1;
-  if (settings.report_unkept) RunReportingUnkept(program, path);
-  int err = ExecInPath(program, path);
+  if (settings.report_unkept) RunReportingUnkept(program, path.c_str());
+  int err = ExecInPath(program, path.c_str());
   dprintf(STDERR_FILENO, "paseo-sandbox-shim: cannot run %s: %s\n", program[0], strerror(err));
   return err == ENOENT ? 127 : 126;
 }

@@ -78,8 +78,9 @@ void MakeCertificates(const std::string& dir) {
   if (std::system(script.c_str()) != 0) Die("openssl failed: " + ReadFile(dir + "/openssl.log"));
 }
 
-// Two bare repositories for git sources, served by testing/git-http-server.mjs: public.git and
-// private-repo.git (which needs the registered credential), each with a commit holding
+// Bare repositories for git sources, served by testing/git-http-server.mjs: public.git,
+// slow-public.git (each answer 2 s late) and private-repo.git (which needs the registered
+// credential), each with a commit holding
 // README and pkg/app/, and a tag v1 on it; main has one more commit after the tag.
 void MakeRepositories(const std::string& base) {
   std::string script =
@@ -91,7 +92,8 @@ void MakeRepositories(const std::string& base) {
       "echo more >> README; git -c user.email=t@example -c user.name=t commit -qam second\n"
       "cd ..; mkdir -p git-repos\n"
       "git clone -q --bare git-src git-repos/public.git\n"
-      "git clone -q --bare git-src git-repos/private-repo.git\n";
+      "git clone -q --bare git-src git-repos/private-repo.git\n"
+      "git clone -q --bare git-src git-repos/slow-public.git\n";
   if (std::system(script.c_str()) != 0) Die("git setup failed: " + ReadFile(base + "/git.log"));
 }
 

@@ -2,9 +2,11 @@
 // by Debian's `git http-backend` (a CGI program) behind this small HTTP server. Repositories
 // under --root are served by path; a repository whose name starts with "private-" needs HTTP
 // Basic authentication with --user and --token (what a deployment's registered git credential
-// holds, docs/paseo.md "Git sources"). Every request is logged as a JSON line on stdout.
+// holds, docs/paseo.md "Git sources"). A repository whose name starts with "slow-" answers each
+// request --slow-ms late (a clone that takes a while, for interrupted and concurrent creates).
+// Every request is logged as a JSON line on stdout.
 //
-//   node git-http-server.mjs --root DIR --host 203.0.113.30 --port 80 --user U --token T
+//   node git-http-server.mjs --root DIR --host 203.0.113.30 --port 80 --user U --token T [--slow-ms N]
 //
 // Prints {"listening": true} once listening; exits on SIGTERM. Only node: built-ins.
 import { spawn } from "node:child_process";
@@ -25,6 +27,7 @@ const port = Number(arg("port", "80"));
 const user = arg("user");
 const token = arg("token");
 const backend = arg("backend", "/usr/lib/git-core/git-http-backend");
+const slowMs = Number(arg("slow-ms", "2000"));
 const expected = `Basic ${Buffer.from(`${user}:${token}`).toString("base64")}`;
 
 function log(entry) {
@@ -32,6 +35,12 @@ function log(entry) {
 }
 
 const server = http.createServer((req, res) => {
+  const repo = new URL(req.url, "http://git.invalid").pathname.split("/")[1] ?? "";
+  if (repo.startsWith("slow-")) setTimeout(() => handle(req, res), slowMs);
+  else handle(req, res);
+});
+
+function handle(req, res) {
   const url = new URL(req.url, "http://git.invalid");
   const repo = url.pathname.split("/")[1] ?? "";
   const authorized = !repo.startsWith("private-") || req.headers.authorization === expected;
@@ -91,7 +100,7 @@ const server = http.createServer((req, res) => {
     }
     res.end();
   });
-});
+}
 
 server.listen(port, host, () => log({ listening: true, host, port }));
 for (const sig of ["SIGTERM", "SIGINT"]) process.on(sig, () => process.exit(0));

@@ -147,6 +147,23 @@ TEST_F(IntegrationTest, ReportUnkeptListsWritesOutsideTheKeptDirectoriesAtTheEnd
   // A signal still reaches the command through the shim, and its death is the process's.
   auto killed = svc.Cli(Alpha(), {"run", "--report-unkept", "--", "sh", "-c", "kill -TERM $$"});
   EXPECT_EQ(killed.exit_code, 128 + 15) << killed.err;
+  // On a terminal the report is on the terminal, after the command's output (review of issue
+  // 26: the relay used to take the shim's settings before the inner `shim exec` saw them).
+  auto tty = svc.Cli(Alpha(), {"run", "-t", "--report-unkept", "--", "sh", "-c",
+                               "echo on-tty; echo a > /tmp/from-tty; exit 4"});
+  EXPECT_EQ(tty.exit_code, 4) << tty.err;
+  EXPECT_TRUE(absl::StrContains(tty.out, "on-tty\r\npaseo-sandbox: not kept:")) << tty.out;
+  EXPECT_TRUE(absl::StrContains(tty.out, "/tmp/from-tty")) << tty.out;
+  // A client's own variables of the shim's names are the client's: they reach the program as
+  // sent, and ask the shim for nothing.
+  auto own = svc.Cli(Alpha(), {"run", "--env", "PASEO_SHIM_REPORT_UNKEPT=1", "--env",
+                               "PASEO_SHIM_SEARCH_PATH=/nowhere", "--report-unkept", "--", "sh", "-c",
+                               "echo \"$PASEO_SHIM_REPORT_UNKEPT $PASEO_SHIM_SEARCH_PATH\""});
+  EXPECT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_EQ(own.out, "1 /nowhere\n");
+  auto unasked = svc.Cli(Alpha(), {"run", "--env", "PASEO_SHIM_REPORT_UNKEPT=1", "--", "sh", "-c",
+                                   "echo a > /tmp/x"});
+  EXPECT_EQ(unasked.err, "") << "the client's variable asks for no report";
 }
 
 TEST_F(IntegrationTest, RunDashTGivesTheCommandATerminal) {

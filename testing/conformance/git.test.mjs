@@ -14,10 +14,12 @@ import {
   destroy,
   execPipes,
   inspect,
+  lifecycle,
   lifecycleRequest,
   newInstanceId,
   newWorkspaceId,
   refused,
+  run,
   show,
 } from "./driver.mjs";
 import { PROTOCOL_VERSION } from "./contract.mjs";
@@ -82,8 +84,41 @@ describe("git sources", { skip }, () => {
       lifecycleRequest(me, { input: gitInput(ws, `${gitBase}/public.git`, "v1"), options: options(agentProfile) }),
     );
     assert.equal((await inspect(ws, me)).inspection.status, "ready");
+    // What the agent leaves is removed with the sandbox, a sticky directory included (the
+    // privhelper has no CAP_FOWNER); the suite's leak check sees nothing left.
+    const sticky = await execPipes(ws, me, ["sh", "-c",
+      "mkdir -m 1777 sticky && echo x > sticky/f && mkdir -p a/b/c && chmod +t . && ln -s /etc etc-link"],
+    { env: { PATH: "/usr/bin:/bin" } });
+    assert.equal(sticky.exit?.code, 0, show(sticky));
     assert.deepEqual(await destroy(ws, me), { type: "ok", protocolVersion: PROTOCOL_VERSION });
     assert.equal((await inspect(ws, me)).inspection.status, "missing");
+  });
+
+  test("concurrent creates of one git workspace: one clones, the other waits for it", async () => {
+    const ws = newWorkspaceId("git-conc");
+    const input = gitInput(ws, `${gitBase}/slow-public.git`, "main");
+    const [a, b] = await Promise.all([createGit(ws, input), createGit(ws, input)]);
+    made.push(ws);
+    assert.deepEqual([a.materializedFreshContent, b.materializedFreshContent].sort(), [false, true]);
+    // Whoever answered second answered only once the clone was there.
+    const log = await execPipes(ws, me, ["git", "log", "--format=%s"], { env: {} });
+    assert.equal(log.stdout.toString(), "second\nfirst\n", show(log));
+    await destroy(ws, me);
+  });
+
+  test("a create interrupted mid-clone is not adopted as ready: the next create clones again", async () => {
+    const ws = newWorkspaceId("git-intr");
+    const input = gitInput(ws, `${gitBase}/slow-public.git`, "main");
+    // The daemon's runtime killed while the sandbox clones (each answer is 2 s late).
+    const killed = await run(["create", "--workspace-id", ws],
+      lifecycleRequest(me, { input, options: options(agentProfile) }), { timeoutMs: 1500 });
+    assert.equal(killed.signal, "SIGKILL", JSON.stringify(killed));
+    made.push(ws);
+    const again = await createGit(ws, input);
+    assert.equal(again.materializedFreshContent, true, "what was there was not the source");
+    const log = await execPipes(ws, me, ["git", "log", "--format=%s"], { env: {} });
+    assert.equal(log.stdout.toString(), "second\nfirst\n", show(log));
+    await destroy(ws, me);
   });
 
   test("a tag and a subdirectory: checked out there, and placement.cwd is the subdirectory", async () => {
