@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -160,6 +161,11 @@ absl::StatusOr<ProcessCommand> CheckProcessCommand(capnp::List<capnp::Text>::Rea
     size_t eq = entry.find('=');
     if (HasNul(e) || eq == absl::string_view::npos || eq == 0)
       return Invalid("env", "entries must be KEY=VALUE without NUL bytes");
+    // The supervisor's word to its in-sandbox shim (privhelper/bundle.h ShimEnv): a client's
+    // entry of such a name would reach the shim, or (runsc keeps one entry per name) be lost.
+    if (absl::StartsWith(entry, kReservedEnvPrefix))
+      return Invalid("env", absl::StrCat("names beginning with ", kReservedEnvPrefix,
+                                         " are reserved for the supervisor"));
     total += e.size() + 1;
     if (total > kMaxArgvBytes) return Invalid("argv", "argv and env exceed 1 MiB");
     out.env.emplace_back(entry);

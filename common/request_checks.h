@@ -17,6 +17,10 @@
 
 namespace paseo {
 
+// Environment names a client may not send (CheckProcessCommand refuses them): the supervisor's
+// own words to the in-sandbox shim.
+inline constexpr char kReservedEnvPrefix[] = "PASEO_SHIM_";
+
 inline constexpr size_t kMaxArgs = 4096;
 inline constexpr size_t kMaxEnv = 4096;
 inline constexpr size_t kMaxArgvBytes = 1 << 20;

@@ -64,6 +64,9 @@ TEST(CheckProcessCommandTest, RefusesBadCommands) {
   add("env without =", [](Spec& s) { s.env = {"NOEQUALS"}; });
   add("env with empty key", [](Spec& s) { s.env = {"=value"}; });
   add("NUL in env", [](Spec& s) { s.env = {std::string("A=b\0c", 5)}; });
+  // The supervisor's words to its shim (issue 26 review): a client may not send them.
+  add("reserved env name", [](Spec& s) { s.env = {"A=1", "PASEO_SHIM_SEARCH_PATH=/x"}; });
+  add("reserved env prefix", [](Spec& s) { s.env = {"PASEO_SHIM_ANYTHING="}; });
   add("too many env entries",
       [](Spec& s) { s.env = std::vector<std::string>(kMaxEnv + 1, "A=b"); });
   for (std::string cwd : {"relative", "/a/../b", "/a/", "//a", "/a/./b"})

@@ -160,7 +160,7 @@ std::vector<std::string> ShimEnv(const std::vector<std::string>& to_run,
                                  const std::string& search_path, bool report_unkept) {
   if (to_run.empty() || to_run[0] != kShimPath) return {};
   // Both, always, after everything else: the shim takes the last entry of each name (and only
-  // that one), so a client's own entries of these names reach the program untouched.
+  // that one). Clients may not send these names (common/request_checks.h kReservedEnvPrefix).
   return {absl::StrCat(kShimSearchPathEnv, "=", search_path),
           absl::StrCat(kShimReportUnkeptEnv, "=", report_unkept ? "1" : "0")};
 }

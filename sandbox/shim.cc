@@ -305,10 +305,10 @@ struct ShimSettings {
   std::string search_path;  // empty: GivenSearchPath()
   bool report_unkept = false;
 };
-// The privhelper appends both, after the client's own entries: the last entry of each name is
-// the privhelper's, and only that one is taken out (a client's own entry of the same name, if
-// it sent one, stays, as everything it sent does). `take` false: read only (the program this
-// process execs is the shim again, which takes them).
+// The privhelper appends both, after the client's own entries (clients may not send these
+// names: common/request_checks.h): the last entry of each name is the privhelper's, and only
+// that one is taken out. `take` false: read only (the program this process execs is the shim
+// again, which takes them).
 ShimSettings TakeShimSettings(bool take = true) {
   ShimSettings out;
   int search = -1, report = -1;
