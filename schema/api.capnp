@@ -66,7 +66,8 @@ struct ProcessSpec {
   argv @0 :List(Text);
   # Program and arguments, run inside the sandbox. Must not be empty.
   env @1 :List(Text);
-  # "KEY=VALUE" entries. PATH defaults to a standard value when absent.
+  # "KEY=VALUE" entries. PATH defaults to a standard value when absent. Names beginning with
+  # PASEO_SHIM_ are the supervisor's (its in-sandbox shim's settings) and refused.
   cwd @2 :Text;
   # Working directory inside the sandbox; empty means the first workspace's destination, or "/".
   tty @3 :Bool;
