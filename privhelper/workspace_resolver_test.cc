@@ -199,21 +199,30 @@ TEST(RemoveEmptyWorkspaceTest, RemovesEverythingInsideAndNothingASymlinkLeadsTo)
   EXPECT_TRUE(RemoveEmptyWorkspace(ws).ok()) << "already gone: nothing to do";
 }
 
+// `depth` nested directories named `name` under `dir`, a file in every `file_every`-th (0:
+// none). Made relative to each parent's fd: the whole path may be longer than PATH_MAX.
+void MakeChain(const std::string& dir, int depth, const std::string& name, int file_every) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < depth; ++i) {
+    ASSERT_EQ(mkdirat(fd, name.c_str(), 0700), 0) << i;
+    int next = openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT_GE(next, 0);
+    if (file_every > 0 && i % file_every == 0)
+      close(openat(next, "file", O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    close(fd);
+    fd = next;
+  }
+  close(fd);
+}
+
 // The sandbox's user can prepare names the deep-tree move uses: none is replaced or followed.
 TEST(RemoveEmptyWorkspaceTest, NamesTheSandboxPreparedForTheMoveUpAreNeitherReplacedNorInTheWay) {
   std::string ws = Fresh("remove-names") + "/empty-0";
   std::filesystem::create_directories(ws + "/.paseo-deep-0/full");
   std::ofstream(ws + "/.paseo-deep-1") << "a file";
   std::filesystem::create_directory_symlink("/etc", ws + "/.paseo-deep-2");
-  int fd = open(ws.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  for (int i = 0; i < 2 * kMaxRemoveDepth; ++i) {
-    ASSERT_EQ(mkdirat(fd, "d", 0700), 0);
-    int next = openat(fd, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    close(fd);
-    fd = next;
-  }
-  close(fd);
+  MakeChain(ws, 2 * kMaxRemoveDepth, "d", 0);
   absl::Status st = RemoveEmptyWorkspace(ws);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_FALSE(std::filesystem::exists(ws));
@@ -223,22 +232,7 @@ TEST(RemoveEmptyWorkspaceTest, NamesTheSandboxPreparedForTheMoveUpAreNeitherRepl
 TEST(RemoveEmptyWorkspaceTest, ATreeDeeperThanItsFdBoundIsRemovedWhole) {
   std::string ws = Fresh("remove-deep") + "/empty-0";
   std::filesystem::create_directories(ws);
-  // Relative mkdirs: the whole path would be longer than PATH_MAX.
-  int fd = open(ws.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  ASSERT_GE(fd, 0);
-  for (int i = 0; i < 5 * kMaxRemoveDepth; ++i) {
-    std::string name(200, 'd');
-    ASSERT_EQ(mkdirat(fd, name.c_str(), 0700), 0) << i;
-    int next = openat(fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    ASSERT_GE(next, 0);
-    if (i % 7 == 0) {
-      int f = openat(next, "file", O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-      close(f);
-    }
-    close(fd);
-    fd = next;
-  }
-  close(fd);
+  MakeChain(ws, 5 * kMaxRemoveDepth, std::string(200, 'd'), 7);
   absl::Status st = RemoveEmptyWorkspace(ws);
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_FALSE(std::filesystem::exists(ws));

@@ -21,7 +21,6 @@ namespace paseo::runtime {
 // "Protocol versions"). Every message read must carry it and every message written does; the
 // other version's messages are refused. One operation per process, so a process-wide value.
 inline constexpr int kOldestProtocolVersion = 1;
-inline constexpr int kNewestProtocolVersion = 2;
 void UseProtocolVersion(int version);
 int ProtocolVersion();
 
