@@ -227,7 +227,19 @@ TEST(SandboxNetworks, ALinkPassesOnlyItsSandboxsOwnSourceAddress) {
     int one = 1;
     setsockopt(udp, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
     CHECK_OR_FAIL(bind(udp, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0);
+    // The link carries traffic once the kernel attaches its queue (up to a second on a busy
+    // machine): its own address gets through first, then the forgeries go, then a marker.
     bool sent = false;
+    std::vector<std::string> got;
+    for (int i = 0; i < 10 && got.empty(); ++i) {
+      CHECK_OR_FAIL(InNetnsFile(a->netns_path, [&] {
+                      sent = SendFrom(a->sandbox_addr, a->host_addr, 53, "ready");
+                      return absl::OkStatus();
+                    }).ok());
+      CHECK_OR_FAIL(sent);
+      got = Received(udp);
+    }
+    CHECK_OR_FAIL(!got.empty());
     CHECK_OR_FAIL(InNetnsFile(a->netns_path, [&] {
                     sent = SendFrom(b->sandbox_addr, a->host_addr, 53, "as-b") &&
                            SendFrom(*ParseIpv4("192.0.2.9"), a->host_addr, 53, "outside") &&
@@ -235,7 +247,7 @@ TEST(SandboxNetworks, ALinkPassesOnlyItsSandboxsOwnSourceAddress) {
                     return absl::OkStatus();
                   }).ok());
     CHECK_OR_FAIL(sent);
-    std::vector<std::string> got = Received(udp);
+    got = Received(udp);
     for (const auto& g : got) std::fprintf(stderr, "received: %s\n", g.c_str());
     CHECK_OR_FAIL(got == std::vector<std::string>{"own"});
     close(udp);
@@ -404,12 +416,22 @@ TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
     // Flows the firewall lets through (to each sandbox's resolver), and one of the host's own.
     int dns = Listen(a->host_addr, 53);
     CHECK_OR_FAIL(dns >= 0);
+    auto count = [](uint32_t addr) {
+      auto n = CountConntrack(InCidr(Cidr{addr, 32}));
+      if (!n.ok()) std::fprintf(stderr, "%s\n", n.status().ToString().c_str());
+      return n.ok() ? *n : 0;
+    };
+    // A new link's first packets can be dropped until the kernel attaches its queue (linkwatch
+    // runs up to a second later on a busy machine), so each sandbox sends until its flow shows.
     for (const SandboxLink* link : {&*a, &*b}) {
-      CHECK_OR_FAIL(InNetnsFile(link->netns_path, [&] {
-                      return SendFrom(link->sandbox_addr, link->host_addr, 53, "x")
-                                 ? absl::OkStatus()
-                                 : absl::InternalError("sendto");
-                    }).ok());
+      for (int i = 0; i < 30 && count(link->sandbox_addr) == 0; ++i) {
+        if (i > 0) usleep(100'000);
+        CHECK_OR_FAIL(InNetnsFile(link->netns_path, [&] {
+                        return SendFrom(link->sandbox_addr, link->host_addr, 53, "x")
+                                   ? absl::OkStatus()
+                                   : absl::InternalError("sendto");
+                      }).ok());
+      }
     }
     bool tcp = false;  // a few tries: Connects waits half a second, and the machine is busy
     for (int i = 0; i < 5 && !tcp; ++i) {
@@ -421,11 +443,6 @@ TEST(SandboxNetworks, RemoveAndCollectionFlushTheSandboxesConntrackEntries) {
     CHECK_OR_FAIL(tcp);
     close(dns);
     CHECK_OR_FAIL(SendFrom(INADDR_LOOPBACK, INADDR_LOOPBACK, 9, "x"));
-    auto count = [](uint32_t addr) {
-      auto n = CountConntrack(InCidr(Cidr{addr, 32}));
-      if (!n.ok()) std::fprintf(stderr, "%s\n", n.status().ToString().c_str());
-      return n.ok() ? *n : 0;
-    };
     CHECK_OR_FAIL(count(a->sandbox_addr) >= 2);  // UDP and TCP
     CHECK_OR_FAIL(count(b->sandbox_addr) >= 1);
     CHECK_OR_FAIL(count(INADDR_LOOPBACK) >= 1);
