@@ -95,12 +95,8 @@ kj::Promise<void> HelperServer::inventory(InventoryContext context) {
 
 kj::Promise<void> HelperServer::reattach(ReattachContext context) {
   auto request = ValueOrThrow(ValidateReattach(context.getParams()));
-  return ValueOrThrow(host_.Reattach(request)).then([context](SandboxHost::Reattached r) mutable {
-    auto results = context.getResults();
-    SendStdio(kj::mv(r.stdio), results);
-    results.setStdoutStart(r.stdout_start);
-    results.setStderrStart(r.stderr_start);
-  });
+  SendStdio(ValueOrThrow(host_.Reattach(request)), context.getResults());
+  return kj::READY_NOW;
 }
 
 kj::Promise<void> HelperServer::closeInput(CloseInputContext context) {
