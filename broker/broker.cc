@@ -337,6 +337,7 @@ absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> Broker::StartProcess(
   r.setCwd(spec.getCwd());
   r.setExactEnv(spec.getExactEnv());
   r.setReportUnkept(spec.getReportUnkept());
+  r.setDropOldest(p->output == api::OutputMode::DROP_OLDEST);
   r.setWorkspaceCwd(spec.getWorkspaceCwd());  // resolved by the privhelper, against the workspace
   r.setTty(spec.getTty());
   r.setRows(spec.getRows());
@@ -515,6 +516,8 @@ void Broker::WatchForStop(const std::string& sandbox_id) {
 
 void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::WaitScope& wait) {
   std::map<std::string, std::map<std::string, StateDir::SavedProcess>> saved;
+  std::map<std::string, std::string> lost_reasons;  // sandbox id -> AdoptedSandbox.lostReason
+  std::set<std::string> gapped;  // sandboxes whose record must be written again
   std::set<std::string> live;
   for (auto known : inventory.getSandboxes()) {
     auto sandbox = std::make_unique<SandboxRecord>();
@@ -543,6 +546,7 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     auto processes = state_.Load(*sandbox);
     if (processes.ok()) saved[sandbox->id] = std::move(*processes);
     live.insert(sandbox->id);
+    if (known.getLostReason().size() > 0) lost_reasons[sandbox->id] = known.getLostReason().cStr();
     bool stopped = !sandbox->stop_reason.empty();
     registry_.Restore(std::move(sandbox));
     if (!stopped) WatchForStop(known.getSandboxId().cStr());
@@ -572,10 +576,28 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     if (!p->key.empty()) sb->process_keys[p->key] = p->id;
     auto error = kj::runCatchingExceptions([&] {
       ThrowIfError(state_.OpenLogs(*p, sb->buffer_bytes));
+      p->stdout_log->SetGaps(what.stdout_gaps);
+      p->stderr_log->SetGaps(what.stderr_gaps);
+      // The privhelper continues each stream where its log ends (a restarted privhelper, through
+      // the sandbox's spawner, which keeps what the log may not have yet); it may start later,
+      // when the spawner no longer had those bytes: a gap, recorded before anything arrives.
       auto req = helper_.reattachRequest();
       req.setSandboxId(sb->id);
       req.setProcessId(p->id);
+      req.setStdoutOffset(p->stdout_log->end());
+      req.setStderrOffset(p->stderr_log->end());
       auto res = req.send().wait(wait);
+      for (auto [log, start] : {std::pair{p->stdout_log.get(), res.getStdoutStart()},
+                                {p->stderr_log.get(), res.getStderrStart()}}) {
+        if (start == log->end()) continue;
+        if (start > log->end()) {
+          KJ_LOG(WARNING, "a process's output lost bytes in a restart", p->id, log->end(), start);
+          ThrowIfError(log->SkipTo(start));
+          gapped.insert(sb->id);
+        } else {
+          KJ_LOG(ERROR, "a process's output continues before its log's end", p->id, start, log->end());
+        }
+      }
       auto fds = OwnStdio(res).wait(wait);
       Attach(*p, kj::mv(fds[0]), kj::mv(fds[1]), kj::mv(fds[2]));
       WatchForRelease(*p);
@@ -583,8 +605,52 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
     });
     KJ_IF_MAYBE(e, error) { KJ_LOG(ERROR, "cannot reattach a process", kept.getProcessId(), *e); }
   }
+  // What a restarted privhelper could not keep: ended, with why, and their output as it was.
+  for (const auto& [sandbox_id, reason] : lost_reasons) {
+    SandboxRecord* sb = registry_.Find(sandbox_id);
+    if (sb == nullptr) continue;
+    for (const auto& [id, what] : saved[sandbox_id]) {
+      if (sb->processes.count(id) || !IsValidId(id)) continue;
+      RestoreLost(*sb, id, what, reason);
+      gapped.insert(sandbox_id);
+    }
+  }
+  for (const std::string& id : gapped) {
+    if (SandboxRecord* sb = registry_.Find(id)) {
+      absl::Status persisted = state_.Persist(*sb);
+      if (!persisted.ok()) KJ_LOG(ERROR, "cannot persist a sandbox record", persisted.ToString());
+    }
+  }
   // Logs of sandboxes deleted while no broker ran.
   state_.RemoveAllBut(live);
+}
+
+void Broker::RestoreLost(SandboxRecord& sb, const std::string& id,
+                         const StateDir::SavedProcess& what, const std::string& reason) {
+  auto p = kj::refcounted<ProcessRecord>();
+  p->id = id;
+  p->sandbox_id = sb.id;
+  p->argv = what.argv;
+  p->key = what.key;
+  p->output = what.output;
+  auto error = kj::runCatchingExceptions([&] {
+    ThrowIfError(state_.OpenLogs(*p, sb.buffer_bytes));
+    p->stdout_log->SetGaps(what.stdout_gaps);
+    p->stderr_log->SetGaps(what.stderr_gaps);
+    // Said on its error stream, after what it wrote there.
+    std::string notice = absl::StrCat(
+        "paseo-sandbox: this process did not survive the supervisor's restart (", reason, ")\n");
+    ThrowIfError(p->stderr_log->Append(notice.data(), notice.size()));
+    p->stdout_log->Close();
+    p->stderr_log->Close();
+    p->input->Drop();
+    p->input_closed = true;
+    p->SetExit(ProcessExit::Unknown());
+    if (!p->key.empty()) sb.process_keys[p->key] = p->id;
+    WatchForRelease(*p);
+    ThrowIfError(registry_.AddProcess(kj::mv(p)));
+  });
+  KJ_IF_MAYBE(e, error) { KJ_LOG(ERROR, "cannot restore a process lost in a restart", id, *e); }
 }
 
 }  // namespace paseo

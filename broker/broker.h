@@ -97,6 +97,11 @@ class Broker {
   void ArmReleaseTimer();
   // Hooks a process's end and drain into the release rules.
   void WatchForRelease(ProcessRecord& p);
+  // A process the broker's record has but a restarted privhelper could not keep (`reason`,
+  // helper.capnp AdoptedSandbox.lostReason): listed as ended (unknown), its logs readable, the
+  // reason appended to its stderr.
+  void RestoreLost(SandboxRecord& sb, const std::string& id, const StateDir::SavedProcess& what,
+                   const std::string& reason);
   // Runs `work` to its end even if the returned promise (an RPC call) is cancelled.
   template <typename T>
   kj::Promise<T> ToCompletion(kj::Promise<T> work);

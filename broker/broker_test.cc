@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <poll.h>
@@ -46,6 +47,7 @@ class Collector final : public api::OutputSink::Server {
  public:
   std::string bytes;
   uint64_t lost = 0;
+  uint64_t gap_at = 0;  // the offset of the last gap
   bool ended = false;
   ProcessExit status;
 
@@ -57,6 +59,7 @@ class Collector final : public api::OutputSink::Server {
     return kj::READY_NOW;
   }
   kj::Promise<void> gap(GapContext context) override {
+    gap_at = lost + bytes.size();
     lost += context.getParams().getLostBytes();
     return kj::READY_NOW;
   }
@@ -716,6 +719,94 @@ TEST_F(BrokerTest, ARestartedBrokerRestoresOwnersLabelsArgvAndContinuesLogs) {
   EXPECT_EQ(p->stdout_log->Read(0, 100), "before|after") << "offsets continue across the crash";
   struct stat st;
   EXPECT_NE(stat((dir_ + "/sb-stale").c_str(), &st), 0) << "logs of gone sandboxes are removed";
+}
+
+// A restarted privhelper's spawner kept only the newest bytes of a drop-oldest stream: the
+// reattach starts later than the log ends, the range between is a gap a subscriber is told of
+// (exactly, between what it had and what follows), and the gap survives another broker restart.
+TEST_F(BrokerTest, AReattachThatStartsLaterLeavesAnExactGapThatSurvivesARestart) {
+  std::string sandbox_id, process_id;
+  {
+    auto sup = Connect(owner_);
+    Created sb = Create(sup);
+    Started p = Start(sb.sandbox, {"yes"});
+    sandbox_id = sb.id;
+    process_id = p.id;
+    WriteAll(helper_->process(p.id).stdout_w.get(), "before|");
+    Until([&] {
+      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
+    });
+  }
+  broker_ = nullptr;
+  Start();
+  helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
+  auto& kept = helper_->AddKeptProcess(sandbox_id, process_id);
+  helper_->reattach_starts[process_id] = {1007, 0};  // 1000 bytes lost after "before|"
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+  EXPECT_EQ(helper_->reattach_asked[process_id], (std::pair<uint64_t, uint64_t>{7, 0}))
+      << "the privhelper is asked to continue where the logs end";
+  ProcessRecord* p = *broker_->registry().VisibleProcess(owner_, sandbox_id, process_id);
+  WriteAll(kept.stdout_w.get(), "after");
+  Until([&] { return p->stdout_log->end() == 1012; });
+  EXPECT_EQ(p->stdout_log->Read(0, 100), "before|");
+  EXPECT_EQ(p->stdout_log->Read(1007, 100), "after");
+  EXPECT_EQ(p->stdout_log->Read(500, 100), "") << "nothing is read from the gap";
+  auto collector = kj::heap<Collector>();
+  Collector* got = collector.get();
+  api::OutputSink::Client sink = kj::mv(collector);
+  auto delivery = Deliver(kj::addRef(*p), api::Stream::STDOUT, 0, sink).eagerlyEvaluate(nullptr);
+  Until([&] { return got->bytes.size() == 12; });
+  EXPECT_EQ(got->bytes, "before|after");
+  EXPECT_EQ(got->lost, 1000u);
+  EXPECT_EQ(got->gap_at, 7u) << "the gap is reported exactly where it is";
+
+  // Another broker restart: the record kept the gap.
+  delivery = nullptr;
+  p = nullptr;
+  broker_ = nullptr;
+  Start();
+  helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
+  helper_->AddKeptProcess(sandbox_id, process_id);
+  auto again = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(again, ws());
+  EXPECT_EQ(helper_->reattach_asked[process_id].first, 1012u);
+  p = *broker_->registry().VisibleProcess(owner_, sandbox_id, process_id);
+  ASSERT_EQ(p->stdout_log->gaps().size(), 1u);
+  EXPECT_EQ(p->stdout_log->gaps()[0], (std::pair<uint64_t, uint64_t>{7, 1007}));
+}
+
+// A process the broker knew of that a restarted privhelper could not keep (lostReason) is listed
+// as ended, unknown, with its output as it was and the reason after it.
+TEST_F(BrokerTest, AProcessARestartedPrivhelperLostIsListedEndedWithTheReason) {
+  std::string sandbox_id, process_id;
+  {
+    auto sup = Connect(owner_);
+    Created sb = Create(sup);
+    Started p = StartKeyed(sb.sandbox, "job");
+    sandbox_id = sb.id;
+    process_id = p.id;
+    WriteAll(helper_->process(p.id).stdout_w.get(), "working");
+    Until([&] {
+      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
+    });
+  }
+  broker_ = nullptr;
+  Start();
+  FakeHelper::Known known{sandbox_id, "work", "default"};
+  known.unattached = true;
+  known.lost_reason = "its spawner could not be reattached: test";
+  helper_->inventory_sandboxes.push_back(known);
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+  ProcessRecord* p = *broker_->registry().VisibleProcess(owner_, sandbox_id, process_id);
+  EXPECT_TRUE(p->ended());
+  EXPECT_EQ(p->exit.kind, ProcessExit::kUnknown);
+  EXPECT_EQ(p->stdout_log->Read(0, 100), "working");
+  EXPECT_THAT(p->stderr_log->Read(0, 1000),
+              ::testing::HasSubstr("did not survive the supervisor's restart (its spawner could not be "
+                        "reattached: test)"));
+  EXPECT_EQ(p->key, "job") << "found by its key as before";
 }
 
 TEST_F(BrokerTest, ARestartedBrokerKnowsWhichSandboxesStoppedAndWatchesTheOthers) {

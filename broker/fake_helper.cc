@@ -218,6 +218,7 @@ kj::Promise<void> FakeHelper::inventory(InventoryContext context) {
     sandboxes[i].setDeploymentId(k.deployment_id);
     sandboxes[i].setProfile(k.profile);
     sandboxes[i].setUnattached(k.unattached);
+    sandboxes[i].setLostReason(k.lost_reason);
     sandboxes[i].setOomKilled(k.oom_killed);
     sandboxes[i].setStopped(k.stopped);
     sandboxes[i].setPaused(k.paused);
@@ -241,6 +242,11 @@ kj::Promise<void> FakeHelper::reattach(ReattachContext context) {
   results.setStdout(kj::heap<FdCap>(kj::mv(it->second[1])));
   results.setStderr(kj::heap<FdCap>(kj::mv(it->second[2])));
   kept_.erase(it);
+  auto params = context.getParams();
+  reattach_asked[id] = {params.getStdoutOffset(), params.getStderrOffset()};
+  auto starts = reattach_starts.find(id);
+  results.setStdoutStart(starts != reattach_starts.end() ? starts->second.first : params.getStdoutOffset());
+  results.setStderrStart(starts != reattach_starts.end() ? starts->second.second : params.getStderrOffset());
   return kj::READY_NOW;
 }
 

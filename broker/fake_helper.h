@@ -83,11 +83,16 @@ class FakeHelper final : public helper::Helper::Server {
     std::string sandbox_id, deployment_id, profile;
     bool unattached = false, oom_killed = false, stopped = false, paused = false;
     std::string stop_reason = {};
+    std::string lost_reason = {};
   };
   std::vector<Known> inventory_sandboxes;
   std::vector<std::pair<std::string, std::string>> inventory_processes;  // sandbox, process
   // Pipes for a process to be reattached: the broker's ends are handed out by reattach().
   FakeProcess& AddKeptProcess(const std::string& sandbox_id, const std::string& process_id);
+  // What reattach() answers as a process's stdoutStart and stderrStart (default: the offsets it
+  // was asked for, as for kept copies), and the offsets it was asked for.
+  std::map<std::string, std::pair<uint64_t, uint64_t>> reattach_starts;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> reattach_asked;
 
  protected:
   kj::Promise<void> policy(PolicyContext context) override;

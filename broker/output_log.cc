@@ -138,9 +138,53 @@ void OutputLog::Close() {
   Notify();
 }
 
+absl::Status OutputLog::SkipTo(uint64_t offset) {
+  if (offset <= end_) return absl::OkStatus();
+  if (ftruncate(fd_.get(), static_cast<off_t>(offset)) != 0)
+    return ErrnoStatus("ftruncate", "output log");
+  uint64_t from = end_;
+  gaps_.emplace_back(from, offset);
+  // Nobody can read what was lost: a reader at the gap is past it (a lossless log's room).
+  if (read_mark_ >= from) read_mark_ = offset;
+  Advance(offset - from);
+  std::erase_if(gaps_, [this](const auto& g) { return g.second <= start(); });
+  while (gaps_.size() > kMaxGaps) {
+    gaps_[1].first = gaps_[0].first;
+    gaps_.erase(gaps_.begin());
+  }
+  Notify();
+  return absl::OkStatus();
+}
+
+void OutputLog::SetGaps(Gaps gaps) {
+  gaps_.clear();
+  uint64_t last = 0;
+  for (const auto& [from, to] : gaps) {
+    // Only what makes sense for this log: in order, inside it, not empty.
+    if (from < last || to <= from || to > end_) continue;
+    gaps_.emplace_back(from, to);
+    last = to;
+    if (gaps_.size() == kMaxGaps) break;
+  }
+}
+
+std::optional<uint64_t> OutputLog::GapAt(uint64_t offset) const {
+  for (const auto& [from, to] : gaps_) {
+    if (offset >= from && offset < to) return to;
+  }
+  return std::nullopt;
+}
+
 std::string OutputLog::Read(uint64_t offset, size_t max) const {
-  if (offset < start() || offset >= end_) return {};
-  std::string out(std::min<uint64_t>(max, end_ - offset), '\0');
+  if (offset < start() || offset >= end_ || GapAt(offset)) return {};
+  uint64_t until = end_;
+  for (const auto& [from, to] : gaps_) {
+    if (from > offset) {
+      until = from;
+      break;
+    }
+  }
+  std::string out(std::min<uint64_t>(max, until - offset), '\0');
   size_t got = 0;
   while (got < out.size()) {
     ssize_t n = pread(fd_.get(), out.data() + got, out.size() - got,

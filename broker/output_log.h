@@ -20,7 +20,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <kj/async.h>
 #include <kj/io.h>
@@ -70,8 +73,23 @@ class OutputLog {
   static uint64_t MaxAllocatedBytes(uint64_t capacity) { return capacity + 2 * Slack(capacity); }
   // Appends bytes the broker holds in memory (used where splice cannot be, e.g. tests).
   absl::Status Append(const char* data, size_t size);
+
+  // Gaps: ranges of the stream that were lost (a supervisor restart during which a drop-oldest
+  // stream's spawner kept only its newest bytes). SkipTo(offset) makes [end(), offset) one: the
+  // log continues at `offset`, the file stays sparse there, and a subscriber is told the range
+  // is lost (GapAt) instead of reading it. At most kMaxGaps are remembered: older ones that
+  // nothing kept any more are forgotten, and past that the oldest two merge (the bytes between
+  // them are then reported lost too: never the other way round).
+  absl::Status SkipTo(uint64_t offset);
+  using Gaps = std::vector<std::pair<uint64_t, uint64_t>>;  // [from, to), in order
+  const Gaps& gaps() const { return gaps_; }
+  // A reopened log's gaps, as gaps() had them (records.capnp BrokerProcess.stdoutGaps).
+  void SetGaps(Gaps gaps);
+  // The end of the gap `offset` lies in, if it lies in one.
+  std::optional<uint64_t> GapAt(uint64_t offset) const;
+  static constexpr size_t kMaxGaps = 64;
   void Close();
-  // Up to `max` bytes from `offset` (start() <= offset < end()).
+  // Up to `max` bytes from `offset` (start() <= offset < end()), never into a gap.
   std::string Read(uint64_t offset, size_t max) const;
   // Resolves on the next change (bytes or close).
   kj::Promise<void> WhenChanged();
@@ -99,6 +117,7 @@ class OutputLog {
   uint64_t read_mark_ = 0;  // lossless: the furthest offset some subscriber acknowledged
   bool closed_ = false;
   kj::Own<kj::PromiseFulfiller<void>> room_;  // the pump waiting in WhenRoom()
+  Gaps gaps_;
   // One forked promise per change: a cancelled subscriber drops only its branch, so waiting
   // costs nothing that outlives the waiter.
   kj::Maybe<kj::ForkedPromise<void>> changed_;

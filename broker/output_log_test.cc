@@ -191,6 +191,48 @@ TEST(OutputLogTest, AReopenedLogContinuesAtItsSize) {
   EXPECT_EQ((*log)->Read(0, 1 << 20), first + second);
 }
 
+// A gap (a restart's lost bytes): the log goes on after it, reads never cross it, its file stays
+// sparse there, and a lossless log's reader at the gap is past it.
+TEST(OutputLogTest, AGapIsSkippedReadAroundAndBounded) {
+  std::string path = TempPath("gap.log");
+  unlink(path.c_str());
+  auto opened = OutputLog::Open(path, 64 << 20, /*lossless=*/true);
+  ASSERT_TRUE(opened.ok());
+  OutputLog& log = **opened;
+  ASSERT_TRUE(log.Append("before", 6).ok());
+  log.MarkRead(6);
+  ASSERT_TRUE(log.SkipTo(3) .ok()) << "a skip backwards changes nothing";
+  EXPECT_EQ(log.end(), 6u);
+  ASSERT_TRUE(log.SkipTo(16 << 20).ok());
+  ASSERT_TRUE(log.Append("after", 5).ok());
+  EXPECT_EQ(log.end(), (16u << 20) + 5);
+  EXPECT_EQ(log.Read(0, 100), "before") << "a read stops where the gap begins";
+  EXPECT_EQ(log.Read(100, 100), "") << "nothing is read from the gap";
+  EXPECT_EQ(log.Read(16 << 20, 100), "after");
+  EXPECT_EQ(log.GapAt(6), std::optional<uint64_t>(16 << 20));
+  EXPECT_EQ(log.GapAt(5), std::nullopt);
+  EXPECT_EQ(log.GapAt(16 << 20), std::nullopt);
+  EXPECT_EQ(log.Room(), (64u << 20) - 5) << "the lost range is not unread";
+  struct stat st;
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_LT(st.st_blocks * 512, 1 << 20) << "the gap takes no disk";
+  // At most kMaxGaps are kept: the oldest merge, so more is reported lost, never less.
+  for (size_t i = 0; i < OutputLog::kMaxGaps + 5; ++i) {
+    ASSERT_TRUE(log.SkipTo(log.end() + 10).ok());
+    ASSERT_TRUE(log.Append("x", 1).ok());
+  }
+  EXPECT_EQ(log.gaps().size(), OutputLog::kMaxGaps);
+  EXPECT_EQ(log.gaps().front().first, 6u);
+  // A reopened log takes its gaps back from the record, sanely ordered ones only.
+  OutputLog::Gaps saved = log.gaps();
+  saved.emplace_back(1, 2);  // out of order: dropped
+  auto again = OutputLog::Open(path, 64 << 20);
+  ASSERT_TRUE(again.ok());
+  (*again)->SetGaps(saved);
+  EXPECT_EQ((*again)->gaps().size(), OutputLog::kMaxGaps);
+  EXPECT_EQ((*again)->Read(0, 100), "before");
+}
+
 TEST(OutputLogTest, RefusesSymlinks) {
   std::string target = TempPath("target.log"), link = TempPath("link.log");
   unlink(link.c_str());

@@ -175,6 +175,15 @@ kj::Promise<void> Deliver(kj::Own<ProcessRecord> p, api::Stream stream, uint64_t
       return Deliver(kj::mv(p), stream, resume, kj::mv(sink));
     });
   }
+  if (auto gap_end = next < log.end() ? log.GapAt(next) : std::nullopt) {
+    // Lost in a supervisor restart (OutputLog::SkipTo): said as a gap, as old bytes are.
+    auto req = sink.gapRequest();
+    req.setLostBytes(*gap_end - next);
+    uint64_t resume = *gap_end;
+    return req.send().then([p = kj::mv(p), stream, resume, sink](auto&&) mutable {
+      return Deliver(kj::mv(p), stream, resume, kj::mv(sink));
+    });
+  }
   if (next < log.end()) {
     std::string bytes = log.Read(next, kChunk);
     auto req = sink.writeRequest();

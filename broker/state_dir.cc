@@ -66,6 +66,16 @@ absl::Status StateDir::Persist(const SandboxRecord& sb) {
     procs[i].setId(p.id);
     procs[i].setKey(p.key);
     procs[i].setOutput(p.output);
+    auto gaps = [](const OutputLog* log, capnp::List<uint64_t>::Builder out) {
+      for (unsigned g = 0; g < log->gaps().size(); ++g) {
+        out.set(2 * g, log->gaps()[g].first);
+        out.set(2 * g + 1, log->gaps()[g].second);
+      }
+    };
+    if (p.stdout_log.get() != nullptr && !p.stdout_log->gaps().empty())
+      gaps(p.stdout_log.get(), procs[i].initStdoutGaps(static_cast<unsigned>(2 * p.stdout_log->gaps().size())));
+    if (p.stderr_log.get() != nullptr && !p.stderr_log->gaps().empty())
+      gaps(p.stderr_log.get(), procs[i].initStderrGaps(static_cast<unsigned>(2 * p.stderr_log->gaps().size())));
     // The record is rewritten on every start: keep it small whatever argv was.
     size_t kept = 0, bytes = 0;
     while (kept < p.argv.size() && bytes + p.argv[kept].size() <= kRecordArgvBytes)
@@ -102,6 +112,12 @@ absl::StatusOr<std::map<std::string, StateDir::SavedProcess>> StateDir::Load(
     for (auto a : p.getArgv()) out.argv.emplace_back(a.cStr());
     out.key = p.getKey().cStr();
     out.output = p.getOutput();
+    auto gaps = [](capnp::List<uint64_t>::Reader in, OutputLog::Gaps& into) {
+      for (unsigned g = 0; g + 1 < in.size() && into.size() < OutputLog::kMaxGaps; g += 2)
+        into.emplace_back(in[g], in[g + 1]);
+    };
+    gaps(p.getStdoutGaps(), out.stdout_gaps);
+    gaps(p.getStderrGaps(), out.stderr_gaps);
   }
   return saved_processes;
 }

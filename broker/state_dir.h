@@ -34,9 +34,11 @@ class StateDir {
     std::vector<std::string> argv;
     std::string key;
     api::OutputMode output = api::OutputMode::DROP_OLDEST;
+    OutputLog::Gaps stdout_gaps, stderr_gaps;  // OutputLog::gaps() when it was written
   };
   // Reads back what Persist wrote into `sandbox` (owner, labels, key, tombstones) and returns what
-  // it says of each process by process id; not-found if there is no record.
+  // it says of each process by process id (argv, key, output mode, its logs' gaps); not-found if
+  // there is no record.
   absl::StatusOr<std::map<std::string, SavedProcess>> Load(SandboxRecord& sandbox);
   // Removes a sandbox's logs and record.
   void Remove(const std::string& sandbox_id);

@@ -71,6 +71,7 @@ struct ProcessCommand {
   std::optional<std::string> workspace_cwd;
   bool exact_env = false;  // api.capnp ProcessSpec.exactEnv
   bool report_unkept = false;  // api.capnp ProcessSpec.reportUnkept
+  bool drop_oldest = false;    // its output mode is dropOldest (helper.capnp StartProcessRequest)
   bool tty = false;
   uint16_t rows = 0;  // tty only
   uint16_t cols = 0;

@@ -16,6 +16,15 @@ uint32_t GetU32(std::string_view in, size_t at) {
   return b(0) << 24 | b(1) << 16 | b(2) << 8 | b(3);
 }
 
+void PutU64(std::string& out, uint64_t v) {
+  PutU32(out, static_cast<uint32_t>(v >> 32));
+  PutU32(out, static_cast<uint32_t>(v));
+}
+
+uint64_t GetU64(std::string_view in, size_t at) {
+  return uint64_t{GetU32(in, at)} << 32 | GetU32(in, at + 4);
+}
+
 void PutString(std::string& out, std::string_view s) {
   PutU32(out, static_cast<uint32_t>(s.size()));
   out.append(s);
@@ -65,32 +74,98 @@ std::string EncodeU32(Type type, uint32_t id, uint32_t value) {
   return Encode(type, id, payload);
 }
 
-std::string EncodeGrant(Type type, uint32_t id, uint8_t stream, uint32_t bytes) {
+std::string EncodeGrant(uint32_t id, uint8_t stream, uint32_t bytes, uint64_t logged) {
   std::string payload(1, static_cast<char>(stream));
   PutU32(payload, bytes);
+  PutU64(payload, logged);
+  return Encode(Type::kGrant, id, payload);
+}
+
+std::optional<Grant> DecodeGrant(std::string_view payload) {
+  if (payload.size() != 13) return std::nullopt;
+  Grant g{static_cast<uint8_t>(payload[0]), GetU32(payload, 1), GetU64(payload, 5)};
+  if (g.stream != kStdout && g.stream != kStderr) return std::nullopt;
+  return g;
+}
+
+std::string EncodeOffsets(Type type, uint32_t id, uint64_t out, uint64_t err) {
+  std::string payload;
+  PutU64(payload, out);
+  PutU64(payload, err);
   return Encode(type, id, payload);
 }
 
+std::optional<std::pair<uint64_t, uint64_t>> DecodeOffsets(std::string_view payload) {
+  if (payload.size() != 16) return std::nullopt;
+  return std::make_pair(GetU64(payload, 0), GetU64(payload, 8));
+}
+
+namespace {
+constexpr uint8_t kHeldMerged = 1, kHeldDropOldest = 2, kHeldInputClosed = 4, kHeldOutEof = 8,
+                  kHeldErrEof = 16;
+constexpr size_t kHeldFixedBytes = 4 + 1 + 4 * 8;
+}  // namespace
+
+std::string EncodeHeld(uint32_t id, const HeldProcess& held) {
+  std::string payload;
+  PutU32(payload, held.pid);
+  payload.push_back(static_cast<char>((held.merged ? kHeldMerged : 0) |
+                                      (held.drop_oldest ? kHeldDropOldest : 0) |
+                                      (held.input_closed ? kHeldInputClosed : 0) |
+                                      (held.out_eof ? kHeldOutEof : 0) |
+                                      (held.err_eof ? kHeldErrEof : 0)));
+  for (uint64_t v : {held.out_base, held.out_end, held.err_base, held.err_end}) PutU64(payload, v);
+  payload.append(held.name);
+  return Encode(Type::kHeld, id, payload);
+}
+
+std::optional<HeldProcess> DecodeHeld(std::string_view payload) {
+  if (payload.size() <= kHeldFixedBytes || payload.size() > kHeldFixedBytes + kMaxNameBytes)
+    return std::nullopt;
+  HeldProcess h;
+  h.pid = GetU32(payload, 0);
+  uint8_t flags = static_cast<uint8_t>(payload[4]);
+  if (flags >= 32) return std::nullopt;
+  h.merged = flags & kHeldMerged;
+  h.drop_oldest = flags & kHeldDropOldest;
+  h.input_closed = flags & kHeldInputClosed;
+  h.out_eof = flags & kHeldOutEof;
+  h.err_eof = flags & kHeldErrEof;
+  h.out_base = GetU64(payload, 5);
+  h.out_end = GetU64(payload, 13);
+  h.err_base = GetU64(payload, 21);
+  h.err_end = GetU64(payload, 29);
+  h.name.assign(payload.substr(kHeldFixedBytes));
+  if (h.out_base > h.out_end || h.err_base > h.err_end ||
+      h.name.find('\0') != std::string::npos)
+    return std::nullopt;
+  return h;
+}
+
 std::optional<std::string> EncodeStart(uint32_t id, const StartRequest& request) {
-  std::string payload(1, request.merge_stderr ? '\1' : '\0');
+  std::string payload(1, static_cast<char>((request.merge_stderr ? 1 : 0) |
+                                           (request.drop_oldest ? 2 : 0)));
   PutString(payload, request.cwd);
   PutU32(payload, static_cast<uint32_t>(request.argv.size()));
   for (const auto& a : request.argv) PutString(payload, a);
   PutU32(payload, static_cast<uint32_t>(request.env.size()));
   for (const auto& e : request.env) PutString(payload, e);
   PutString(payload, request.search_path);
-  if (payload.size() > kMaxDownPayload) return std::nullopt;
+  PutString(payload, request.name);
+  if (payload.size() > kMaxDownPayload || request.name.size() > kMaxNameBytes) return std::nullopt;
   return Encode(Type::kStart, id, payload);
 }
 
 std::optional<StartRequest> DecodeStart(std::string_view payload) {
-  if (payload.empty() || static_cast<uint8_t>(payload[0]) > 1) return std::nullopt;
+  if (payload.empty() || static_cast<uint8_t>(payload[0]) > 3) return std::nullopt;
   StartRequest request;
-  request.merge_stderr = payload[0] == 1;
+  request.merge_stderr = (payload[0] & 1) != 0;
+  request.drop_oldest = (payload[0] & 2) != 0;
   size_t at = 1;
   if (!GetString(payload, &at, &request.cwd) || !GetStrings(payload, &at, &request.argv) ||
       !GetStrings(payload, &at, &request.env) || !GetString(payload, &at, &request.search_path) ||
-      at != payload.size() || request.argv.empty())
+      !GetString(payload, &at, &request.name) || at != payload.size() || request.argv.empty() ||
+      request.name.size() > kMaxNameBytes)
     return std::nullopt;
   return request;
 }
@@ -120,7 +195,8 @@ std::optional<UpEvent> DecodeUp(const Frame& frame) {
   event.type = frame.type;
   event.id = frame.id;
   const std::string& p = frame.payload;
-  if ((frame.type == Type::kHello) != (frame.id == 0)) return std::nullopt;
+  bool channel_frame = frame.type == Type::kHello || frame.type == Type::kHeldEnd;
+  if (channel_frame != (frame.id == 0)) return std::nullopt;
   auto valid_stream = [](uint8_t s) { return s == kStdout || s == kStderr; };
   switch (frame.type) {
     case Type::kHello:
@@ -147,6 +223,22 @@ std::optional<UpEvent> DecodeUp(const Frame& frame) {
       event.stream = static_cast<uint8_t>(p[0]);
       if (!valid_stream(event.stream)) return std::nullopt;
       return event;
+    case Type::kHeld: {
+      auto held = DecodeHeld(p);
+      if (!held) return std::nullopt;
+      event.held = std::move(*held);
+      return event;
+    }
+    case Type::kHeldEnd:
+      if (!p.empty()) return std::nullopt;
+      return event;
+    case Type::kResumed: {
+      auto offsets = DecodeOffsets(p);
+      if (!offsets) return std::nullopt;
+      event.out_offset = offsets->first;
+      event.err_offset = offsets->second;
+      return event;
+    }
     default:
       return std::nullopt;
   }

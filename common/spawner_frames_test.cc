@@ -21,7 +21,7 @@ std::vector<Frame> ReadAll(const std::string& stream, size_t piece, bool* error)
 
 TEST(SpawnerFrames, StartRoundTripsThroughAnySplitOfTheStream) {
   StartRequest start{true, "/work", {"sh", "-c", "echo hi"}, {"PATH=/bin", "A="},
-                     "/opt/paseo/bin:/bin"};
+                     "/opt/paseo/bin:/bin", true, "p-1"};
   auto encoded = EncodeStart(7, start);
   ASSERT_TRUE(encoded);
   std::string stream = *encoded + EncodeU32(Type::kSignal, 7, 15) + Encode(Type::kCloseInput, 7, "");
@@ -39,36 +39,83 @@ TEST(SpawnerFrames, StartRoundTripsThroughAnySplitOfTheStream) {
     EXPECT_EQ(decoded->argv, start.argv);
     EXPECT_EQ(decoded->env, start.env);
     EXPECT_EQ(decoded->search_path, "/opt/paseo/bin:/bin");
+    EXPECT_TRUE(decoded->drop_oldest);
+    EXPECT_EQ(decoded->name, "p-1");
     EXPECT_EQ(frames[1].type, Type::kSignal);
     EXPECT_EQ(frames[2].type, Type::kCloseInput);
   }
 }
 
 TEST(SpawnerFrames, AnOversizedStartIsNotEncoded) {
-  StartRequest start{false, "/", {std::string(kMaxDownPayload, 'a')}, {}, "/bin"};
+  StartRequest start{false, "/", {std::string(kMaxDownPayload, 'a')}, {}, "/bin", false, ""};
   EXPECT_FALSE(EncodeStart(1, start));
 }
 
 TEST(SpawnerFrames, MalformedStartsAreRefused) {
-  auto good = *EncodeStart(1, {false, "/", {"true"}, {}, "/bin"});
+  auto good = *EncodeStart(1, {false, "/", {"true"}, {}, "/bin", false, ""});
   std::string payload = good.substr(kHeaderBytes);
   ASSERT_TRUE(DecodeStart(payload));
   EXPECT_FALSE(DecodeStart(""));
   EXPECT_FALSE(DecodeStart(payload.substr(0, payload.size() - 1)));  // truncated
   EXPECT_FALSE(DecodeStart(payload + "x"));                          // trailing bytes
   std::string bad_flag = payload;
-  bad_flag[0] = 2;
+  bad_flag[0] = 4;
   EXPECT_FALSE(DecodeStart(bad_flag));
   EXPECT_FALSE(
-      DecodeStart(EncodeStart(1, {false, "/", {}, {}, "/bin"})->substr(kHeaderBytes)));  // no argv
-  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {"true"}, {}, std::string("/b\0n", 4)})
+      DecodeStart(EncodeStart(1, {false, "/", {}, {}, "/bin", false, ""})->substr(kHeaderBytes)));  // no argv
+  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {"true"}, {}, std::string("/b\0n", 4), false, ""})
                                ->substr(kHeaderBytes)));  // a NUL in the search path
-  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {std::string("a\0b", 3)}, {}, "/bin"})
+  EXPECT_FALSE(DecodeStart(EncodeStart(1, {false, "/", {std::string("a\0b", 3)}, {}, "/bin", false, ""})
                                ->substr(kHeaderBytes)));  // a NUL
   // A count that promises more strings than bytes remain.
   std::string lying = payload;
   lying[1 + 4 + 1 + 3] = '\x7f';  // argc's low byte after cwd "/" (length 4 + 1 byte)
   EXPECT_FALSE(DecodeStart(lying));
+}
+
+TEST(SpawnerFrames, HeldProcessesGrantsAndOffsetsRoundTripAndAreCheckedStrictly) {
+  HeldProcess h;
+  h.pid = 77;
+  h.merged = true;
+  h.drop_oldest = true;
+  h.err_eof = true;
+  h.out_base = (uint64_t{1} << 40) + 3;
+  h.out_end = h.out_base + 1000;
+  h.name = "p-42";
+  Frame f{Type::kHeld, 9, EncodeHeld(9, h).substr(kHeaderBytes)};
+  auto up = DecodeUp(f);
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->held.pid, 77u);
+  EXPECT_TRUE(up->held.merged && up->held.drop_oldest && up->held.err_eof);
+  EXPECT_FALSE(up->held.input_closed || up->held.out_eof);
+  EXPECT_EQ(up->held.out_base, h.out_base);
+  EXPECT_EQ(up->held.out_end, h.out_end);
+  EXPECT_EQ(up->held.name, "p-42");
+  std::string p = f.payload;
+  EXPECT_FALSE(DecodeHeld(p.substr(0, 37)));                  // no name
+  EXPECT_FALSE(DecodeHeld(p + std::string(kMaxNameBytes, 'x')));  // a name too long
+  std::string flags = p;
+  flags[4] = 32;
+  EXPECT_FALSE(DecodeHeld(flags));
+  HeldProcess backwards = h;
+  backwards.out_end = h.out_base - 1;
+  EXPECT_FALSE(DecodeHeld(EncodeHeld(9, backwards).substr(kHeaderBytes)));
+  EXPECT_FALSE(DecodeUp({Type::kHeld, 0, p}));          // id 0 is the channel's
+  EXPECT_FALSE(DecodeUp({Type::kHeldEnd, 3, ""}));      // and the list's end is id 0's
+  EXPECT_TRUE(DecodeUp({Type::kHeldEnd, 0, ""}));
+
+  auto g = DecodeGrant(EncodeGrant(4, kStderr, 5000, uint64_t{1} << 33).substr(kHeaderBytes));
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->stream, kStderr);
+  EXPECT_EQ(g->bytes, 5000u);
+  EXPECT_EQ(g->logged, uint64_t{1} << 33);
+  EXPECT_FALSE(DecodeGrant(EncodeGrant(4, 3, 1, 0).substr(kHeaderBytes)));
+  auto resumed = DecodeUp({Type::kResumed, 4,
+                           EncodeOffsets(Type::kResumed, 4, 10, uint64_t{1} << 50).substr(kHeaderBytes)});
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(resumed->out_offset, 10u);
+  EXPECT_EQ(resumed->err_offset, uint64_t{1} << 50);
+  EXPECT_FALSE(DecodeUp({Type::kResumed, 4, "short"}));
 }
 
 TEST(SpawnerFrames, AHeaderAnnouncingTooMuchIsAnError) {

@@ -95,8 +95,12 @@ kj::Promise<void> HelperServer::inventory(InventoryContext context) {
 
 kj::Promise<void> HelperServer::reattach(ReattachContext context) {
   auto request = ValueOrThrow(ValidateReattach(context.getParams()));
-  SendStdio(ValueOrThrow(host_.Reattach(request)), context.getResults());
-  return kj::READY_NOW;
+  return ValueOrThrow(host_.Reattach(request)).then([context](SandboxHost::Reattached r) mutable {
+    auto results = context.getResults();
+    SendStdio(kj::mv(r.stdio), results);
+    results.setStdoutStart(r.stdout_start);
+    results.setStderrStart(r.stderr_start);
+  });
 }
 
 kj::Promise<void> HelperServer::closeInput(CloseInputContext context) {

@@ -214,6 +214,7 @@ absl::StatusOr<ValidatedStart> ValidateStart(helper::Helper::StartProcessParams:
                    CheckWorkspaceCwd(request.getWorkspaceCwd(), request.getCwd()));
   out.command.exact_env = request.getExactEnv();
   out.command.report_unkept = request.getReportUnkept();
+  out.command.drop_oldest = request.getDropOldest();
   return out;
 }
 
@@ -241,9 +242,10 @@ absl::StatusOr<ValidatedInventory> ValidateInventory(helper::Helper::InventoryPa
   return ValidatedInventory{};
 }
 
-absl::StatusOr<ValidatedProcessRef> ValidateReattach(
-    helper::Helper::ReattachParams::Reader params) {
-  return CheckProcessRef(params.getSandboxId(), params.getProcessId());
+absl::StatusOr<ValidatedReattach> ValidateReattach(helper::Helper::ReattachParams::Reader params) {
+  ASSIGN_OR_RETURN(ValidatedProcessRef process,
+                   CheckProcessRef(params.getSandboxId(), params.getProcessId()));
+  return ValidatedReattach{std::move(process), params.getStdoutOffset(), params.getStderrOffset()};
 }
 
 absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(

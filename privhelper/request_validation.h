@@ -126,7 +126,13 @@ absl::StatusOr<ValidatedDelete> ValidateDelete(helper::Helper::DeleteSandboxPara
 absl::StatusOr<ValidatedInventory> ValidateInventory(
     helper::Helper::InventoryParams::Reader params);
 
-absl::StatusOr<ValidatedProcessRef> ValidateReattach(helper::Helper::ReattachParams::Reader params);
+// A process ref, and where the broker's logs of its streams end (any values).
+struct ValidatedReattach {
+  ValidatedProcessRef process;
+  uint64_t stdout_offset = 0;
+  uint64_t stderr_offset = 0;
+};
+absl::StatusOr<ValidatedReattach> ValidateReattach(helper::Helper::ReattachParams::Reader params);
 
 absl::StatusOr<ValidatedProcessRef> ValidateCloseInput(
     helper::Helper::CloseInputParams::Reader params);

@@ -1,7 +1,10 @@
 // SandboxHost: the privileged work behind the helper protocol. It owns every sandbox this
 // privhelper created (bundle, staged workspace mounts, runsc container, exec'd processes) and
 // acts only on requests request_validation.h has checked; HelperServer (helper_server.h) is
-// the RPC table in front of it. runsc is reached through RunscRunner and the sandboxes' host
+// the RPC table in front of it. Its code is split by role: sandbox_host.cc (lookups, create,
+// pause, connect, stops), sandbox_host_processes.cc (processes and the spawner),
+// sandbox_host_teardown.cc (delete) and sandbox_host_adopt.cc (restart: adoption, reattach,
+// collection), sharing sandbox_host_internal.h. runsc is reached through RunscRunner and the sandboxes' host
 // processes through ProcessWatcher, so all of this but the mounts is tested with fakes and no
 // root (sandbox_host_test.cc).
 //
@@ -30,6 +33,7 @@
 #include <kj/async.h>
 #include <kj/function.h>
 #include <kj/io.h>
+#include <kj/vector.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -112,10 +116,18 @@ class SandboxHost {
   // teardown failed. failed-precondition if it is not being deleted.
   absl::StatusOr<kj::Promise<void>> AwaitGone(const ValidatedSandboxRef& request);
   // For a (re)starting broker: every sandbox and every process with kept stdio.
+  // A sandbox's lostReason is reported once: to the first broker after the restart that lost
+  // its processes (a later broker restart has nothing more to learn from it).
   void Inventory(const ValidatedInventory& request,
-                 helper::Helper::InventoryResults::Builder out) const;
-  // Duplicates of a process's kept stdio (stdin may be absent).
-  absl::StatusOr<Stdio> Reattach(const ValidatedProcessRef& request);
+                 helper::Helper::InventoryResults::Builder out);
+  struct Reattached {
+    Stdio stdio;
+    uint64_t stdout_start = 0, stderr_start = 0;  // helper.capnp reattach: stdoutStart, ...
+  };
+  // The broker's ends of a process's stdio (stdin may be absent): for a process a reattached
+  // spawner holds, new pipes continuing its streams from the broker's log ends (or later: a
+  // gap); for any other, duplicates of its kept stdio.
+  absl::StatusOr<kj::Promise<Reattached>> Reattach(const ValidatedReattach& request);
   absl::Status CloseInput(const ValidatedProcessRef& request);
   // Sandbox.connect: a TCP connection to the port of a running (not paused, not stopped)
   // sandbox, made from inside its network namespace. failed-precondition ("sandbox has no
@@ -167,6 +179,9 @@ class SandboxHost {
   static constexpr kj::Duration kHaltPatience = 2 * kj::SECONDS;
   // How long a create waits for an init spawner's hello, and a delete for it to exit when told.
   static constexpr kj::Duration kSpawnerHelloPatience = 2 * kj::SECONDS;
+  // How long a restarted privhelper waits for an adopted sandbox's spawner to take a new channel
+  // and list what it holds (a `runsc exec` of `shim attach` and a round trip).
+  static constexpr kj::Duration kReattachPatience = 10 * kj::SECONDS;
   static constexpr kj::Duration kInitExitPatience = 500 * kj::MILLISECONDS;
   // How often a teardown tries runsc's part (resume, kill, delete) before it is reported
   // failed, and the wait before the first retry (doubled before each next one: 1, 2, 4 s).
@@ -183,6 +198,9 @@ class SandboxHost {
     bool exited = false;
     bool tty = false;
     uint32_t spawner_id = 0;  // started through the sandbox's spawner (0: a runsc exec)
+    // Held by a spawner this privhelper reattached, and not continued yet (Reattach): no kept
+    // stdio until then.
+    bool held = false;
     std::vector<std::string> argv;
     // Copies of the broker's ends, kept so a restarted broker can take the process over.
     kj::AutoCloseFd kept_stdin, kept_stdout, kept_stderr;
@@ -257,6 +275,11 @@ class SandboxHost {
     // process is a runsc exec, and `spawner_down` says why.
     kj::Own<SpawnerChannel> spawner;
     bool spawner_is_init = false;  // it is the sandbox's init (started by `runsc run`)
+    // What a reattach must present (<bundle>/spawner.key; spawner_frames.h kKey).
+    std::string spawner_key;
+    // Adopted: why a process the broker knew of is not in the inventory (helper.capnp
+    // AdoptedSandbox.lostReason).
+    std::string lost_reason;
     std::string spawner_pid_file;
     std::string spawner_down;
     // Waits for the sentry or the gofer to exit (WatchHostProcesses); declared last, so it is
@@ -331,9 +354,17 @@ class SandboxHost {
   // `runsc exec` of `exec` as process `process_id`, on the given stdio.
   absl::StatusOr<RunscExecStarted> StartRunscExec(Sandbox& sb, const std::string& process_id,
                                                   const ExecSpec& exec, int in, int out, int err);
-  // sb.spawner on the given ends of its channel; `is_init`: the spawner is the sandbox's init.
+  // sb.spawner on the given ends of its channel; `is_init`: the spawner is the sandbox's init;
+  // `reattach`: the channel is a `shim attach` to a spawner a previous privhelper started.
   void OpenSpawnerChannel(Sandbox& sb, kj::AutoCloseFd to_spawner, kj::AutoCloseFd from_spawner,
-                          bool is_init);
+                          bool is_init, bool reattach = false);
+  // A new key for the sandbox's spawner, written to <bundle>/spawner.key with whether the
+  // spawner is its init.
+  absl::Status NewSpawnerKey(Sandbox& sb, bool is_init);
+  // An adopted sandbox's spawner (from <bundle>/spawner.key) given a new channel through
+  // `runsc exec shim attach`; resolves once it listed what it holds, each then tracked as a held
+  // process, or once that failed (its processes are lost, with sb.lost_reason saying why).
+  kj::Promise<void> ReattachSpawner(Sandbox& sb);
   // A process through the sandbox's spawner; nullopt if the spawner cannot take it (then it is
   // a runsc exec).
   std::optional<absl::StatusOr<Stdio>> StartThroughSpawner(Sandbox& sb,
@@ -372,9 +403,10 @@ class SandboxHost {
   // Removes the sandbox's (empty) cgroup in every hierarchy.
   void RemoveCgroups(const std::string& sandbox_id);
 
-  // Reconcile's two halves: a container `runsc list` reported, and what nobody owns.
+  // Reconcile's two halves: a container `runsc list` reported, and what nobody owns. An adopted
+  // running sandbox's spawner reattach goes into `reattaches`.
   void AdoptOrDestroy(const std::string& id, const std::string& status,
-                      config::RestartPolicy policy);
+                      config::RestartPolicy policy, kj::Vector<kj::Promise<void>>& reattaches);
   void CollectUnowned();
   // An adopted sandbox's network back in place (its recorded block, pin, firewall chains).
   void AdoptNetwork(Sandbox& sb);

@@ -752,7 +752,7 @@ TEST_F(SandboxHostTest, RequestsNamingNothingAreNotFound) {
     SCOPED_TRACE(ref.sandbox_id);
     EXPECT_EQ(host_->Wait(ref).status().code(), absl::StatusCode::kNotFound);
     EXPECT_EQ(host_->Signal({ref, 15}).status().code(), absl::StatusCode::kNotFound);
-    EXPECT_EQ(host_->Reattach(ref).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(host_->Reattach({ref, 0, 0}).status().code(), absl::StatusCode::kNotFound);
     EXPECT_EQ(host_->CloseInput(ref).code(), absl::StatusCode::kNotFound);
   }
   EXPECT_THAT(std::string(host_->Wait(no_process).status().message()), HasSubstr("no process"));
@@ -888,8 +888,13 @@ TEST_F(SandboxHostTest, KeptStdioIsHandedToARestartedBroker) {
   EXPECT_EQ(runsc_.started[0].stdio.stderr_fd, runsc_.started[0].stdio.stdout_fd);
   EXPECT_TRUE(Listing().tty["p-1"]);
 
-  auto again = host_->Reattach({"sb-1", "p-1"});
-  ASSERT_TRUE(again.ok()) << again.status();
+  auto reattached = host_->Reattach({{"sb-1", "p-1"}, 5, 7});
+  ASSERT_TRUE(reattached.ok()) << reattached.status();
+  SandboxHost::Reattached got = reattached->wait(ws_);
+  // Kept copies go on where the pipes are: the starts are the offsets the broker said.
+  EXPECT_EQ(got.stdout_start, 5u);
+  EXPECT_EQ(got.stderr_start, 7u);
+  SandboxHost::Stdio* again = &got.stdio;
   // The copies are the very pipes the first broker got.
   auto same_pipe = [](int a, int b) {
     struct stat sa, sb;
@@ -901,8 +906,10 @@ TEST_F(SandboxHostTest, KeptStdioIsHandedToARestartedBroker) {
   EXPECT_TRUE(same_pipe(again->stderr_r.get(), stdio->stderr_r.get()));
 
   ASSERT_TRUE(host_->CloseInput({"sb-1", "p-1"}).ok());
-  auto after_close = host_->Reattach({"sb-1", "p-1"});
-  ASSERT_TRUE(after_close.ok());
+  auto closed = host_->Reattach({{"sb-1", "p-1"}, 0, 0});
+  ASSERT_TRUE(closed.ok());
+  SandboxHost::Reattached after = closed->wait(ws_);
+  SandboxHost::Stdio* after_close = &after.stdio;
   EXPECT_LT(after_close->stdin_w.get(), 0) << "stdin was closed: no copy to hand out";
   EXPECT_GE(after_close->stdout_r.get(), 0);
 }

@@ -4,12 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <kj/debug.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/ids.h"
 #include "common/rpc_errors.h"
 
 namespace paseo {
@@ -61,15 +63,18 @@ void SpawnerChannel::LogErrors::taskFailed(kj::Exception&& e) {
 
 SpawnerChannel::SpawnerChannel(kj::LowLevelAsyncIoProvider& io, kj::AutoCloseFd to_spawner,
                                kj::AutoCloseFd from_spawner,
-                               kj::Function<void(std::string)> on_down)
-    : io_(io), on_down_(kj::mv(on_down)) {
+                               kj::Function<void(std::string)> on_down, Options options)
+    : io_(io), on_down_(kj::mv(on_down)), options_(kj::mv(options)) {
   auto hello = kj::newPromiseAndFulfiller<void>();
   hello_fulfiller_ = kj::mv(hello.fulfiller);
   hello_ = hello.promise.fork();
   fcntl(to_spawner.get(), F_SETFL, fcntl(to_spawner.get(), F_GETFL) | O_NONBLOCK);
   fcntl(from_spawner.get(), F_SETFL, fcntl(from_spawner.get(), F_GETFL) | O_NONBLOCK);
+  to_fd_ = to_spawner.get();
   to_ = io_.wrapOutputFd(to_spawner.release(), kOwned);
   from_ = io_.wrapInputFd(from_spawner.release(), kOwned);
+  // A reattach proves itself first: the spawner takes a channel only with its key.
+  if (options_.reattach) Send(spawner::Encode(Type::kAttach, 0, options_.key));
   read_loop_ = ReadLoop().eagerlyEvaluate([this](kj::Exception&& e) {
     Down(absl::StrCat("cannot read from it: ", e.getDescription().cStr()), true);
   });
@@ -133,7 +138,11 @@ kj::Promise<void> SpawnerChannel::ReadLoop() {
     while (auto frame = reader_.Next(&error)) {
       absl::Status applied = Apply(*frame);
       if (!applied.ok()) {
-        Down(absl::StrCat("it broke the protocol: ", applied.message()), true);
+        // failed-precondition: a spawner of another version, which is no violation.
+        Down(applied.code() == absl::StatusCode::kFailedPrecondition
+                 ? std::string(applied.message())
+                 : absl::StrCat("it broke the protocol: ", applied.message()),
+             true);
         return kj::READY_NOW;
       }
       if (state_ == State::kDown) return kj::READY_NOW;
@@ -152,15 +161,135 @@ absl::Status SpawnerChannel::Apply(const spawner::Frame& frame) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed frame of type ", static_cast<int>(frame.type)));
   if (event->type == Type::kHello) {
-    if (state_ != State::kStarting) return absl::InvalidArgumentError("a second hello");
-    if (event->value != spawner::kVersion)
-      return absl::InvalidArgumentError(absl::StrCat("protocol version ", event->value));
+    if (state_ != State::kStarting || hello_seen_) return absl::InvalidArgumentError("a second hello");
+    if (event->value != spawner::kVersion) {
+      // Another version's frames cannot be read: its processes go (Down's kDropAll means the
+      // same in every version), the sandbox stays.
+      refused_version_ = true;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "it speaks spawner protocol version ", event->value, ", this privhelper ",
+          spawner::kVersion, "; its processes were ended"));
+    }
+    hello_seen_ = true;
+    if (!options_.reattach && !options_.key.empty()) Send(spawner::Encode(Type::kKey, 0, options_.key));
+    return absl::OkStatus();
+  }
+  if (!hello_seen_) return absl::InvalidArgumentError("a frame before hello");
+  if (state_ == State::kStarting) {
+    if (event->type == Type::kHeld) return ApplyHeld(*event);
+    if (event->type != Type::kHeldEnd) return absl::InvalidArgumentError("a frame before its list");
     state_ = State::kUp;
     hello_fulfiller_->fulfill();
     return absl::OkStatus();
   }
-  if (state_ != State::kUp) return absl::InvalidArgumentError("a frame before hello");
+  if (event->type == Type::kHeld || event->type == Type::kHeldEnd)
+    return absl::InvalidArgumentError("a list after the list");
   return ApplyToProcess(*event);
+}
+
+absl::Status SpawnerChannel::ApplyHeld(const spawner::UpEvent& e) {
+  if (!options_.reattach) return absl::InvalidArgumentError("held processes on a new channel");
+  const spawner::HeldProcess& h = e.held;
+  if (procs_.size() >= kMaxProcesses) return absl::InvalidArgumentError("too many held processes");
+  if (e.id == 0 || e.id == UINT32_MAX || procs_.count(e.id))
+    return absl::InvalidArgumentError(absl::StrCat("held process id ", e.id));
+  if (!IsValidId(h.name)) return absl::InvalidArgumentError("a held process's name");
+  for (const auto& [id, proc] : procs_) {
+    if (proc->name == h.name) return absl::InvalidArgumentError("a held process's name, twice");
+  }
+  // Only what the spawner can have kept: the privhelper's memory does not depend on its word.
+  if (h.out_end - h.out_base > spawner::kMaxRetainedBytes ||
+      h.err_end - h.err_base > spawner::kMaxRetainedBytes ||
+      (h.merged && (h.err_end != 0 || !h.err_eof)))
+    return absl::InvalidArgumentError("a held process's streams");
+  auto proc = kj::heap<Proc>();
+  Proc& p = *proc;
+  p.id = e.id;
+  p.held = true;
+  p.started = true;
+  p.merged = h.merged;
+  p.drop_oldest = h.drop_oldest;
+  p.name = h.name;
+  p.input_closed = h.input_closed;
+  auto exit = kj::newPromiseAndFulfiller<ProcessExit>();
+  p.exit_fulfiller = kj::mv(exit.fulfiller);
+  held_.push_back(Held{e.id, h.name, h.merged, h.input_closed, kj::mv(exit.promise)});
+  next_id_ = std::max(next_id_, e.id + 1);
+  procs_.emplace(e.id, kj::mv(proc));
+  return absl::OkStatus();
+}
+
+std::vector<SpawnerChannel::Held> SpawnerChannel::TakeHeld() { return std::move(held_); }
+
+absl::StatusOr<kj::Promise<SpawnerChannel::Resumed>> SpawnerChannel::Resume(uint32_t id,
+                                                                            uint64_t out,
+                                                                            uint64_t err) {
+  auto it = procs_.find(id);
+  if (state_ != State::kUp || it == procs_.end() || !it->second->held ||
+      it->second->resumed.get() != nullptr)
+    return absl::FailedPreconditionError("the process is not held by a reattached spawner");
+  Proc& p = *it->second;
+  auto in = MakePipe();
+  auto o = MakePipe();
+  auto e = MakePipe();
+  if (!in || !o || !e) return absl::ResourceExhaustedError("out of pipes");
+  MakeBlocking(in->write.get());
+  MakeBlocking(o->read.get());
+  MakeBlocking(e->read.get());
+  fcntl(o->write.get(), F_SETPIPE_SZ, spawner::kMaxOutputWindow);
+  fcntl(e->write.get(), F_SETPIPE_SZ, spawner::kMaxOutputWindow);
+  p.out.raw = o->write.get();
+  p.out.pipe = io_.wrapOutputFd(o->write.release(), kOwned);
+  if (p.merged) {
+    e->write = nullptr;
+    p.err.ended = true;
+  } else {
+    p.err.raw = e->write.get();
+    p.err.pipe = io_.wrapOutputFd(e->write.release(), kOwned);
+  }
+  if (p.input_closed) {
+    in->write = nullptr;
+    in->read = nullptr;
+  } else {
+    p.stdin_r = io_.wrapInputFd(in->read.release(), kOwned);
+  }
+  p.resume_in = kj::mv(in->write);
+  p.resume_out = kj::mv(o->read);
+  p.resume_err = kj::mv(e->read);
+  p.asked_out = out;
+  p.asked_err = err;
+  // No credit until the spawner says where it continues.
+  p.out.allowed = 0;
+  p.err.allowed = 0;
+  auto paf = kj::newPromiseAndFulfiller<Resumed>();
+  p.resumed = kj::mv(paf.fulfiller);
+  Send(spawner::EncodeOffsets(Type::kResume, id, out, err));
+  return kj::mv(paf.promise);
+}
+
+absl::Status SpawnerChannel::ApplyResumed(Proc& p, const spawner::UpEvent& e) {
+  if (!p.held || p.resumed.get() == nullptr || !p.resumed->isWaiting())
+    return absl::InvalidArgumentError("resumed without a resume");
+  // Never before what the broker has (that would repeat bytes), never past what it asked plus
+  // what the spawner can have dropped.
+  auto check = [](uint64_t asked, uint64_t start) {
+    return start >= asked && start - asked <= (uint64_t{1} << 62);
+  };
+  if (!check(p.asked_out, e.out_offset) || !check(p.asked_err, e.err_offset) ||
+      (p.merged && e.err_offset != p.asked_err))
+    return absl::InvalidArgumentError("resumed at an offset before the one asked");
+  p.held = false;
+  for (Stream* s : {&p.out, &p.err}) {
+    uint64_t start = s == &p.out ? e.out_offset : e.err_offset;
+    s->written = start;
+    s->acked = start;
+    if (s->ended) continue;
+    s->allowed = spawner::kInitialOutputWindow;
+  }
+  if (p.stdin_r.get() != nullptr) StartInput(p);
+  p.resumed->fulfill(Resumed{kj::mv(p.resume_in), kj::mv(p.resume_out), kj::mv(p.resume_err),
+                             e.out_offset, e.err_offset});
+  return absl::OkStatus();
 }
 
 absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
@@ -173,6 +302,9 @@ absl::Status SpawnerChannel::ApplyToProcess(const spawner::UpEvent& e) {
   }
   Proc& p = *it->second;
   bool live = p.started && !p.exit;
+  if (e.type == Type::kResumed) return ApplyResumed(p, e);
+  // Held: nothing comes for it until it is resumed.
+  if (p.held) return absl::InvalidArgumentError("a frame for a process not resumed");
   switch (e.type) {
     case Type::kStarted:
       if (p.started) return absl::InvalidArgumentError("started twice");
@@ -329,13 +461,17 @@ absl::StatusOr<SpawnerChannel::Started> SpawnerChannel::Start(const spawner::Sta
       p.chdir_refused = kj::mv(*refused);
   }
   p.stdin_r = io_.wrapInputFd(in->read.release(), kOwned);
+  p.out.raw = out->write.get();
   p.out.pipe = io_.wrapOutputFd(out->write.release(), kOwned);
   if (p.merged) {
     err->write = nullptr;  // the broker's stderr is at end-of-file from the start
     p.err.ended = true;
   } else {
+    p.err.raw = err->write.get();
     p.err.pipe = io_.wrapOutputFd(err->write.release(), kOwned);
   }
+  p.name = request.name;
+  p.drop_oldest = request.drop_oldest;
   auto exit = kj::newPromiseAndFulfiller<ProcessExit>();
   p.exit_fulfiller = kj::mv(exit.fulfiller);
   procs_.emplace(id, kj::mv(proc));
@@ -413,12 +549,45 @@ kj::Promise<void> SpawnerChannel::WriteQueued(Proc& p, Stream& s, uint8_t which)
   }
   const std::string& chunk = s.queue.front();
   return s.pipe->write(chunk.data(), chunk.size()).then([this, &p, &s, which] {
+    s.written += s.queue.front().size();
     s.queued -= s.queue.front().size();
     s.queue.pop_front();
     // Written into the broker's pipe: the spawner may send more.
     Refill(p, s, which, true);
+    if (s.queue.empty()) AckLater(p.id, which);
     return WriteQueued(p, s, which);
   });
+}
+
+uint64_t SpawnerChannel::Logged(const Stream& s) {
+  if (s.raw < 0 || s.pipe.get() == nullptr) return s.acked;
+  int queued = 0;
+  if (ioctl(s.raw, FIONREAD, &queued) != 0 || queued < 0) return s.acked;
+  // A write in flight may have put part of a chunk in the pipe that `written` does not count
+  // yet: then this is lower than the truth, never higher.
+  uint64_t left = std::min<uint64_t>(s.written, static_cast<uint64_t>(queued));
+  return std::max(s.acked, s.written - left);
+}
+
+void SpawnerChannel::AckLater(uint32_t id, uint8_t which) {
+  auto it = procs_.find(id);
+  if (options_.timer == nullptr || it == procs_.end()) return;
+  Stream& s = which == spawner::kStdout ? it->second->out : it->second->err;
+  if (s.ack_pending || s.acked == s.written) return;
+  s.ack_pending = true;
+  deferred_.add(options_.timer->afterDelay(kAckDelay).then([this, id, which] {
+    auto it = procs_.find(id);
+    if (it == procs_.end() || state_ != State::kUp) return;
+    Stream& s = which == spawner::kStdout ? it->second->out : it->second->err;
+    s.ack_pending = false;
+    uint64_t logged = Logged(s);
+    if (logged > s.acked) {
+      s.acked = logged;
+      Send(spawner::EncodeGrant(id, which, 0, logged));
+    }
+    // The broker has not taken all of it yet: look again later.
+    if (s.acked < s.written) AckLater(id, which);
+  }));
 }
 
 size_t SpawnerChannel::Extra(const Stream& s) {
@@ -441,7 +610,8 @@ void SpawnerChannel::Refill(Proc& p, Stream& s, uint8_t which, bool flowing) {
   if (outstanding < s.window) {
     uint32_t grant = static_cast<uint32_t>(s.window - outstanding);
     s.allowed += grant;
-    Send(spawner::EncodeGrant(Type::kGrant, p.id, which, grant));
+    s.acked = Logged(s);
+    Send(spawner::EncodeGrant(p.id, which, grant, s.acked));
   }
   extra_credit_ = extra_credit_ - before + Extra(s);
 }
@@ -467,6 +637,8 @@ void SpawnerChannel::Retire(uint32_t id) {
     auto it = procs_.find(id);
     if (it == procs_.end()) return;
     ForgetCredit(*it->second);
+    // The spawner keeps it (for a reattach) until the broker lets go of it: Release tells it.
+    if (!it->second->released) finished_.insert(id);
     procs_.erase(it);
   }));
 }
@@ -487,9 +659,16 @@ void SpawnerChannel::ExitSpawner() {
 }
 
 void SpawnerChannel::Release(uint32_t id) {
+  if (finished_.erase(id)) {
+    if (state_ == State::kUp) Send(spawner::Encode(Type::kRelease, id, ""));
+    return;
+  }
   auto it = procs_.find(id);
   if (it == procs_.end() || !it->second->exit) return;
   Proc& p = *it->second;
+  // The spawner forgets it too (it keeps every process until then, for a reattach), sending
+  // the ends of its streams it has not sent.
+  if (state_ == State::kUp) Send(spawner::Encode(Type::kRelease, id, ""));
   p.released = true;
   for (Stream* s : {&p.out, &p.err}) {
     s->write = nullptr;  // cancels a write in flight (the broker no longer reads)
@@ -505,8 +684,19 @@ void SpawnerChannel::Release(uint32_t id) {
 
 void SpawnerChannel::Down(std::string reason, bool notify) {
   if (state_ == State::kDown) return;
+  // A spawner taken down keeps its processes for a reattach unless told otherwise: they are
+  // reported ended here, so they must not run on unseen. Only between frames (a frame written in
+  // part would garble it); a spawner that withholds reading loses nothing by not hearing it.
+  if (notify && !told_to_exit_ && !sending_ && to_fd_ >= 0) {
+    std::string drop = spawner::Encode(Type::kDropAll, 0, "");
+    (void)!write(to_fd_, drop.data(), drop.size());
+  }
   state_ = State::kDown;
   down_reason_ = reason;
+  for (auto& [id, proc] : procs_) {
+    if (proc->resumed.get() != nullptr && proc->resumed->isWaiting())
+      proc->resumed->reject(KJ_EXCEPTION(DISCONNECTED, "the spawner went down", reason));
+  }
   if (hello_fulfiller_->isWaiting()) hello_fulfiller_->fulfill();
   // Told to exit, it ending is the expected news, not a warning.
   if (told_to_exit_) {

@@ -21,8 +21,10 @@
 #pragma once
 
 #include <deque>
+#include <vector>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <kj/async-io.h>
@@ -36,19 +38,54 @@
 
 namespace paseo {
 
+struct SpawnerChannelOptions {
+  // What a later reattach must present (spawner_frames.h kKey); sent after the hello of a
+  // first channel, and as the first frame (kAttach) of a reattached one.
+  std::string key;
+  // The channel is a reattach (`shim attach`) to a spawner that may hold processes.
+  bool reattach = false;
+  // Paces the acknowledgement of what the broker took from a pipe that went quiet (without
+  // it, acknowledgements ride only on grants).
+  kj::Timer* timer = nullptr;
+};
+
 class SpawnerChannel {
  public:
+  using Options = SpawnerChannelOptions;
   // `to_spawner`: the write end of the spawner's stdin; `from_spawner`: the read end of its
   // stdout. `on_down` runs once, when the channel goes down for any reason but destruction.
   SpawnerChannel(kj::LowLevelAsyncIoProvider& io, kj::AutoCloseFd to_spawner,
-                 kj::AutoCloseFd from_spawner, kj::Function<void(std::string)> on_down);
+                 kj::AutoCloseFd from_spawner, kj::Function<void(std::string)> on_down,
+                 Options options = {});
   // Reports every process still running as ended (Unknown).
   ~SpawnerChannel() noexcept(false);
 
   enum class State { kStarting, kUp, kDown };
   State state() const { return state_; }
-  // Resolves once the state is no longer kStarting.
+  // Resolves once the state is no longer kStarting: the spawner said hello and listed what it
+  // holds (or the channel went down).
   kj::Promise<void> Hello() { return hello_.addBranch(); }
+
+  // A process a reattached spawner still holds (Options.reattach): known by its old name, its
+  // output held until Resume says from where it continues.
+  struct Held {
+    uint32_t id;
+    std::string name;
+    bool merged;        // a tty relay
+    bool input_closed;  // its stdin is closed: the broker gets no stdin for it
+    kj::Promise<ProcessExit> exit;
+  };
+  // What the spawner said it holds (once, after Hello). Names are checked by `valid_name`.
+  std::vector<Held> TakeHeld();
+  struct Resumed {
+    kj::AutoCloseFd stdin_w, stdout_r, stderr_r;  // the broker's ends; stdin absent if closed
+    uint64_t stdout_start, stderr_start;  // the offset of the first byte each pipe carries
+  };
+  // Continues a held process whose streams the broker's logs hold up to `out` and `err`: the
+  // spawner sends from there, or from its oldest kept byte if that is later (a gap the caller
+  // records). failed-precondition if it is not held; the promise fails if the channel goes
+  // down first.
+  absl::StatusOr<kj::Promise<Resumed>> Resume(uint32_t id, uint64_t out, uint64_t err);
   // Tells the spawner to kill its processes and exit (kExitSpawner): as the sandbox's init, it
   // ends the sandbox. The channel then goes down when the spawner's end closes.
   void ExitSpawner();
@@ -86,12 +123,20 @@ class SpawnerChannel {
   // the privhelper may hold for this sandbox is at most kInitialOutputWindow per stream plus
   // this, whatever the spawner sends and whoever stops reading.
   static constexpr size_t kMaxExtraCredit = 8 << 20;
+  // How long a quiet pipe waits before the spawner hears what the broker took from it.
+  static constexpr kj::Duration kAckDelay = 200 * kj::MILLISECONDS;
   // The extra credit handed out now (tests check it against the bound).
   size_t extra_credit() const { return extra_credit_; }
 
  private:
   struct Stream {
     kj::Own<kj::AsyncOutputStream> pipe;  // null once closed
+    int raw = -1;                          // pipe's fd (for FIONREAD), valid while pipe is
+    // The stream offset of the next byte written into the pipe, and the most recent `logged`
+    // said to the spawner (everything before it left the pipe, so it is in the broker's log).
+    uint64_t written = 0;
+    uint64_t acked = 0;
+    bool ack_pending = false;  // an acknowledgement is scheduled (Options.timer)
     std::deque<std::string> queue;
     size_t queued = 0;  // bytes in `queue`
     uint32_t allowed = spawner::kInitialOutputWindow;  // what the spawner may still send unasked
@@ -110,6 +155,14 @@ class SpawnerChannel {
     bool started = false;  // kStarted seen
     bool merged = false;   // a tty relay: stderr joins stdout, the stderr pipe is closed at once
     bool released = false;  // the broker let go of it (Release)
+    // Reattached: held until resumed (no pipes, nothing may arrive for it before kResumed).
+    bool held = false;
+    bool drop_oldest = false;
+    std::string name;
+    bool input_closed = false;
+    uint64_t asked_out = 0, asked_err = 0;  // the offsets the resume asked for
+    kj::Own<kj::PromiseFulfiller<Resumed>> resumed;  // waiting for kResumed
+    kj::AutoCloseFd resume_in, resume_out, resume_err;  // the broker's ends, until then
     Stream out, err;
     kj::Own<kj::AsyncInputStream> stdin_r;  // null once at end-of-file or the process ended
     uint32_t input_credit = spawner::kInputWindow;
@@ -141,6 +194,12 @@ class SpawnerChannel {
   // What `s` holds beyond the initial window (its share of extra_credit_).
   static size_t Extra(const Stream& s);
   void ForgetCredit(Proc& p);
+  // Everything before this offset of `s` has left its pipe (the broker has it in its log).
+  static uint64_t Logged(const Stream& s);
+  // Says Logged() to the spawner once the pipe is quiet for a moment (Options.timer).
+  void AckLater(uint32_t id, uint8_t which);
+  absl::Status ApplyHeld(const spawner::UpEvent& event);
+  absl::Status ApplyResumed(Proc& p, const spawner::UpEvent& event);
   // Delivers the exit once its output is written, and forgets a process that is done.
   void MaybeFinish(Proc& p);
   void Down(std::string reason, bool notify);
@@ -152,9 +211,12 @@ class SpawnerChannel {
   };
 
   kj::LowLevelAsyncIoProvider& io_;
+  int to_fd_ = -1;  // to_'s fd, for a last kDropAll when the channel is taken down
+  std::vector<Held> held_;
   kj::Own<kj::AsyncOutputStream> to_;
   kj::Own<kj::AsyncInputStream> from_;
   kj::Function<void(std::string)> on_down_;
+  Options options_;
   State state_ = State::kStarting;
   std::string down_reason_;
   spawner::FrameReader reader_{spawner::kMaxUpPayload};
@@ -168,8 +230,14 @@ class SpawnerChannel {
   kj::ForkedPromise<void> hello_ = nullptr;
   size_t extra_credit_ = 0;
   bool told_to_exit_ = false;
+  bool hello_seen_ = false;
+  bool refused_version_ = false;  // its hello named another version (kDropAll was sent)
   bool overflowed_ = false;  // the outbox passed its bound: the channel goes down next turn
   std::map<uint32_t, kj::Own<Proc>> procs_;
+  // Processes done here (exit and output delivered) that the broker has not released: the
+  // spawner still keeps each, and hears kRelease when the broker lets go (at most as many as
+  // the broker keeps ended processes).
+  std::set<uint32_t> finished_;
   LogErrors log_errors_;
   kj::TaskSet deferred_{log_errors_};  // declared last: cancelled first
 };

@@ -36,6 +36,12 @@ class SpawnerChannelTest : public ::testing::Test {
         channel_(kj_->channel),
         from_channel_(kj_->from_channel),
         to_channel_(kj_->to_channel) {
+    MakeChannel({});
+  }
+
+  // A channel over new pipes, the test playing the spawner's end.
+  void MakeChannel(SpawnerChannel::Options options) {
+    channel_ = nullptr;
     int down[2], up[2];
     EXPECT_EQ(pipe2(down, O_CLOEXEC), 0);
     EXPECT_EQ(pipe2(up, O_CLOEXEC), 0);
@@ -48,7 +54,28 @@ class SpawnerChannelTest : public ::testing::Test {
     to_channel_ = kj::AutoCloseFd(up[1]);
     channel_ = kj::heap<SpawnerChannel>(*io_.lowLevelProvider, kj::AutoCloseFd(down[1]),
                                         kj::AutoCloseFd(up[0]),
-                                        [this](std::string why) { down_reason_ = why; });
+                                        [this](std::string why) { down_reason_ = why; },
+                                        kj::mv(options));
+  }
+
+  // Every frame the channel sent the (scripted) spawner since the last call.
+  std::vector<spawner::Frame> TakeDown() {
+    fcntl(from_channel_.get(), F_SETFL, O_NONBLOCK);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(from_channel_.get(), buf, sizeof(buf))) > 0)
+      down_frames_.Feed(std::string_view(buf, static_cast<size_t>(n)));
+    std::vector<spawner::Frame> frames;
+    bool error = false;
+    while (auto frame = down_frames_.Next(&error)) frames.push_back(*frame);
+    EXPECT_FALSE(error);
+    return frames;
+  }
+
+  // A new spawner's hello: its version and its (empty) list of held processes.
+  void SayHello() {
+    Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion) +
+        spawner::Encode(Type::kHeldEnd, 0, ""));
   }
 
   void Say(const std::string& frame) {
@@ -78,9 +105,9 @@ class SpawnerChannelTest : public ::testing::Test {
   }
 
   SpawnerChannel::Started StartOne() {
-    Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion));
+    SayHello();
     EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp);
-    auto started = channel_->Start({false, "/", {"true"}, {}, "/bin"});
+    auto started = channel_->Start({false, "/", {"true"}, {}, "/bin", false, ""});
     EXPECT_TRUE(started.ok());
     Turn();
     return kj::mv(*started);
@@ -192,7 +219,7 @@ TEST_F(SpawnerChannelTest, OutputAndExitReachTheProcessesPipes) {
     ASSERT_TRUE(ReadToEnd(p, &out, &err));                                                  \
     EXPECT_EQ(p.exit.wait(io_.waitScope), ProcessExit::Unknown());                          \
     EXPECT_NE(err.find("spawner went down"), std::string::npos) << err;                     \
-    EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}, "/bin"}).ok());                         \
+    EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}, "/bin", false, ""}).ok());                         \
   } while (false)
 
 TEST_F(SpawnerChannelTest, AnIdItNeverIssuedIsAViolation) {
@@ -221,7 +248,7 @@ TEST_F(SpawnerChannelTest, StartedTwiceIsAViolation) {
 }
 
 TEST_F(SpawnerChannelTest, NothingStartsBeforeHelloAndAWrongVersionIsRefused) {
-  EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}, "/bin"}).ok());
+  EXPECT_FALSE(channel_->Start({false, "/", {"true"}, {}, "/bin", false, ""}).ok());
   Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion + 1));
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
   EXPECT_NE(down_reason_.find("protocol version"), std::string::npos) << down_reason_;
@@ -244,7 +271,7 @@ TEST_F(SpawnerChannelTest, ASpawnerThatStopsReadingIsBounded) {
   std::string big(200 * 1024, 'a');
   size_t starts = 0;
   while (channel_->state() == SpawnerChannel::State::kUp && starts < 64) {
-    auto started = channel_->Start({false, "/", {"echo", big}, {}, "/bin"});
+    auto started = channel_->Start({false, "/", {"echo", big}, {}, "/bin", false, ""});
     if (started.ok()) ++starts;
     Turn();
   }
@@ -269,7 +296,7 @@ TEST_F(SpawnerChannelTest, AReleasedProcessLetsGoOfItsPipes) {
   Say(spawner::Encode(Type::kOutput, p.id, std::string("\1late")));
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
   // A running process is not released.
-  auto q = channel_->Start({false, "/", {"true"}, {}, "/bin"});
+  auto q = channel_->Start({false, "/", {"true"}, {}, "/bin", false, ""});
   ASSERT_TRUE(q.ok());
   Turn();
   Say(spawner::EncodeU32(Type::kStarted, q->id, 43));
@@ -331,7 +358,7 @@ TEST_F(SpawnerChannelTest, StuckStreamsHoldNoMoreThanTheBudget) {
   std::map<uint32_t, size_t> credit;
   constexpr int kProcs = 24;
   for (int i = 0; i < kProcs; ++i) {
-    auto started = channel_->Start({false, "/", {"true"}, {}, "/bin"});
+    auto started = channel_->Start({false, "/", {"true"}, {}, "/bin", false, ""});
     ASSERT_TRUE(started.ok());
     Turn();
     Say(spawner::EncodeU32(Type::kStarted, started->id, 100 + i));
@@ -384,7 +411,7 @@ TEST_F(SpawnerChannelTest, AWorkingDirectoryItCannotEnterIsHandedOver) {
   int handed_out = -1;
   auto taker = kj::newPromiseAndFulfiller<ProcessExit>();
   auto p = channel_->Start(
-      {false, "/locked", {"true"}, {}, "/bin"},
+      {false, "/locked", {"true"}, {}, "/bin", false, ""},
       SpawnerChannel::ChdirRefused(
           [&](int, int out, int) -> absl::StatusOr<kj::Promise<ProcessExit>> {
             handed_out = dup(out);
@@ -406,7 +433,7 @@ TEST_F(SpawnerChannelTest, AWorkingDirectoryItCannotEnterIsHandedOver) {
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp);
 
   // Not found is no reason to hand over: it fails as runsc exec would.
-  auto q = channel_->Start({false, "/gone", {"true"}, {}, "/bin"},
+  auto q = channel_->Start({false, "/gone", {"true"}, {}, "/bin", false, ""},
                            SpawnerChannel::ChdirRefused(
                                [&](int, int, int) -> absl::StatusOr<kj::Promise<ProcessExit>> {
                                  ADD_FAILURE() << "handed over";
@@ -419,6 +446,175 @@ TEST_F(SpawnerChannelTest, AWorkingDirectoryItCannotEnterIsHandedOver) {
   Say(spawner::Encode(Type::kFailed, q->id, gone));
   EXPECT_EQ(q->exit.wait(io_.waitScope), ProcessExit::Unknown());
   EXPECT_NE(ReadAll(q->stderr_r.get()).find("working directory"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace paseo
+
+namespace paseo {
+namespace {
+
+// ---------------------------------------------------------------- reattach
+
+const std::string kKey(spawner::kKeyBytes, 'k');
+
+spawner::HeldProcess HeldOne(const std::string& name, uint64_t out_base, uint64_t out_end) {
+  spawner::HeldProcess h;
+  h.pid = 50;
+  h.out_base = out_base;
+  h.out_end = out_end;
+  h.name = name;
+  return h;
+}
+
+TEST_F(SpawnerChannelTest, AFirstChannelGivesItsKeyAfterHello) {
+  MakeChannel({kKey, false, nullptr});
+  EXPECT_TRUE(TakeDown().empty()) << "nothing before the spawner's hello";
+  SayHello();
+  auto frames = TakeDown();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].type, Type::kKey);
+  EXPECT_EQ(frames[0].payload, kKey);
+}
+
+TEST_F(SpawnerChannelTest, AReattachProvesItselfAndContinuesEachHeldProcessWhereItIsAsked) {
+  MakeChannel({kKey, true, &io_.provider->getTimer()});
+  auto first = TakeDown();
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].type, Type::kAttach) << "the key goes first, before anything is heard";
+  EXPECT_EQ(first[0].payload, kKey);
+  Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion) +
+      spawner::EncodeHeld(7, HeldOne("p-seven", 1000, 1500)) +
+      spawner::Encode(Type::kHeldEnd, 0, ""));
+  ASSERT_EQ(channel_->state(), SpawnerChannel::State::kUp);
+  std::vector<SpawnerChannel::Held> held = channel_->TakeHeld();
+  ASSERT_EQ(held.size(), 1u);
+  EXPECT_EQ(held[0].id, 7u);
+  EXPECT_EQ(held[0].name, "p-seven");
+  // The broker's log ends at 1200: the spawner continues there.
+  auto resumed = channel_->Resume(7, 1200, 0);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  auto asked = TakeDown();
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].type, Type::kResume);
+  EXPECT_EQ(spawner::DecodeOffsets(asked[0].payload), (std::pair<uint64_t, uint64_t>{1200, 0}));
+  EXPECT_FALSE(channel_->Resume(7, 1200, 0).ok()) << "one resume per process";
+  Say(spawner::EncodeOffsets(Type::kResumed, 7, 1200, 0));
+  SpawnerChannel::Resumed r = resumed->wait(io_.waitScope);
+  EXPECT_EQ(r.stdout_start, 1200u);
+  EXPECT_EQ(r.stderr_start, 0u);
+  Say(spawner::Encode(Type::kOutput, 7, std::string("\1rest")));
+  char buf[16];
+  fcntl(r.stdout_r.get(), F_SETFL, O_NONBLOCK);
+  EXPECT_EQ(read(r.stdout_r.get(), buf, sizeof(buf)), 4) << "the bytes from 1200 on";
+  // What the broker took is said back once the pipe is quiet: everything up to 1204 is in its
+  // log, so the spawner may forget it.
+  for (int i = 0; i < 80; ++i) Turn();  // past kAckDelay
+  bool logged = false;
+  for (const auto& f : TakeDown()) {
+    auto g = f.type == Type::kGrant ? spawner::DecodeGrant(f.payload) : std::nullopt;
+    if (g && g->stream == spawner::kStdout) logged = logged || g->logged == 1204;
+  }
+  EXPECT_TRUE(logged) << "a grant says the broker's log holds everything up to 1204";
+  Say(spawner::Encode(Type::kEnd, 7, std::string("\1")) +
+      spawner::Encode(Type::kEnd, 7, std::string("\2")) + spawner::EncodeU32(Type::kExit, 7, 5 << 8));
+  SpawnerChannel::Started as_started{7, kj::mv(r.stdin_w), kj::mv(r.stdout_r), kj::mv(r.stderr_r),
+                                     kj::mv(held[0].exit)};
+  std::string out, err;
+  ASSERT_TRUE(ReadToEnd(as_started, &out, &err));
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(as_started.exit.wait(io_.waitScope), ProcessExit::Exited(5));
+  // New processes get ids after the held ones.
+  auto next = channel_->Start({false, "/", {"true"}, {}, "/bin", false, "p-new"});
+  ASSERT_TRUE(next.ok());
+  EXPECT_GT(next->id, 7u);
+}
+
+TEST_F(SpawnerChannelTest, AResumeAnsweredLaterIsAGapAndEarlierIsAViolation) {
+  MakeChannel({kKey, true, nullptr});
+  Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion) +
+      spawner::EncodeHeld(3, HeldOne("p-a", 5000, 6000)) +
+      spawner::EncodeHeld(4, HeldOne("p-b", 0, 10)) + spawner::Encode(Type::kHeldEnd, 0, ""));
+  auto held = channel_->TakeHeld();
+  ASSERT_EQ(held.size(), 2u);
+  auto later = channel_->Resume(3, 100, 0);
+  ASSERT_TRUE(later.ok());
+  Say(spawner::EncodeOffsets(Type::kResumed, 3, 5000, 0));
+  EXPECT_EQ(later->wait(io_.waitScope).stdout_start, 5000u) << "the spawner kept from 5000 on";
+  auto earlier = channel_->Resume(4, 10, 0);
+  ASSERT_TRUE(earlier.ok());
+  Say(spawner::EncodeOffsets(Type::kResumed, 4, 2, 0));  // would repeat 8 bytes
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
+  EXPECT_NE(down_reason_.find("before the one asked"), std::string::npos) << down_reason_;
+  EXPECT_EQ(held[1].exit.wait(io_.waitScope), ProcessExit::Unknown());
+}
+
+TEST_F(SpawnerChannelTest, WhatAReattachedSpawnerSaysIsCheckedStrictly) {
+  struct Case {
+    const char* what;
+    std::string frames;
+  };
+  std::string hello = spawner::EncodeU32(Type::kHello, 0, spawner::kVersion);
+  std::string end = spawner::Encode(Type::kHeldEnd, 0, "");
+  spawner::HeldProcess too_much = HeldOne("p-a", 0, spawner::kMaxRetainedBytes + 1);
+  spawner::HeldProcess merged_err = HeldOne("p-a", 0, 1);
+  merged_err.merged = true;
+  merged_err.err_end = 5;
+  std::vector<Case> cases = {
+      {"a name that is no id", hello + spawner::EncodeHeld(3, HeldOne("../x", 0, 0)) + end},
+      {"a name twice", hello + spawner::EncodeHeld(3, HeldOne("p-a", 0, 0)) +
+                           spawner::EncodeHeld(4, HeldOne("p-a", 0, 0)) + end},
+      {"an id twice", hello + spawner::EncodeHeld(3, HeldOne("p-a", 0, 0)) +
+                          spawner::EncodeHeld(3, HeldOne("p-b", 0, 0)) + end},
+      {"more kept than a spawner keeps", hello + spawner::EncodeHeld(3, too_much) + end},
+      {"a terminal with a stderr", hello + spawner::EncodeHeld(3, merged_err) + end},
+      {"output before resume", hello + spawner::EncodeHeld(3, HeldOne("p-a", 0, 9)) + end +
+                                   spawner::Encode(Type::kOutput, 3, std::string("\1x"))},
+      {"an exit before resume", hello + spawner::EncodeHeld(3, HeldOne("p-a", 0, 9)) + end +
+                                    spawner::EncodeU32(Type::kExit, 3, 0)},
+      {"a list after the list", hello + end + spawner::EncodeHeld(3, HeldOne("p-a", 0, 0))},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    down_reason_.clear();
+    MakeChannel({kKey, true, nullptr});
+    Say(c.frames);
+    EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
+    EXPECT_NE(down_reason_.find("broke the protocol"), std::string::npos) << down_reason_;
+  }
+  // A first channel never holds anything.
+  down_reason_.clear();
+  MakeChannel({kKey, false, nullptr});
+  Say(hello + spawner::EncodeHeld(3, HeldOne("p-a", 0, 0)) + end);
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
+}
+
+TEST_F(SpawnerChannelTest, ASpawnerOfAnotherVersionIsToldToDropItsProcesses) {
+  MakeChannel({kKey, true, nullptr});
+  TakeDown();
+  Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion + 1));
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
+  EXPECT_NE(down_reason_.find("speaks spawner protocol version"), std::string::npos) << down_reason_;
+  auto frames = TakeDown();
+  ASSERT_FALSE(frames.empty());
+  EXPECT_EQ(frames.back().type, Type::kDropAll) << "its processes end; the sandbox stays";
+}
+
+TEST_F(SpawnerChannelTest, AReleasedProcessIsForgottenByTheSpawnerToo) {
+  MakeChannel({kKey, false, nullptr});
+  auto p = StartOne();
+  Say(spawner::EncodeU32(Type::kStarted, p.id, 42));
+  Say(spawner::Encode(Type::kEnd, p.id, std::string("\1")) +
+      spawner::Encode(Type::kEnd, p.id, std::string("\2")) + spawner::EncodeU32(Type::kExit, p.id, 0));
+  std::string out, err;
+  ASSERT_TRUE(ReadToEnd(p, &out, &err));
+  p.exit.wait(io_.waitScope);
+  TakeDown();
+  channel_->Release(p.id);
+  auto frames = TakeDown();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(frames[0].type, Type::kRelease);
+  EXPECT_EQ(frames[0].id, p.id);
 }
 
 }  // namespace

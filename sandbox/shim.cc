@@ -8,6 +8,8 @@
 //   /.paseo/shim spawner [--init]               starts the sandbox's processes for the
 //                                               privhelper (sandbox/spawner.cc); with --init
 //                                               it is also the sandbox's init
+//   /.paseo/shim attach                         hands a new channel to the spawner (a
+//                                               restarted privhelper's reattach)
 //
 // exec: runsc sets HOME (from the sandbox's /etc/passwd, else "/") for every process whose
 // environment lacks it (measured on 20221219), so a client that asked for an exact
@@ -544,13 +546,14 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "exec") == 0) return RunExec(argc - 1, argv + 1);
   if (argc == 2 && strcmp(argv[1], "spawner") == 0) return paseo::shim::RunSpawner();
   if (argc == 3 && strcmp(argv[1], "spawner") == 0 && strcmp(argv[2], "--init") == 0) {
-    // The sandbox's init: it ends the sandbox only when told to (kShutdown); if its channel
-    // just ends (the privhelper restarted), the sandbox lives on and it is a plain init.
+    // The sandbox's init: it ends the sandbox only when told to (kExitSpawner); when its
+    // channel just ends (the privhelper restarted) it keeps its processes for the next one.
     if (paseo::shim::RunSpawner() == paseo::shim::kSpawnerToldToExit) return 0;
-    RunInit();
+    RunInit();  // it could not run at all (no signalfd): a plain init
   }
+  if (argc == 2 && strcmp(argv[1], "attach") == 0) return paseo::shim::RunAttach();
   dprintf(STDERR_FILENO,
           "usage: paseo-sandbox-shim init | tty ROWS COLS PROGRAM [ARGS...] | "
-          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init]\n");
+          "exec [--unset=NAME]... -- PROGRAM [ARGS...] | spawner [--init] | attach\n");
   return 126;
 }

@@ -5,9 +5,14 @@
 
 namespace paseo::shim {
 
-// /.paseo/shim spawner: stdin and stdout are the channel. Returns when the privhelper closes it
-// (0) or tells it to exit (kSpawnerToldToExit), having killed what it started.
+// /.paseo/shim spawner: stdin and stdout are the first channel. It returns only when told to
+// exit (kSpawnerToldToExit), having killed what it started: when a channel ends its processes
+// run on, and a new channel may come through the attach socket (spawner_frames.h).
 int RunSpawner();
 inline constexpr int kSpawnerToldToExit = 3;
+
+// /.paseo/shim attach: hands stdin and stdout (a new channel) to the sandbox's spawner. Exits 0
+// once the spawner took them, 1 if it did not, 2 if no spawner listens.
+int RunAttach();
 
 }  // namespace paseo::shim

@@ -69,6 +69,9 @@ struct StartProcessRequest {
   # Api.ProcessSpec.exactEnv.
   reportUnkept @10 :Bool;
   # Api.ProcessSpec.reportUnkept: run through `shim exec --report-unkept`.
+  dropOldest @11 :Bool;
+  # Its output mode is Api.OutputMode.dropOldest: while no privhelper relays for it (a restart),
+  # the in-sandbox spawner keeps its newest output and lets it run on; a lossless process waits.
 }
 
 interface Fd {
@@ -82,7 +85,8 @@ struct AdoptedSandbox {
   profile @2 :Text;
   createdAtUnixMs @3 :Int64;
   unattached @4 :Bool;
-  # True if a previous privhelper started it (restart policy "keep"): its processes are gone.
+  # True if a previous privhelper started it (restart policy "keep") and its spawner could not be
+  # reattached: its processes are gone. A reattached sandbox is not unattached.
   oomKilled @5 :Bool;
   # The host's OOM killer stopped it (a process of it ended oom-killed); only delete is useful.
   stopped @6 :Bool;
@@ -98,6 +102,10 @@ struct AdoptedSandbox {
   # Its network as createSandbox reported it.
   paths @10 :Api.SandboxPaths;
   # Its paths as createSandbox reported them.
+  lostReason @11 :Text;
+  # Adopted from a previous privhelper: why a process the broker knew of in it is not in the
+  # inventory (e.g. it was a `runsc exec`, or its spawner could not be reattached). Empty if
+  # its spawner was reattached and nothing else ran in it.
 }
 
 struct KeptProcess {
@@ -143,8 +151,15 @@ interface Helper {
   # Everything a starting broker must know: every sandbox, and every process started through
   # this privhelper (a restarted broker rebuilds its registry from this).
 
-  reattach @7 (sandboxId :Text, processId :Text) -> (stdin :Fd, stdout :Fd, stderr :Fd);
-  # Copies of a process's stdio that the privhelper kept (stdin is absent once closed).
+  reattach @7 (sandboxId :Text, processId :Text, stdoutOffset :UInt64, stderrOffset :UInt64)
+      -> (stdin :Fd, stdout :Fd, stderr :Fd, stdoutStart :UInt64, stderrStart :UInt64);
+  # The broker's ends of a process's stdio (stdin is absent once closed). The offsets are where
+  # the broker's logs of its streams end. For a process a reattached spawner continues (after a
+  # privhelper restart), the pipes carry its output from stdoutStart and stderrStart: the
+  # offsets asked for, or later if the spawner no longer had those bytes (a drop-oldest stream
+  # whose newest bytes outran what it keeps: the broker records the gap). For any other process
+  # they are copies of what the privhelper kept, continuing where the pipes are, and the starts
+  # are the offsets asked for.
 
   closeInput @8 (sandboxId :Text, processId :Text) -> ();
   # The broker closed the process's stdin: the privhelper drops its copy too, so the process

@@ -58,6 +58,10 @@ struct BrokerSandbox {
     key @2 :Text;
     # Api.ProcessSpec.key; empty if none.
     output @3 :Api.OutputMode;
+    stdoutGaps @4 :List(UInt64);
+    stderrGaps @5 :List(UInt64);
+    # Ranges of the stream that were lost in a supervisor restart (a drop-oldest stream's
+    # spawner kept only its newest bytes), as [from, to) pairs, oldest first.
   }
 
   struct ReleasedProcess {

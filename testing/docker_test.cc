@@ -395,9 +395,8 @@ TEST_P(DualDeploymentTest, Item6_PaseoRestartKeepsTheSession) {
 }
 
 // Item 7: the supervisor (privhelper and broker) is killed and restarts with onRestart keep:
-// the sandbox is adopted as running-unattached; the process it ran is gone with its I/O (the
-// in-sandbox spawner ends what it started when its channel to the old privhelper ends;
-// docs/operations.md); new processes run. The socket is socket-activated (as
+// the sandbox is adopted and its in-sandbox spawner reattached, so the process it ran lives on
+// with its output (docs/operations.md); new processes run too. The socket is socket-activated (as
 // installer/systemd/paseo-sandbox.socket makes it), so the container's bind mount of the socket
 // file reaches the restarted service without the container restarting.
 TEST_P(DualDeploymentTest, Item7_SupervisorRestartReconciles) {
@@ -414,15 +413,21 @@ TEST_P(DualDeploymentTest, Item7_SupervisorRestartReconciles) {
   CliResult ps = me.Cli({"--json", "ps"});
   ASSERT_EQ(ps.exit_code, 0) << ps.err;
   std::string mine = SandboxIn(ps.out, id);
-  EXPECT_TRUE(absl::StrContains(mine, "\"state\":\"running-unattached\"")) << ps.out;
-  EXPECT_FALSE(absl::StrContains(mine, "\"status\":\"running\"")) << mine;
+  // The new privhelper reattached the sandbox's spawner: the process runs on (issue 27).
+  EXPECT_TRUE(absl::StrContains(mine, "\"state\":\"running\"")) << ps.out;
+  EXPECT_TRUE(absl::StrContains(mine, "\"status\":\"running\"")) << mine;
+  std::string proc = ProcessId(me, id, "echo started");
   WriteText(me.host_workspace() + "/go7", "");
   CliResult fresh = me.Cli({"exec", id, "--", "sh", "-c",
                             "echo fresh > /workspace/fresh7 && cat /workspace/fresh7"});
   EXPECT_EQ(fresh.exit_code, 0) << fresh.err;
   EXPECT_EQ(fresh.out, "fresh\n");
   EXPECT_EQ(ReadFile(me.host_workspace() + "/fresh7"), "fresh\n");
-  EXPECT_EQ(ReadFile(me.host_workspace() + "/after7"), "") << "the old process outlived its spawner";
+  CliResult waited = me.Cli({"wait", id, proc});
+  EXPECT_EQ(waited.exit_code, 0) << waited.out << waited.err;
+  EXPECT_EQ(ReadFile(me.host_workspace() + "/after7"), "done\n") << "the process lived on";
+  CliResult logs = me.Cli({"logs", id, proc});
+  EXPECT_EQ(logs.out, "started\n") << "its output, once";
   Remove(me, id);
 }
 

@@ -118,6 +118,60 @@ done
 pass "paseo-sandbox-admin doctor is all green on the installed system"
 pass "paseo-sandbox-admin gc reaches the running privhelper"
 
+# --- an upgrade with onRestart keep: agents' processes run on --------------------------------
+# Ten processes in three sandboxes, each waiting for a file; an upgrade that changes the
+# privhelper and broker binaries (onRestart keep: the old privhelper is SIGKILLed, its broker
+# with it, and the new one reattaches every sandbox's spawner); then each process finishes with
+# its own exit code and its output once.
+jq '.onRestart = "keep"' /etc/paseo-sandbox/helper.json > "$scratch/helper.json"
+cat "$scratch/helper.json" > /etc/paseo-sandbox/helper.json
+sbs=()
+for i in 0 1 2; do
+  install -d -m 0755 -o "$user" -g "$user" "/home/$user/ws$i"
+  id=$(as "$user" /usr/bin/paseo-sandbox create --workspace "/home/$user/ws$i:/workspace:rw" 2>"$scratch/create.err") ||
+    { cat "$scratch/create.err"; fail "create sandbox $i"; }
+  sbs+=("$id")
+done
+followers=()
+for n in $(seq 0 9); do
+  as "$user" /usr/bin/paseo-sandbox exec "${sbs[$((n % 3))]}" -- sh -c \
+    "echo started-$n; while [ ! -e /workspace/go ]; do sleep 0.1; done; echo $n > /workspace/done-$n; exit $n" \
+    > "$scratch/follow-$n" 2>&1 &
+  followers+=($!)
+done
+for n in $(seq 0 9); do
+  for _ in $(seq 1200); do grep -q "^started-$n\$" "$scratch/follow-$n" && break; sleep 0.1; done
+  grep -q "^started-$n\$" "$scratch/follow-$n" || { cat "$scratch/follow-$n"; fail "process $n did not start"; }
+done
+mkdir "$scratch/bin2"
+for b in "$scratch"/bin/*; do cp "$b" "$scratch/bin2/"; done
+# A new build of the daemons (a byte appended: an ELF file still runs).
+printf '\n' >> "$scratch/bin2/paseo-sandbox-privhelper"
+printf '\n' >> "$scratch/bin2/paseo-sandbox-broker"
+old_pid=$helper_pid
+out=$("$installer" --bin-dir "$scratch/bin2" --user "$user" 2>&1) || { echo "$out"; fail "the upgrade failed"; }
+echo "$out"
+grep -q "stopped the privhelper (pid $old_pid) for the upgrade (onRestart keep)" <<<"$out" ||
+  fail "the upgrade did not restart the service with keep"
+helper_pid=$(cat /run/paseo-sandbox/privhelper.pid)
+[ "$helper_pid" != "$old_pid" ] || fail "the privhelper was not replaced"
+for pid in "${followers[@]}"; do wait "$pid" || true; done  # their connections went with the broker
+for i in 0 1 2; do touch "/home/$user/ws$i/go"; done
+ps_json=$(as "$user" /usr/bin/paseo-sandbox --json ps) || fail "ps after the upgrade"
+for n in $(seq 0 9); do
+  sb=${sbs[$((n % 3))]}
+  proc=$(jq -r --arg m "echo started-$n;" '.. | objects | select(has("argv")) | select((.argv | join(" ")) | contains($m)) | .id' <<<"$ps_json" | head -1)
+  [ -n "$proc" ] || { echo "$ps_json"; fail "process $n is not listed after the upgrade"; }
+  code=0
+  waited=$(as "$user" /usr/bin/paseo-sandbox wait "$sb" "$proc" 2>&1) || code=$?
+  [ "$code" -eq "$n" ] || { echo "$waited"; cat /var/lib/paseo-sandbox/privhelper.log | tail -20; fail "process $n ended with $code, not its own $n"; }
+  [ "$(cat "/home/$user/ws$((n % 3))/done-$n")" = "$n" ] || fail "process $n did not finish its work"
+  logged=$(as "$user" /usr/bin/paseo-sandbox logs "$sb" "$proc")
+  [ "$logged" = "started-$n" ] || fail "process $n's output is not there exactly once: $logged"
+done
+for sb in "${sbs[@]}"; do as "$user" /usr/bin/paseo-sandbox rm "$sb" >/dev/null || fail "rm $sb"; done
+pass "ten processes in three sandboxes ran on through an upgrade with onRestart keep"
+
 # --- uninstall (stops the privhelper through its pid file) ---------------------------------
 out=$("$installer" --uninstall 2>&1) || { echo "$out"; cat /var/lib/paseo-sandbox/privhelper.log; fail "uninstall failed"; }
 echo "$out"

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <cstdio>
+#include <cstdlib>
 
 #include "client/client.h"
 #include "gtest/gtest.h"
@@ -144,10 +145,20 @@ struct Transfer {
   SeqReader reader;
 };
 
-// Starts `cat` of the pattern kCopies times (lossless) in `sandbox`, reads it with `delay` per acknowledgement,
-// SIGKILLing the broker at each fraction of the stream in `kill_at`.
-void RunTransfer(const Service& svc, const std::string& sandbox_id, kj::Duration delay,
-                 std::vector<double> kill_at, Transfer& out) {
+// SIGKILLs the broker (the privhelper starts another) and waits for the new one to serve.
+void KillBroker(const Service& svc) {
+  pid_t broker = svc.broker_pid();
+  ASSERT_GT(broker, 0);
+  ASSERT_EQ(kill(broker, SIGKILL), 0);
+  WaitForNewBroker(svc, broker);
+}
+
+// Starts `cat` of the pattern kCopies times (lossless) in `sandbox`, then exits `exit_code`;
+// reads it with `delay` per acknowledgement, calling `interrupt` (a broker or supervisor kill)
+// at each fraction of the stream in `kill_at`.
+void RunTransfer(Service& svc, const std::string& sandbox_id, kj::Duration delay,
+                 std::vector<double> kill_at, Transfer& out,
+                 const std::function<void(Service&)>& interrupt = KillBroker, int exit_code = 0) {
   std::string process_id;
   auto t0 = std::chrono::steady_clock::now();
   {
@@ -156,9 +167,13 @@ void RunTransfer(const Service& svc, const std::string& sandbox_id, kj::Duration
     get.setId(sandbox_id);
     auto start = get.send().getSandbox().startProcessRequest();
     auto spec = start.initSpec();
-    auto argv = spec.initArgv(1 + kCopies);
-    argv.set(0, "cat");
-    for (int i = 1; i <= kCopies; ++i) argv.set(i, "/workspace/lossless.pattern");
+    std::string script = "cat";
+    for (int i = 1; i <= kCopies; ++i) script += " /workspace/lossless.pattern";
+    script += " && exit " + std::to_string(exit_code);
+    auto argv = spec.initArgv(3);
+    argv.set(0, "sh");
+    argv.set(1, "-c");
+    argv.set(2, script);
     spec.setOutput(api::OutputMode::LOSSLESS);
     process_id = Await(start.send(), "start").getInfo().getId().cStr();
   }
@@ -168,35 +183,35 @@ void RunTransfer(const Service& svc, const std::string& sandbox_id, kj::Duration
     uint64_t offset = static_cast<uint64_t>(fraction * kTotal);
     ASSERT_TRUE(RunUntil([&] { return out.reader.next_offset > offset; }, 600))
         << "stuck at offset " << out.reader.next_offset;
-    pid_t broker = svc.broker_pid();
-    ASSERT_GT(broker, 0);
-    ASSERT_EQ(kill(broker, SIGKILL), 0);
+    interrupt(svc);
     session = Session();  // the connection is gone with the broker
-    WaitForNewBroker(svc, broker);
     session = Attach(svc, sandbox_id, process_id, out.reader, delay, on_end);
   }
   ASSERT_TRUE(RunUntil([&] { return out.reader.ended; }, 900)) << "the stream never ended";
   out.seconds = Seconds(t0);
   auto waited = Await(session.process.waitRequest().send(), "wait");
-  EXPECT_EQ(waited.getStatus().which(), api::ExitStatus::EXIT_CODE);
+  ASSERT_EQ(waited.getStatus().which(), api::ExitStatus::EXIT_CODE);
+  EXPECT_EQ(waited.getStatus().getExitCode(), exit_code) << "the process's own exit code";
+}
+
+// The pattern in the service's workspace ws-io, and a sandbox of deployment "io" on it.
+std::string MakeTransferSandbox(const Service& svc, std::string* pattern) {
+  *pattern = svc.base() + "/ws-io/lossless.pattern";
+  std::string data(kPatternBytes, '\0');
+  for (uint64_t i = 0; i < kPatternBytes; ++i) data[i] = PatternByte(i);
+  WriteText(*pattern, data);
+  client::Connection conn(Io(), svc.socket());
+  auto create = conn.supervisor().createSandboxRequest();
+  create.initSpec().setDeploymentId("io");
+  create.getSpec().setProfile("default");  // keeps 8 MiB per stream
+  auto ws = create.getSpec().initWorkspaces(1);
+  ws[0].setPath(svc.base() + "/ws-io");
+  return Await(create.send(), "create").getInfo().getId().cStr();
 }
 
 class LosslessTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    Service& svc = Service::Get();
-    pattern_ = svc.base() + "/ws-io/lossless.pattern";
-    std::string data(kPatternBytes, '\0');
-    for (uint64_t i = 0; i < kPatternBytes; ++i) data[i] = PatternByte(i);
-    WriteText(pattern_, data);
-    client::Connection conn(Io(), svc.socket());
-    auto create = conn.supervisor().createSandboxRequest();
-    create.initSpec().setDeploymentId("io");
-    create.getSpec().setProfile("default");  // keeps 8 MiB per stream
-    auto ws = create.getSpec().initWorkspaces(1);
-    ws[0].setPath(svc.base() + "/ws-io");
-    sandbox_id_ = Await(create.send(), "create").getInfo().getId().cStr();
-  }
+  void SetUp() override { sandbox_id_ = MakeTransferSandbox(Service::Get(), &pattern_); }
   void TearDown() override {
     auto rm = Service::Get().Cli({0, 0, {0}}, {"rm", sandbox_id_});
     EXPECT_EQ(rm.exit_code, 0) << rm.err;
@@ -236,6 +251,35 @@ TEST_F(LosslessTest, NothingIsLostAcrossTwoBrokerKills) {
   ExpectEveryLineOnce(t);
   std::printf("lossless %llu bytes across two broker kills: %.1f s\n",
               (unsigned long long)t.reader.next_offset, t.seconds);
+}
+
+// The privhelper and the broker SIGKILLed together, twice, each time followed by a new privhelper
+// with onRestart "keep" (an upgrade): the sandbox's spawner is reattached and the process runs
+// to its end; the reader gets every byte once, in order, and the process's own exit code.
+// Through the spawner only: a `runsc exec`'s process does not outlive its privhelper.
+TEST(LosslessRestartTest, NothingIsLostAcrossTwoSupervisorRestarts) {
+  if (std::getenv("PASEO_TEST_PROCESS_PATH") != nullptr &&
+      std::string(std::getenv("PASEO_TEST_PROCESS_PATH")) == "runsc-exec")
+    GTEST_SKIP() << "runsc exec processes end with their privhelper (docs/operations.md)";
+  ServiceOptions options;
+  options.helper_json_extra = ", \"onRestart\": \"keep\"";
+  Service svc(options);
+  std::string pattern;
+  std::string sandbox_id = MakeTransferSandbox(svc, &pattern);
+  Transfer t;
+  auto restart = [](Service& s) {
+    s.Crash();
+    s.Restart();
+  };
+  RunTransfer(svc, sandbox_id, 1 * kj::MILLISECONDS, {0.3, 0.6}, t, restart, 7);
+  ExpectEveryLineOnce(t);
+  std::printf("lossless %llu bytes across two supervisor restarts: %.1f s\n",
+              (unsigned long long)t.reader.next_offset, t.seconds);
+  auto rm = svc.Cli({0, 0, {0}}, {"rm", sandbox_id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(svc.Stop(), 0);
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
+  svc.RemoveWorkArea();
 }
 
 }  // namespace

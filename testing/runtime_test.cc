@@ -394,11 +394,35 @@ TEST_F(RuntimeTest, AWorkspaceFromCreateToDestroy) {
   EXPECT_EQ(r.code(), 0) << r.err;
 }
 
+// Paseo's daemon keeps its exec wrapper running while the supervisor restarts (an upgrade with
+// onRestart "keep": privhelper and broker SIGKILLed, a new privhelper reattaches the sandbox's
+// spawner): the wrapper reconnects, the command runs on and its real output and exit come.
+TEST_F(RuntimeTest, AnExecRidesThroughAPrivhelperRestart) {
+  const std::string ws = "ws-restart";
+  Ran r = RunOp({"create", "--workspace-id", ws}, CreateRequest(ws));
+  ASSERT_EQ(r.code(), 0) << r.err;
+  {
+    Exec e(ws, Envelope("e-restart", {"sh", "-c", "sleep 5; echo done"}));
+    EXPECT_EQ(e.Event(), kStarted);
+    g_service->Crash();
+    g_service->Restart();
+    int status = e.Wait();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << e.stderr();
+    EXPECT_EQ(e.events_rest(), absl::StrCat(kEof, ExitCode(0)));
+    EXPECT_EQ(e.Stdout(1000), "done\n");
+    EXPECT_TRUE(absl::StrContains(e.stderr(), "reconnected")) << e.stderr();
+  }
+  r = RunOp({"destroy", "--workspace-id", ws}, Request());
+  EXPECT_EQ(r.code(), 0) << r.err;
+}
+
 }  // namespace
 }  // namespace paseo::testing
 
 int main(int argc, char** argv) {
   paseo::testing::ServiceOptions options;
   options.before_start = paseo::testing::LayOut;
+  // An operator's upgrade setting: AnExecRidesThroughAPrivhelperRestart restarts the service.
+  options.helper_json_extra = ", \"onRestart\": \"keep\"";
   return paseo::testing::RunTestsWithOwnService(argc, argv, options, &paseo::testing::g_service);
 }
