@@ -4,7 +4,9 @@
 #include <capnp/schema.h>
 #include <capnp/stream.capnp.h>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/message_check.h"
 #include "common/request_checks.h"
 #include "common/rpc_errors.h"
 
@@ -129,21 +131,41 @@ class AuditedCall {
   bool written_ = false;
 };
 
-// "Supervisor.createSandbox"; whether the method is declared `-> stream`.
+// A method's failure as the client gets it: capnp's own failure to read the request (one the
+// check before the method could not foresee) is the client's malformed request, not our bug.
+kj::Exception OurWords(kj::Exception&& e) {
+  absl::string_view d = e.getDescription().cStr();
+  // Only what capnp raised here, reading this call: not a refusal that has its reason already,
+  // nor a peer's failure passed on.
+  bool raw = !absl::StartsWith(d, "remote exception: ") && !absl::StartsWith(d, "internal: ") &&
+             StatusFromException(e).code() == absl::StatusCode::kInternal;
+  if (raw) {
+    if (auto malformed = MalformedRequest(e)) return StatusToException(*malformed);
+  }
+  return kj::mv(e);
+}
+
+// "Supervisor.createSandbox"; whether the method is declared `-> stream`; its parameters' type
+// (none for a method the schema does not have: capnp answers it as unimplemented).
+struct Method {
+  std::string operation;
+  bool streaming = false;
+  kj::Maybe<capnp::StructSchema> params;
+};
 template <typename Interface>
-std::pair<std::string, bool> MethodOf(uint64_t interface_id, uint16_t method_id) {
+Method MethodOf(uint64_t interface_id, uint16_t method_id) {
   capnp::InterfaceSchema schema = capnp::Schema::from<Interface>();
   auto methods = schema.getMethods();
   if (schema.getProto().getId() != interface_id || method_id >= methods.size())
     return {absl::StrCat(schema.getShortDisplayName().cStr(), ".unknown(", interface_id, "/",
                          method_id, ")"),
-            false};
+            false, nullptr};
   auto method = methods[method_id];
   bool streaming =
       method.getResultType().getProto().getId() == capnp::typeId<capnp::StreamResult>();
   return {absl::StrCat(schema.getShortDisplayName().cStr(), ".",
                        method.getProto().getName().cStr()),
-          streaming};
+          streaming, method.getParamType()};
 }
 
 // Every server's dispatchCall comes here, so every method -- including one added to the schema
@@ -152,26 +174,38 @@ std::pair<std::string, bool> MethodOf(uint64_t interface_id, uint16_t method_id)
 // Process.writeInput): its chunks are bytes of one stream, written only when refused.
 // `before(record, params)` names the deployment, sandbox and process the call is about, and
 // `after(record, results)` what a successful call made (a new sandbox's or process's id); both
-// must not throw (a malformed message is the method's to refuse: what they read is
-// best-effort). `dispatch()` is the generated dispatchCall.
+// must not throw (what they read is best-effort). A message capnp cannot read as the method's
+// parameters is refused here, before the method sees it, as invalid-argument "malformed request:
+// ..." (common/message_check.h): a hostile client's bytes are not a bug of ours, and capnp's own
+// words never reach it. `dispatch()` is the generated dispatchCall.
 template <typename Interface, typename Before, typename After, typename Dispatch>
 DispatchResult AuditedDispatch(const Caller& caller, uint64_t interface_id, uint16_t method_id,
                                AnyContext context, Before&& before, After&& after,
                                Dispatch&& dispatch) {
-  auto [operation, streaming] = MethodOf<Interface>(interface_id, method_id);
+  Method method = MethodOf<Interface>(interface_id, method_id);
+  bool streaming = method.streaming;
   AuditRecord record;
-  record.operation = std::move(operation);
+  record.operation = std::move(method.operation);
   record.uid = caller.peer.uid;
   record.gid = caller.peer.gids.empty() ? -1 : static_cast<int64_t>(caller.peer.gids[0]);
   record.pid = caller.peer.pid;
   record.unauthorized_peer = !caller.authorized;
   kj::runCatchingExceptions([&] { before(record, context.getParams()); });
   auto call = kj::heap<AuditedCall>(*caller.audit, std::move(record));
+  KJ_IF_MAYBE(params, method.params) {
+    absl::Status readable = CheckReadable(context.getParams(), *params);
+    if (!readable.ok()) {
+      kj::Exception e = StatusToException(readable);
+      call->Failed(e);
+      return {kj::Promise<void>(kj::mv(e)), streaming};
+    }
+  }
   kj::Maybe<DispatchResult> result;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&] { result = dispatch(); })) {
     // Refused before the method returned a promise (a ValueOrThrow in its body).
-    call->Failed(*e);
-    return {kj::Promise<void>(kj::mv(*e)), streaming};
+    kj::Exception refusal = OurWords(kj::mv(*e));
+    call->Failed(refusal);
+    return {kj::Promise<void>(kj::mv(refusal)), streaming};
   }
   KJ_IF_MAYBE(r, result) {
     bool is_streaming = r->isStreaming;
@@ -184,8 +218,9 @@ DispatchResult AuditedDispatch(const Caller& caller, uint64_t interface_id, uint
           audited.Succeeded(/*write=*/!is_streaming);
         },
         [&audited](kj::Exception&& e) {
-          audited.Failed(e);
-          kj::throwFatalException(kj::mv(e));
+          kj::Exception refusal = OurWords(kj::mv(e));
+          audited.Failed(refusal);
+          kj::throwFatalException(kj::mv(refusal));
         });
     return {promise.attach(kj::mv(call)), is_streaming};
   }

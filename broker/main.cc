@@ -122,7 +122,9 @@ class Listener {
     auto calls = calls_.Open(uid, [&raw] {
       raw.Abort(absl::UnavailableError("too many refused calls; connection closed"));
     });
-    auto conn = kj::heap<ClientConnection>(kj::mv(metered), pool.per_message / 8,
+    // The traversal limit: twice the largest message, as every call's parameters are read
+    // twice (checked whole before the method runs, common/message_check.h, then used).
+    auto conn = kj::heap<ClientConnection>(kj::mv(metered), 2 * (pool.per_message / 8),
                                            NewSupervisor(broker_, audit_, peer, kj::mv(calls)),
                                            kClientFlowLimitBytes);
     auto done = conn->network.onDisconnect().attach(kj::mv(conn));

@@ -6,7 +6,10 @@
 #
 # Errors a client can cause come back as RPC exceptions whose description starts with a stable
 # reason token followed by ": " (for example "permission-denied: ...", "invalid-argument: ...",
-# "not-found: ...", "failed-precondition: ...", "internal: ...").
+# "not-found: ...", "failed-precondition: ...", "internal: ..."). A call whose parameters capnp
+# cannot read as their type is refused before anything of it runs, as
+# "invalid-argument: malformed request: <what> at <field path>", <what> one of a fixed set
+# (common/message_check.h); "internal" is only ever a failure of the service's own.
 @0xdd6fab7fcd1b4481;
 
 using Cxx = import "/capnp/c++.capnp";

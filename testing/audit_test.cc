@@ -17,16 +17,20 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <thread>
 
 #include <capnp/compat/json.h>
 #include <capnp/message.h>
+#include <capnp/rpc.capnp.h>
+#include <capnp/serialize.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
+#include "schema/api.capnp.h"
 #include "testing/harness.h"
 
 namespace paseo::testing {
@@ -259,6 +263,172 @@ TEST_F(AuditTest, EveryOperationLeavesExactlyOneLineWithItsFields) {
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   struct stat st;
   EXPECT_NE(stat(AuditDir(svc).c_str(), &st), 0) << "no audit directory without a file log";
+}
+
+// A client that speaks capnp-rpc frames itself, so it can send what the library would never
+// build: the Call's parameters are bytes this test chose.
+class RawRpc {
+ public:
+  explicit RawRpc(const std::string& path) {
+    fd_ = kj::AutoCloseFd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    connected_ = connect(fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    // Question 0: the Supervisor, which every call below targets as a promised answer.
+    capnp::MallocMessageBuilder m;
+    m.initRoot<capnp::rpc::Message>().initBootstrap().setQuestionId(0);
+    SendWords(capnp::messageToFlatArray(m));
+  }
+  bool connected() const { return connected_; }
+
+  void SendWords(kj::ArrayPtr<const capnp::word> words) {
+    auto bytes = words.asBytes();
+    if (write(fd_.get(), bytes.begin(), bytes.size()) != static_cast<ssize_t>(bytes.size()))
+      connected_ = false;
+  }
+
+  // The Return for `question` (other messages skipped); null if none came within 30 s.
+  kj::Own<capnp::MessageReader> ReturnFor(uint32_t question) {
+    for (;;) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      if (poll(&p, 1, 30000) != 1) return {};
+      kj::Own<capnp::MessageReader> reader;
+      if (kj::runCatchingExceptions([&] {
+            reader = kj::heap<capnp::StreamFdMessageReader>(fd_.get());
+          }) != nullptr)
+        return {};  // the broker closed the connection
+      auto msg = reader->getRoot<capnp::rpc::Message>();
+      if (msg.isReturn() && msg.getReturn().getAnswerId() == question) return reader;
+    }
+  }
+
+ private:
+  kj::AutoCloseFd fd_;
+  bool connected_ = false;
+};
+
+// A Supervisor call (question `question`, method `method`) whose parameters `fill` builds.
+template <typename Fill>
+kj::Array<capnp::word> SupervisorCall(uint32_t question, uint16_t method, Fill&& fill) {
+  capnp::MallocMessageBuilder m;
+  auto call = m.initRoot<capnp::rpc::Message>().initCall();
+  call.setQuestionId(question);
+  call.initTarget().initPromisedAnswer().setQuestionId(0);
+  call.setInterfaceId(capnp::typeId<api::Supervisor>());
+  call.setMethodId(method);
+  fill(call.initParams().getContent());
+  auto words = capnp::messageToFlatArray(m);
+  uint32_t segments_less_one;
+  memcpy(&segments_less_one, words.begin(), 4);
+  KJ_ASSERT(segments_less_one == 0, "one segment");
+  return words;
+}
+
+constexpr char kMarker[] = "deployment-marker-0123456";
+
+// createSandbox with spec.deploymentId = kMarker, then `patch` applied to the words: the
+// segment (segment word k is words[1 + k]), the index of the pointer to the marker text and
+// the index of the text's first word.
+template <typename Patch>
+kj::Array<capnp::word> PatchedCreate(uint32_t question, Patch&& patch) {
+  auto words = SupervisorCall(question, 0, [](capnp::AnyPointer::Builder content) {
+    content.initAs<api::Supervisor::CreateSandboxParams>().initSpec().setDeploymentId(kMarker);
+  });
+  auto* seg = reinterpret_cast<uint64_t*>(words.begin() + 1);
+  size_t count = words.size() - 1;
+  std::string_view all(reinterpret_cast<const char*>(seg), count * 8);
+  size_t text = all.find(kMarker) / 8;
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t w = seg[i];
+    int32_t offset = static_cast<int32_t>(static_cast<uint32_t>(w)) >> 2;
+    if ((w & 3) == 1 && ((w >> 32) & 7) == 2 && static_cast<int64_t>(i) + 1 + offset ==
+                                                        static_cast<int64_t>(text)) {
+      patch(seg, i, text);
+      return words;
+    }
+  }
+  ADD_FAILURE() << "the marker's pointer was not found";
+  return words;
+}
+
+// Messages capnp cannot read, sent at the public socket as createSandbox: each is refused as
+// invalid-argument with our own reason naming what and where, audited as refused with that
+// reason, creates nothing, and leaves the connection usable.
+TEST_F(AuditTest, MalformedRequestsAreRefusedInOurWordsAndAudited) {
+  struct Case {
+    const char* name;
+    kj::Array<capnp::word> words;
+    std::string reason;
+  };
+  uint32_t q = 1;
+  std::vector<Case> cases;
+  cases.push_back({"spec is a list", SupervisorCall(q++, 0, [](capnp::AnyPointer::Builder c) {
+                     c.initAsAnyStruct(0, 1).getPointerSection()[0].initAs<capnp::List<uint16_t>>(3);
+                   }),
+                   "malformed request: a pointer of the wrong kind at spec"});
+  cases.push_back({"text past the message's end", PatchedCreate(q++, [](uint64_t* seg, size_t p, size_t) {
+                     seg[p] = (seg[p] & 0x7ffffffffull) | (uint64_t{0x1fffffff} << 35);
+                   }),
+                   "malformed request: a pointer out of bounds at spec.deploymentId"});
+  cases.push_back({"text without its NUL", PatchedCreate(q++, [](uint64_t* seg, size_t, size_t t) {
+                     reinterpret_cast<char*>(seg + t)[sizeof(kMarker) - 1] = 'x';
+                   }),
+                   "malformed request: text without its terminating NUL at spec.deploymentId"});
+  cases.push_back({"a far pointer to a segment that is not there",
+                   PatchedCreate(q++, [](uint64_t* seg, size_t p, size_t) {
+                     seg[p] = (uint64_t{7} << 32) | 2;
+                   }),
+                   "malformed request: a pointer out of bounds at spec.deploymentId"});
+  cases.push_back({"a capability where text belongs", PatchedCreate(q++, [](uint64_t* seg, size_t p, size_t) {
+                     seg[p] = 3;
+                   }),
+                   "malformed request: a pointer of the wrong kind at spec.deploymentId"});
+  const size_t broker_fds = OpenFds(svc.broker_pid());
+  auto rpc_owner = std::make_unique<RawRpc>(svc.socket());
+  RawRpc& rpc = *rpc_owner;
+  ASSERT_TRUE(rpc.connected());
+  size_t mark = JournalLines(svc).size();
+  for (uint32_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    rpc.SendWords(c.words);
+    auto answer = rpc.ReturnFor(i + 1);
+    ASSERT_NE(answer.get(), nullptr) << c.name << ": no answer (the connection ended?)";
+    auto ret = answer->getRoot<capnp::rpc::Message>().getReturn();
+    ASSERT_TRUE(ret.isException()) << c.name;
+    EXPECT_EQ(std::string(ret.getException().getReason().cStr()), "invalid-argument: " + c.reason)
+        << c.name;
+  }
+  // The connection still serves a well-formed call.
+  rpc.SendWords(SupervisorCall(q, 3, [](capnp::AnyPointer::Builder c) {
+    c.initAs<api::Supervisor::InfoParams>();
+  }));
+  auto info = rpc.ReturnFor(q);
+  ASSERT_NE(info.get(), nullptr);
+  auto ret = info->getRoot<capnp::rpc::Message>().getReturn();
+  ASSERT_TRUE(ret.isResults());
+  EXPECT_GT(ret.getResults().getContent().getAs<api::Supervisor::InfoResults>().getVersion().size(), 0u);
+  // One refused line each, with the same reason; nothing was created.
+  std::vector<Line> lines;
+  for (int i = 0; i < 100; ++i) {
+    lines = Where(Since(mark), [](const Line& l) {
+      return l.count("operation") && l.at("operation") == "Supervisor.createSandbox";
+    });
+    if (lines.size() >= cases.size()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(lines.size(), cases.size());
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(lines[i]["result"], "refused") << cases[i].name;
+    EXPECT_EQ(lines[i]["error"], "invalid-argument") << cases[i].name;
+    EXPECT_TRUE(absl::StrContains(lines[i]["reason"], cases[i].reason))
+        << cases[i].name << ": " << lines[i]["reason"];
+  }
+  EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
+  // Gone from the broker too before the next test counts its fds.
+  rpc_owner.reset();
+  for (int i = 0; i < 1000 && OpenFds(svc.broker_pid()) > broker_fds; ++i) usleep(10000);
+  EXPECT_LE(OpenFds(svc.broker_pid()), broker_fds) << "the broker kept the closed connection";
 }
 
 // Coalesced (the default: 20 a second per uid), 100,000 refused connections are a few lines a
