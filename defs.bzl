@@ -23,3 +23,30 @@ def cc_unit(name, deps = [], test_deps = [], visibility = None, testonly = False
         srcs = [name + "_test.cc"],
         deps = [":" + name, "//third_party:gtest_main"] + test_deps,
     )
+
+def cc_fuzz(name, deps = []):
+    """A libFuzzer target for one parser, beside the code it fuzzes (docs/testing.md "Fuzzing"):
+
+    - `name`_fuzzer: name_fuzz.cc (LLVMFuzzerTestOneInput) linked with libFuzzer. Built only under
+      `--config=asan` (clang, ASan and UBSan; tagged manual and fuzzer), and run for a bounded
+      time by testing/run-tests, its seed corpus fuzz/`name`/ as the start.
+    - `name`_fuzz_corpus_test: every input of that corpus (seeds and regression inputs of past
+      findings) through the same entry point, in the native build, as an ordinary unit test.
+    """
+    corpus = native.glob(["fuzz/" + name + "/*"])
+    native.cc_binary(
+        name = name + "_fuzzer",
+        testonly = True,
+        srcs = [name + "_fuzz.cc"],
+        deps = deps,
+        linkopts = ["-fsanitize=fuzzer"],
+        tags = ["manual", "fuzzer"],
+    )
+    native.cc_test(
+        name = name + "_fuzz_corpus_test",
+        size = "small",
+        srcs = [name + "_fuzz.cc"],
+        deps = deps + ["//testing:fuzz_corpus_main"],
+        data = corpus,
+        args = ["$(rootpath %s)" % f for f in corpus],
+    )

@@ -128,15 +128,17 @@ class BrokerTest : public ::testing::Test {
     auto res = req.send().wait(ws());
     return {res.getProcess(), res.getInfo().getId().cStr()};
   }
-  // Subscribes to the process's stdout from offset 0; the collector lives as long as the
-  // subscription.
+  // Subscribes to the process's stdout from offset 0; the collector lives as long as the test
+  // (the broker lets go of its sink once the stream has ended, and the test still reads it).
   std::pair<api::Subscription::Client, Collector*> Subscribe(api::Process::Client& process) {
     auto collector = kj::heap<Collector>();
     Collector* raw = collector.get();
+    api::OutputSink::Client sink = kj::mv(collector);
+    kept_sinks_.push_back(sink.castAs<api::OutputSink>());  // a second reference
     auto sub = process.subscribeRequest();
     sub.setStream(api::Stream::STDOUT);
     sub.setFromOffset(0);
-    sub.setSink(kj::mv(collector));
+    sub.setSink(kj::mv(sink));
     return {sub.send().wait(ws()).getSubscription(), raw};
   }
   Started StartKeyed(api::Sandbox::Client& sandbox, const std::string& key,
@@ -154,9 +156,11 @@ class BrokerTest : public ::testing::Test {
     for (auto stream : {api::Stream::STDOUT, api::Stream::STDERR}) {
       auto collector = kj::heap<Collector>();
       Collector* raw = collector.get();
+      api::OutputSink::Client sink = kj::mv(collector);
+      kept_sinks_.push_back(sink.castAs<api::OutputSink>());  // read after the broker drops it
       auto sub = process.subscribeRequest();
       sub.setStream(stream);
-      sub.setSink(kj::mv(collector));
+      sub.setSink(kj::mv(sink));
       auto subscription = sub.send().wait(ws()).getSubscription();
       // Dropped as soon as end() arrives, before its return reaches the broker (regression:
       // the end call was cancelled with the subscription, so the process never counted as
@@ -199,6 +203,7 @@ class BrokerTest : public ::testing::Test {
   Peer owner_{1000, {1000}};
   Peer other_{2000, {2000}};
   Peer nobody_{3000, {3000}};
+  std::vector<api::OutputSink::Client> kept_sinks_;  // Subscribe's collectors, until the end
 };
 
 TEST_F(BrokerTest, CreateListInspectDelete) {
@@ -480,7 +485,8 @@ TEST_F(BrokerTest, ADeletedSandboxIsDeletingUntilThePrivhelperHasReleasedIt) {
   Created sb = create();
   helper_->hold_gone = true;
   sb.sandbox.deleteRequest().send().wait(ws());  // nothing runs in it any more
-  auto listed = sup.listSandboxesRequest().send().wait(ws()).getSandboxes();
+  auto listing = sup.listSandboxesRequest().send().wait(ws());  // owns what `listed` reads
+  auto listed = listing.getSandboxes();
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_STREQ(listed[0].getState().cStr(), "deleting");
   EXPECT_STREQ(sb.sandbox.inspectRequest().send().wait(ws()).getInfo().getState().cStr(),
@@ -504,7 +510,8 @@ TEST_F(BrokerTest, ATeardownThatFailsLeavesTheSandboxStoppedForAnotherDelete) {
   helper_->gone_error = "internal: runsc delete failed";
   sb.sandbox.deleteRequest().send().wait(ws());
   Until([&] { return broker_->registry().Find(sb.id)->state == SandboxState::kStopped; });
-  auto info = sb.sandbox.inspectRequest().send().wait(ws()).getInfo();
+  auto inspected = sb.sandbox.inspectRequest().send().wait(ws());  // owns what `info` reads
+  auto info = inspected.getInfo();
   EXPECT_NE(std::string(info.getStateReason().cStr()).find("delete it again"), std::string::npos)
       << info.getStateReason().cStr();
   helper_->gone_error.clear();
@@ -521,7 +528,8 @@ TEST_F(BrokerTest, ADeleteWhoseTeardownFailsLeavesTheSandboxStoppedNotRunning) {
   auto error = kj::runCatchingExceptions([&] { sb.sandbox.deleteRequest().send().wait(ws()); });
   EXPECT_EQ(Description(error), "internal: runsc delete failed");
   EXPECT_EQ(broker_->registry().Find(sb.id)->state, SandboxState::kStopped);
-  auto info = sb.sandbox.inspectRequest().send().wait(ws()).getInfo();
+  auto inspected = sb.sandbox.inspectRequest().send().wait(ws());  // owns what `info` reads
+  auto info = inspected.getInfo();
   EXPECT_NE(std::string(info.getStateReason().cStr()).find("delete it again"), std::string::npos)
       << info.getStateReason().cStr();
   auto start = sb.sandbox.startProcessRequest();
@@ -887,7 +895,10 @@ TEST_F(BrokerTest, ConcurrentCreatesWithOneKeyMakeOneSandbox) {
            {&sup, "work", "workspace-8", "not-found"},
            {&sup, "work", "", "invalid-argument"},
            {&sup, "work", std::string(300, 'k'), "invalid-argument"}}) {
-    auto error = kj::runCatchingExceptions([&] { find(*client, deployment, key).wait(ws()); });
+    // Plain names for the lambda: clang 14 cannot capture structured bindings.
+    api::Supervisor::Client* c = client;
+    const std::string &d = deployment, &k = key;
+    auto error = kj::runCatchingExceptions([&] { find(*c, d, k).wait(ws()); });
     EXPECT_EQ(Description(error).rfind(reason + ": ", 0), 0u) << key << ": " << Description(error);
   }
 }

@@ -239,7 +239,9 @@ class Commands {
 
   int operator()(const AttachCommand& cmd) {
     auto process = GetProcess(cmd.target);
-    auto info = process.infoRequest().send().wait(ws_).getInfo();
+    // The response owns what its readers point into: keep it while `info` is read.
+    auto answer = process.infoRequest().send().wait(ws_);
+    auto info = answer.getInfo();
     AttachOptions attach;
     attach.tty = info.getTty();
     attach.forward_stdin = true;
@@ -286,7 +288,8 @@ class Commands {
       kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&] {
         if (conn_.get() == nullptr) conn_ = kj::heap<Connection>(io_, line_.socket);
         auto process = GetProcess(logs.target);
-        auto info = reconnect.Wait(process.infoRequest().send()).getInfo();
+        auto answer = reconnect.Wait(process.infoRequest().send());
+        auto info = answer.getInfo();  // answer owns what info reads
         if (!resolved) {
           if (info.getTty() && stream == api::Stream::STDOUT) stream = api::Stream::PTY;
           if (!logs.follow) {

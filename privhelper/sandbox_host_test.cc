@@ -858,7 +858,7 @@ TEST_F(SandboxHostTest, ReleasingAnEndedProcessFreesItsFilesAndRecord) {
   EXPECT_NE(stat(pid.c_str(), &st), 0);
   EXPECT_EQ(Listing().tty.count("p-1"), 0u) << "gone from the inventory";
   EXPECT_EQ(host_->Wait({"sb-1", "p-1"}).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(host_->Reattach({"sb-1", "p-1"}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(host_->Reattach({{"sb-1", "p-1"}}).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(host_->ReleaseProcess({"sb-1", "p-1"}).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(host_->ReleaseProcess({"sb-none", "p-1"}).code(), absl::StatusCode::kNotFound);
   // The id is free again in the privhelper (the broker never reuses one), and delete still

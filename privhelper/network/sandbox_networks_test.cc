@@ -211,7 +211,9 @@ TEST(SandboxNetworks, ALinkPassesOnlyItsSandboxsOwnSourceAddress) {
     auto b = nets.Create("sb-b", policy.asReader());
     CHECK_OR_FAIL(a.ok() && b.ok());
     // Reverse-path filtering (off in a new namespace) would hide what the firewall does.
-    for (const char* conf : {"all", "default", HostIfname("sb-a").c_str()}) {
+    // A named string: a temporary's c_str() in the list would dangle inside the loop.
+    const std::string host_a = HostIfname("sb-a");
+    for (const char* conf : {"all", "default", host_a.c_str()}) {
       std::string path = absl::StrCat("/proc/sys/net/ipv4/conf/", conf, "/rp_filter");
       int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd >= 0) {
