@@ -286,6 +286,19 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
   if (!IsValidId(h.getRootfsVersion().cStr()))
     return Bad(file, "rootfsVersion", "must be an id ([a-z0-9-], 1..64 bytes)");
   RETURN_IF_ERROR(ValidateAudit(file, h.getAudit()));
+  // 0 = the host-derived default; explicit values must leave room for a sandbox.
+  auto service = h.getServiceLimits();
+  uint64_t memory = service.getMemoryBytes();
+  if (memory != 0 && (memory < (512ull << 20) || memory > (1ull << 50)))
+    return Bad(file, "serviceLimits.memoryBytes",
+               "must be between 536870912 (512 MiB) and 2^50, or 0 for the host-derived default");
+  if (service.getCpuMillis() != 0 && (service.getCpuMillis() < 100 || service.getCpuMillis() > 1024000))
+    return Bad(file, "serviceLimits.cpuMillis",
+               "must be between 100 and 1024000, or 0 for the host-derived default");
+  if (service.getMaxHostTasks() != 0 &&
+      (service.getMaxHostTasks() < 1024 || service.getMaxHostTasks() > (1u << 22)))
+    return Bad(file, "serviceLimits.maxHostTasks",
+               "must be between 1024 and 4194304, or 0 for the host-derived default");
   return ValidateHelperNetwork(file, h.getNetwork());
 }
 
@@ -463,18 +476,32 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
   return ValidateToolRoots(file, d);
 }
 
-// Replaces each resource bound the profile left at 0 with the host-derived default.
-void ResolveProfileLimits(config::LaunchProfile::Builder p, const HostResources& host) {
+// Replaces each resource bound the profile left at 0 with the default; an explicit bound above
+// the service's is refused (no sandbox of the profile could ever be created).
+absl::Status ResolveProfileLimits(const std::string& file, config::LaunchProfile::Builder p,
+                                  const ServiceBounds& service, const HostResources& host) {
   SandboxLimits requested;
   requested.memory_bytes = p.getMemoryLimitBytes();
   requested.cpu_millis = p.getCpuMillis();
   requested.max_processes = p.getMaxProcesses();
   requested.max_host_tasks = p.getMaxHostTasks();
-  SandboxLimits limits = ResolveLimits(requested, host);
+  SandboxLimits limits = ResolveLimits(requested, service, host);
+  auto above = [&](const char* field, uint64_t value, const char* service_field, uint64_t bound) {
+    return Bad(file, field,
+               absl::StrCat(value, " is above the bound on all sandboxes together (", bound,
+                            ", helper.json serviceLimits.", service_field, ")"));
+  };
+  if (limits.memory_bytes > service.memory_bytes)
+    return above("memoryLimitBytes", limits.memory_bytes, "memoryBytes", service.memory_bytes);
+  if (limits.cpu_millis > service.cpu_millis)
+    return above("cpuMillis", limits.cpu_millis, "cpuMillis", service.cpu_millis);
+  if (limits.max_host_tasks > service.max_host_tasks)
+    return above("maxHostTasks", limits.max_host_tasks, "maxHostTasks", service.max_host_tasks);
   p.setMemoryLimitBytes(limits.memory_bytes);
   p.setCpuMillis(limits.cpu_millis);
   p.setMaxProcesses(limits.max_processes);
   p.setMaxHostTasks(limits.max_host_tasks);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -566,6 +593,7 @@ absl::Status Config::ReplaceWith(std::unique_ptr<Config> next) {
   // Swapping moves whole vectors (their element storage stays where it is), so every reader
   // and pointer into the old generation now lives on in `next`, which is retired, not freed.
   std::swap(host_, next->host_);
+  std::swap(service_, next->service_);
   std::swap(messages_, next->messages_);
   std::swap(helper_, next->helper_);
   std::swap(deployments_, next->deployments_);
@@ -598,6 +626,9 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
   ASSIGN_OR_RETURN(config->helper_,
                    Decode<config::HelperConfig>(helper_file, config->messages_));
   RETURN_IF_ERROR(ValidateHelper(helper_file, config->helper_));
+  auto configured = config->helper_.getServiceLimits();
+  config->service_ = ResolveServiceBounds(
+      {configured.getMemoryBytes(), configured.getCpuMillis(), configured.getMaxHostTasks()}, host);
 
   ASSIGN_OR_RETURN(auto profile_files, JsonFilesIn(dir + "/profiles"));
   for (const auto& file : profile_files) {
@@ -606,14 +637,16 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
     if (config->FindProfile(p.getName().cStr()) != nullptr)
       return Bad(file, "name", absl::StrCat("profile \"", p.getName().cStr(), "\" defined twice"));
     // Decode keeps the profile's message last; its reader sees what is set here.
-    ResolveProfileLimits(config->messages_.back()->getRoot<config::LaunchProfile>(), host);
+    RETURN_IF_ERROR(ResolveProfileLimits(
+        file, config->messages_.back()->getRoot<config::LaunchProfile>(), config->service_, host));
     config->profiles_.push_back(p);
   }
   if (config->FindProfile("default") == nullptr) {
     // An implicit default profile with the schema's defaults, so a minimal config works.
     auto message = std::make_unique<capnp::MallocMessageBuilder>();
     message->initRoot<config::LaunchProfile>().setName("default");
-    ResolveProfileLimits(message->getRoot<config::LaunchProfile>(), host);
+    RETURN_IF_ERROR(ResolveProfileLimits(dir + "/profiles", message->getRoot<config::LaunchProfile>(),
+                                         config->service_, host));
     config->profiles_.push_back(message->getRoot<config::LaunchProfile>().asReader());
     config->messages_.push_back(std::move(message));
   }

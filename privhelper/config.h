@@ -43,6 +43,9 @@ class Config {
   // at 0 with the host-derived default, so none is 0 here.
   SandboxLimits LimitsOf(const config::LaunchProfile::Reader& profile) const;
   const HostResources& host() const { return host_; }
+  // Bounds on all sandboxes together: helper.json's serviceLimits, each 0 replaced by the
+  // host-derived default.
+  const ServiceBounds& service() const { return service_; }
   std::string BrokerBinary(absl::string_view privhelper_path) const;
   std::string SandboxShimBinary(absl::string_view privhelper_path) const;
   // The audit log's current file (audit.path, or <stateDir>/audit/audit.log when empty); only
@@ -65,6 +68,7 @@ class Config {
   friend absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
                                                              const HostResources& host);
   HostResources host_;
+  ServiceBounds service_;
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages_;
   config::HelperConfig::Reader helper_;
   std::vector<config::Deployment::Reader> deployments_;
@@ -74,8 +78,8 @@ class Config {
 
 // Reads <dir>/helper.json, <dir>/deployments/*.json and <dir>/profiles/*.json, decodes and
 // validates them. Errors: "<file>: <field>: <problem>" as InvalidArgument (NotFound when a
-// required file is missing). Resource bounds a profile leaves at 0 get the defaults for `host`
-// (the first form reads this host's).
+// required file is missing). Service and sandbox bounds left at 0 get the defaults for `host`
+// (the first form reads this host's); a profile's bound above the service's is an error.
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir);
 absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
                                                    const HostResources& host);

@@ -21,8 +21,10 @@ namespace fs = std::filesystem;
 constexpr char kSha[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 // The smallest helper.json that validates: everything else comes from schema defaults.
-std::string MinimalHelper() {
-  return absl::StrCat(R"({"runsc": {"sha256": ")", kSha, R"("}, "rootfsVersion": "v1"})");
+// `extra`: more fields of helper.json ("name": value, ...).
+std::string MinimalHelper(const std::string& extra = "") {
+  return absl::StrCat(R"({"runsc": {"sha256": ")", kSha, R"("}, "rootfsVersion": "v1")",
+                      extra.empty() ? "" : ", ", extra, "}");
 }
 
 std::string MinimalDeployment(const std::string& id = "paseo-main") {
@@ -314,10 +316,14 @@ TEST_F(ConfigTest, EveryProfileGetsEveryBoundFromTheHostUnlessItSetsOne) {
   const config::LaunchProfile::Reader* def = c.FindProfile("default");
   ASSERT_NE(def, nullptr);
   SandboxLimits d = c.LimitsOf(*def);
-  EXPECT_EQ(d.memory_bytes, uint64_t{6} << 30);  // a quarter of 24 GiB
-  EXPECT_EQ(d.cpu_millis, 1000u);               // half of 2 CPUs
-  EXPECT_EQ(d.max_processes, 512u);             // 32768 / 64
-  EXPECT_EQ(d.max_host_tasks, 8192u);           // 32768 / 4
+  // All sandboxes together: half of 24 GiB, 1.5 of 2 CPUs, half of 32768 host tasks.
+  EXPECT_EQ(c.service().memory_bytes, uint64_t{12} << 30);
+  EXPECT_EQ(c.service().cpu_millis, 1500u);
+  EXPECT_EQ(c.service().max_host_tasks, 16384u);
+  EXPECT_EQ(d.memory_bytes, uint64_t{2457} << 20);  // a fifth of the service's, whole MiB
+  EXPECT_EQ(d.cpu_millis, 1000u);                   // half of 2 CPUs
+  EXPECT_EQ(d.max_processes, 512u);                 // 32768 / 64
+  EXPECT_EQ(d.max_host_tasks, 3276u);               // a fifth of the service's
   EXPECT_EQ(def->getMaxProcesses(), 512u);      // the reader itself carries the value
 
   const config::LaunchProfile::Reader* mixed = c.FindProfile("mixed");
@@ -326,7 +332,7 @@ TEST_F(ConfigTest, EveryProfileGetsEveryBoundFromTheHostUnlessItSetsOne) {
   EXPECT_EQ(m.memory_bytes, uint64_t{1} << 30);
   EXPECT_EQ(m.max_processes, 64u);
   EXPECT_EQ(m.cpu_millis, 1000u);
-  EXPECT_EQ(m.max_host_tasks, 8192u);
+  EXPECT_EQ(m.max_host_tasks, 3276u);
 
   const config::LaunchProfile::Reader* all = c.FindProfile("all");
   ASSERT_NE(all, nullptr);
@@ -349,8 +355,59 @@ TEST_F(ConfigTest, TheImplicitDefaultProfileIsBoundedToo) {
   SandboxLimits d = (*config)->LimitsOf(*p);
   EXPECT_EQ(d, DefaultLimits(host));
   EXPECT_EQ(d.cpu_millis, 4000u);
-  EXPECT_EQ(d.max_host_tasks, 192730u / 4);  // threads-max is the smaller one here
+  EXPECT_EQ(d.max_host_tasks, 192730u / 2 / 5);  // threads-max is the smaller one here
   EXPECT_EQ(d.max_processes, 3011u);
+}
+
+TEST_F(ConfigTest, ServiceLimitsAreConfigurableAndSizeTheProfileDefaults) {
+  Write("helper.json", MinimalHelper(R"("serviceLimits": {"memoryBytes": 4294967296,
+    "cpuMillis": 800, "maxHostTasks": 5000})"));
+  Write("deployments/main.json", MinimalDeployment());
+  auto config = LoadConfig(dir_, TestHost());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Config& c = **config;
+  ServiceBounds want;
+  want.memory_bytes = uint64_t{4} << 30;
+  want.cpu_millis = 800;
+  want.max_host_tasks = 5000;
+  EXPECT_EQ(c.service(), want);
+  SandboxLimits d = c.LimitsOf(*c.FindProfile("default"));
+  EXPECT_EQ(d.memory_bytes, uint64_t{819} << 20);  // a fifth, whole MiB
+  EXPECT_EQ(d.cpu_millis, 800u);                   // half the host's would be above it
+  EXPECT_EQ(d.max_host_tasks, 1024u);              // a fifth is below the floor
+}
+
+TEST_F(ConfigTest, AProfileBoundAboveTheServicesIsRefusedNamingBoth) {
+  WriteMinimal();
+  struct Case {
+    const char* profile;
+    const char* field;
+  } cases[] = {
+      {R"({"name": "big", "memoryLimitBytes": 17179869184})", "memoryLimitBytes"},  // 16 GiB
+      {R"({"name": "big", "cpuMillis": 2000})", "cpuMillis"},
+      {R"({"name": "big", "maxHostTasks": 20000})", "maxHostTasks"},
+  };
+  for (const Case& k : cases) {
+    Write("profiles/big.json", k.profile);
+    auto config = LoadConfig(dir_, TestHost());
+    ASSERT_FALSE(config.ok()) << k.profile;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+    std::string message(config.status().message());
+    EXPECT_NE(message.find(k.field), std::string::npos) << message;
+    EXPECT_NE(message.find("serviceLimits"), std::string::npos) << message;
+  }
+}
+
+TEST_F(ConfigTest, ServiceLimitsOutOfRangeAreRefused) {
+  for (const char* limits : {R"({"memoryBytes": 1048576})", R"({"cpuMillis": 50})",
+                             R"({"maxHostTasks": 100})", R"({"maxHostTasks": 5000000})"}) {
+    Write("helper.json", MinimalHelper(absl::StrCat(R"("serviceLimits": )", limits)));
+    Write("deployments/main.json", MinimalDeployment());
+    auto config = LoadConfig(dir_, TestHost());
+    ASSERT_FALSE(config.ok()) << limits;
+    EXPECT_NE(config.status().message().find("serviceLimits."), std::string::npos)
+        << config.status();
+  }
 }
 
 TEST_F(ConfigTest, OnlyAllowedGidsIsEnough) {

@@ -53,6 +53,7 @@
 #include "privhelper/runsc_probe.h"
 #include "privhelper/runsc_platform.h"
 #include "privhelper/sandbox_host.h"
+#include "privhelper/service_cgroup.h"
 
 namespace paseo {
 namespace {
@@ -539,6 +540,23 @@ int Serve(const Options& options, const std::string& program) {
     return 1;
   }
 
+  // The bounds on all sandboxes together, before any sandbox is adopted or made: without them
+  // nothing stops the sandboxes from taking the host together, so the service does not start.
+  auto service_cgroup = ServiceCgroup::Open("/sys/fs/cgroup", helper.getCgroupParent().cStr());
+  absl::Status bounded =
+      service_cgroup.ok() ? service_cgroup->Apply((*config)->service()) : service_cgroup.status();
+  if (!bounded.ok()) {
+    Log(absl::StrCat("cannot bound all sandboxes together on their cgroup ",
+                     helper.getCgroupParent().cStr(), ": ", bounded.message()));
+    return 1;
+  }
+  {
+    const ServiceBounds& b = (*config)->service();
+    Log(absl::StrCat("all sandboxes together: at most ", b.memory_bytes >> 20, " MiB, ",
+                     b.cpu_millis, " CPU millis, ", b.max_host_tasks, " host tasks (cgroup ",
+                     helper.getCgroupParent().cStr(), service_cgroup->unified() ? ", v2)" : ", v1)"));
+  }
+
   std::vector<cap_value_t> keep;
   for (const auto& c : ServingCapabilities()) {
     if (std::find(without.begin(), without.end(), c.name) == without.end()) keep.push_back(c.cap);
@@ -559,6 +577,7 @@ int Serve(const Options& options, const std::string& program) {
   // Sandbox.connect: each connection starts from a thread that joins the sandbox's netns.
   NetnsPortConnector ports(events, events.getTimer(), kConnectPatience, network::kInboundMark);
   SandboxHost host(**config, runsc, watcher, events.getTimer(), shim, "/sys/fs/cgroup", &ports);
+  host.SetServiceCgroup(&*service_cgroup);
   if (helper.getSpawner()) host.EnableSpawners(*io.lowLevelProvider);
   // Network mode "sandbox": only if a profile uses it is anything changed on the host.
   std::unique_ptr<network::SandboxNetworks> networks;

@@ -20,6 +20,15 @@ absl::StatusOr<uint64_t> ReadNumber(const char* path) {
   return value;
 }
 
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Task ids the host has: pid_max bounds pids, threads-max bounds tasks (0 when unknown).
+uint64_t HostTasks(const HostResources& host) {
+  return host.threads_max > 0 ? std::min(host.pid_max, host.threads_max) : host.pid_max;
+}
+
+uint64_t WholeMebibytes(uint64_t bytes) { return bytes & ~(kMiB - 1); }
+
 }  // namespace
 
 absl::StatusOr<HostResources> ReadHostResources() {
@@ -40,26 +49,54 @@ absl::StatusOr<HostResources> ReadHostResources() {
   return host;
 }
 
-SandboxLimits DefaultLimits(const HostResources& host) {
+
+ServiceBounds DefaultServiceBounds(const HostResources& host) {
+  ServiceBounds s;
+  s.memory_bytes = std::max<uint64_t>(WholeMebibytes(host.memory_bytes / 2), 512 * kMiB);
+  s.cpu_millis = 750 * std::max<uint32_t>(host.cpus, 1);
+  s.max_host_tasks =
+      static_cast<uint32_t>(std::clamp<uint64_t>(HostTasks(host) / 2, 1024, uint64_t{1} << 22));
+  return s;
+}
+
+ServiceBounds ResolveServiceBounds(const ServiceBounds& requested, const HostResources& host) {
+  ServiceBounds d = DefaultServiceBounds(host);
+  ServiceBounds r = requested;
+  if (r.memory_bytes == 0) r.memory_bytes = d.memory_bytes;
+  if (r.cpu_millis == 0) r.cpu_millis = d.cpu_millis;
+  if (r.max_host_tasks == 0) r.max_host_tasks = d.max_host_tasks;
+  return r;
+}
+
+SandboxLimits DefaultLimits(const ServiceBounds& service, const HostResources& host) {
   SandboxLimits d;
-  d.memory_bytes = std::max<uint64_t>(host.memory_bytes / 4 & ~((uint64_t{1} << 20) - 1),
-                                      uint64_t{256} << 20);
-  d.cpu_millis = 500 * std::max<uint32_t>(host.cpus, 1);
-  // Task ids the host has: pid_max bounds pids, threads-max bounds tasks (0 when unknown).
-  uint64_t tasks = host.threads_max > 0 ? std::min(host.pid_max, host.threads_max) : host.pid_max;
-  d.max_host_tasks = static_cast<uint32_t>(std::clamp<uint64_t>(tasks / 4, 1024, 1 << 20));
-  d.max_processes = static_cast<uint32_t>(std::clamp<uint64_t>(tasks / 64, 128, 4096));
+  d.memory_bytes = std::min(service.memory_bytes,
+                            std::max(WholeMebibytes(service.memory_bytes / 5), 256 * kMiB));
+  d.cpu_millis = std::min(service.cpu_millis, 500 * std::max<uint32_t>(host.cpus, 1));
+  d.max_host_tasks = std::min(service.max_host_tasks,
+                              std::max<uint32_t>(service.max_host_tasks / 5, 1024));
+  d.max_processes =
+      static_cast<uint32_t>(std::clamp<uint64_t>(HostTasks(host) / 64, 128, 4096));
   return d;
 }
 
-SandboxLimits ResolveLimits(const SandboxLimits& requested, const HostResources& host) {
-  SandboxLimits d = DefaultLimits(host);
+SandboxLimits DefaultLimits(const HostResources& host) {
+  return DefaultLimits(DefaultServiceBounds(host), host);
+}
+
+SandboxLimits ResolveLimits(const SandboxLimits& requested, const ServiceBounds& service,
+                            const HostResources& host) {
+  SandboxLimits d = DefaultLimits(service, host);
   SandboxLimits r = requested;
   if (r.memory_bytes == 0) r.memory_bytes = d.memory_bytes;
   if (r.cpu_millis == 0) r.cpu_millis = d.cpu_millis;
   if (r.max_processes == 0) r.max_processes = d.max_processes;
   if (r.max_host_tasks == 0) r.max_host_tasks = d.max_host_tasks;
   return r;
+}
+
+SandboxLimits ResolveLimits(const SandboxLimits& requested, const HostResources& host) {
+  return ResolveLimits(requested, DefaultServiceBounds(host), host);
 }
 
 }  // namespace paseo

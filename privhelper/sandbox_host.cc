@@ -162,11 +162,37 @@ absl::StatusOr<SandboxHost::CreatePlan> SandboxHost::PlanCreate(
   return plan;
 }
 
+absl::Status SandboxHost::CheckServiceRoom() const {
+  if (service_ == nullptr) return absl::OkStatus();
+  const ServiceBounds& bound = config_.service();
+  RETURN_IF_ERROR(service_->EnsureApplied(bound));
+  ASSIGN_OR_RETURN(ServiceUse use, service_->Use());
+  // Sandboxes still starting may not show their cost yet: each counts as a started one.
+  uint64_t starting = 1;
+  for (const auto& [id, sb] : sandboxes_) starting += !sb->running && !sb->deleting;
+  uint64_t memory = use.memory_bytes + starting * kSandboxStartBytes;
+  uint64_t tasks = use.host_tasks + starting * kSandboxStartHostTasks;
+  if (memory > bound.memory_bytes)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the service's memory bound is reached: its sandboxes use ", use.memory_bytes >> 20,
+        " MiB of the ", bound.memory_bytes >> 20,
+        " MiB all sandboxes may use together (helper.json serviceLimits.memoryBytes), and a "
+        "sandbox needs about ", kSandboxStartBytes >> 20, " MiB to start"));
+  if (tasks > bound.max_host_tasks)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the service's host task bound is reached: its sandboxes run ", use.host_tasks,
+        " host tasks of the ", bound.max_host_tasks,
+        " all sandboxes may run together (helper.json serviceLimits.maxHostTasks), and a "
+        "sandbox needs about ", kSandboxStartHostTasks, " to start"));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   if (Find(request.sandbox_id) != nullptr)
     return absl::AlreadyExistsError(absl::StrCat("sandbox ", request.sandbox_id, " exists"));
   std::string deployment_id = request.deployment->getId().cStr();
   RETURN_IF_ERROR(CheckCapacity(*request.deployment));
+  RETURN_IF_ERROR(CheckServiceRoom());
   ASSIGN_OR_RETURN(CreatePlan plan, PlanCreate(request));
   config::NetworkPolicy::Reader policy = request.profile->getNetwork();
   bool sandbox_network = policy.getMode() == config::NetworkMode::SANDBOX;

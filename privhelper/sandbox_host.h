@@ -46,6 +46,7 @@
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
+#include "privhelper/service_cgroup.h"
 #include "privhelper/spawner_channel.h"
 #include "schema/config.capnp.h"
 #include "schema/api.capnp.h"
@@ -68,6 +69,15 @@ class SandboxHost {
   // Where sandboxes with network mode "sandbox" get their network (main.cc sets it when a
   // profile uses that mode). Without one, such a create is refused (failed-precondition).
   void SetNetworks(network::SandboxNetworks* networks) { networks_ = networks; }
+  // The cgroup with the service's bounds (main.cc sets it once they are applied). With it a
+  // create is refused (resource-exhausted, naming the bound) when the sandbox's own bounds are
+  // above the service's, or when the sandboxes together already leave no room for another
+  // (CheckServiceRoom). Sandboxes' own bounds are never above the service's (LoadConfig).
+  void SetServiceCgroup(const ServiceCgroup* service) { service_ = service; }
+  // What a sandbox costs the service's cgroup to start (an idle sandbox measured: about 45 MiB
+  // and 60 host tasks under ptrace), for CheckServiceRoom.
+  static constexpr uint64_t kSandboxStartBytes = uint64_t{64} << 20;
+  static constexpr uint64_t kSandboxStartHostTasks = 128;
   // The resolver every sandbox with network mode "sandbox" gets at its link's host end (main.cc
   // sets it with the networks). Without one, their names do not resolve.
   void SetDns(network::DnsResolver* dns) { dns_ = dns; }
@@ -387,6 +397,7 @@ class SandboxHost {
   // resource-exhausted if a create would pass the deployment's maxSandboxes, counting every
   // sandbox that is not being deleted and those being deleted beyond maxSandboxes of them.
   absl::Status CheckCapacity(const config::Deployment::Reader& deployment) const;
+  absl::Status CheckServiceRoom() const;
   // Resolves once the sandbox's sentry has exited, or after kHaltPatience; at once if its
   // sentry is not watched.
   kj::Promise<void> AwaitHalt(const std::string& id, uint64_t generation);
@@ -413,6 +424,7 @@ class SandboxHost {
 
   const Config& config_;
   network::SandboxNetworks* networks_ = nullptr;
+  const ServiceCgroup* service_ = nullptr;
   network::DnsResolver* dns_ = nullptr;
   RunscRunner& runsc_;
   ProcessWatcher& watcher_;

@@ -1428,6 +1428,54 @@ TEST_F(SandboxHostTest, SandboxesBeingDeletedCountBeyondMaxSandboxesOfThem) {
   EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument) << created.status();
 }
 
+// With the service's cgroup set (main.cc), a create is refused when the sandboxes together
+// leave less than a sandbox's start-up cost of the service's memory or host tasks; the reason
+// names the bound and nothing is made. (A fake v1 tree: the kernel would make its files.)
+TEST_F(SandboxHostTest, CreateIsRefusedWhenTheSandboxesTogetherLeaveNoRoom) {
+  std::string memory = cgroups_ + "/memory/paseo-sandbox/memory.usage_in_bytes";
+  std::string tasks = cgroups_ + "/pids/paseo-sandbox/pids.current";
+  for (const std::string& f : {memory, tasks}) {
+    fs::create_directories(fs::path(f).parent_path());
+    Write(f.substr(dir_.size() + 1), "0\n");
+  }
+  fs::create_directories(cgroups_ + "/cpu/paseo-sandbox");
+  auto service = ServiceCgroup::Open(cgroups_, "/paseo-sandbox");
+  ASSERT_TRUE(service.ok()) << service.status();
+  host_->SetServiceCgroup(&*service);
+  const ServiceBounds& bound = config_->service();
+
+  struct Case {
+    uint64_t memory, tasks;
+    const char* says;
+  } cases[] = {
+      {bound.memory_bytes - SandboxHost::kSandboxStartBytes + 1, 0,
+       "serviceLimits.memoryBytes"},
+      {0, bound.max_host_tasks - SandboxHost::kSandboxStartHostTasks + 1,
+       "serviceLimits.maxHostTasks"},
+  };
+  for (const Case& k : cases) {
+    Write(memory.substr(dir_.size() + 1), absl::StrCat(k.memory, "\n"));
+    Write(tasks.substr(dir_.size() + 1), absl::StrCat(k.tasks, "\n"));
+    auto created = host_->Create(Create("sb-1"));
+    EXPECT_EQ(created.status().code(), absl::StatusCode::kResourceExhausted) << created.status();
+    EXPECT_THAT(std::string(created.status().message()), HasSubstr(k.says));
+    EXPECT_THAT(std::string(created.status().message()), HasSubstr("bound is reached"));
+    EXPECT_FALSE(fs::exists(Bundle("sb-1")));
+    EXPECT_EQ(host_->size(), 0u);
+  }
+  // Room for exactly one more: the create passes the check (and fails further on, at the
+  // fixture's unmountable rootfs).
+  Write(memory.substr(dir_.size() + 1),
+        absl::StrCat(bound.memory_bytes - SandboxHost::kSandboxStartBytes, "\n"));
+  Write(tasks.substr(dir_.size() + 1),
+        absl::StrCat(bound.max_host_tasks - SandboxHost::kSandboxStartHostTasks, "\n"));
+  EXPECT_EQ(host_->Create(Create("sb-1")).status().code(), absl::StatusCode::kInvalidArgument);
+  // Unreadable use is not room: refused, not assumed empty.
+  Write(tasks.substr(dir_.size() + 1), "garbage\n");
+  EXPECT_FALSE(host_->Create(Create("sb-1")).ok());
+  EXPECT_FALSE(fs::exists(Bundle("sb-1")));
+}
+
 TEST_F(SandboxHostTest, ABundleLeftUnderTheSameIdIsNotTakenOverNorRemoved) {
   fs::create_directories(Bundle("sb-2"));
   std::ofstream(Bundle("sb-2") + "/evidence") << "left by a crash";

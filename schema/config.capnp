@@ -52,6 +52,18 @@ struct HelperConfig {
   audit @12 :AuditConfig;
   # Where the broker writes its audit log: one JSON line per client call and per refused
   # connection (docs/operations.md, "Audit log").
+  serviceLimits @13 :ServiceLimits;
+  # Bounds on all sandboxes together (the cgroupParent's cgroup); each 0 is derived from the
+  # host (privhelper/resource_limits.h, docs/threat-model.md "Limits add up").
+}
+
+struct ServiceLimits {
+  memoryBytes @0 :UInt64 = 0;
+  # Memory of all sandboxes together. 0 = half the host's RAM (at least 512 MiB).
+  cpuMillis @1 :UInt32 = 0;
+  # CPU of all sandboxes together, in thousandths of a CPU. 0 = three quarters of the host's.
+  maxHostTasks @2 :UInt32 = 0;
+  # Host tasks (pids.max) of all sandboxes together. 0 = half of min(pid_max, threads-max).
 }
 
 enum AuditDestination {
@@ -137,7 +149,7 @@ struct LaunchProfile {
   # Output kept in broker memory per stream.
   memoryLimitBytes @3 :UInt64 = 0;
   # Memory limit of the whole sandbox (host memory cgroup; the sandbox sees it as MemTotal).
-  # 0 = the host-derived default: a quarter of the host's RAM, at least 256 MiB. Every sandbox
+  # 0 = the default: a fifth of serviceLimits.memoryBytes, at least 256 MiB. Every sandbox
   # has all four bounds (this one, cpuMillis, maxProcesses, maxHostTasks); there is no
   # "unlimited" (privhelper/resource_limits.h, docs/threat-model.md).
   tmpfsBytes @4 :UInt64 = 67108864;
@@ -146,7 +158,8 @@ struct LaunchProfile {
   # Where each credential a sandbox of this profile may ask for is mounted.
   cpuMillis @6 :UInt32 = 0;
   # CPU the sandbox may use, in thousandths of a CPU (1000 = one CPU: a cfs quota of 100 ms
-  # per 100 ms period on the host cgroup). 0 = half the host's CPUs.
+  # per 100 ms period on the host cgroup). 0 = half the host's CPUs, at most
+  # serviceLimits.cpuMillis. No profile's bound may be above the service's.
   maxProcesses @7 :UInt32 = 0;
   # RLIMIT_NPROC of the agent: gVisor's sentry counts the agent's tasks (threads and processes)
   # in the sandbox and fails fork/clone beyond it with EAGAIN. 0 = 1/64 of min(pid_max,
@@ -154,8 +167,8 @@ struct LaunchProfile {
   maxHostTasks @8 :UInt32 = 0;
   # Host pids cgroup limit on the sandbox's host tasks (sentry and gofer threads and, under
   # ptrace, stub processes and threads, many per sandboxed task). Reaching it ends the sandbox:
-  # the sentry cannot create a thread. 0 = a quarter of min(pid_max, threads-max), at least
-  # 1024 (8192 with pid_max 32768).
+  # the sentry cannot create a thread. 0 = a fifth of serviceLimits.maxHostTasks, at least
+  # 1024 (3276 with pid_max 32768).
   tools @9 :List(ToolMount);
   # Tool directories mounted read-only in every sandbox of this profile, in this order at the
   # front of every process's PATH (before the client's PATH, or the default one).

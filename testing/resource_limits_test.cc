@@ -6,6 +6,8 @@
 // Safety: a watcher samples the host's task count every 50 ms and SIGKILLs the abused
 // sandbox's host processes (by pid, from its own cgroup) if the host passes half of pid_max.
 #include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -79,6 +82,10 @@ class HostCgroup {
       if (absl::ConsumePrefix(&line, "max ")) (void)absl::SimpleAtoi(line, &n);
     }
     return n;
+  }
+  uint64_t MemoryUsage() const {
+    return v1() ? ReadNumber(Dir("memory") + "/memory.usage_in_bytes")
+                : ReadNumber(Dir("") + "/memory.current");
   }
   uint64_t MemoryLimit() const {
     return v1() ? ReadNumber(Dir("memory") + "/memory.limit_in_bytes")
@@ -402,6 +409,234 @@ TEST_F(ResourceLimitsTest, ACompiledForkBombEndsOnlyItsOwnSandbox) {
   EXPECT_EQ(still.out, "still here\n");
   Remove(victim);
   unlink(bomb.c_str());
+}
+
+// Four default-profile sandboxes abuse the host at once while a fifth runs execs: each
+// sandbox's bounds are sized so that four of them at their bounds stay within the service's,
+// which leave the host its own (privhelper/resource_limits.h, docs/threat-model.md "Limits add
+// up"). Sampled every 100 ms: the service's host tasks and memory, the host's tasks, and a
+// process the host starts (posix_spawn of /bin/true), which must never fail.
+class TogetherTest : public ResourceLimitsTest {
+ protected:
+  struct Figures {
+    double idle = 0, busy = 0;
+    size_t samples = 0;
+    uint64_t baseline_host_tasks = 0, max_host_tasks = 0, max_service_tasks = 0;
+    uint64_t max_service_memory = 0;
+    int host_spawns = 0, host_spawn_failures = 0;
+    double service_cpus = 0;
+    double seconds = 0;
+  };
+
+  HostCgroup Service() const { return HostCgroup(svc.CgroupParent(), ""); }
+  ServiceBounds Bounds() const { return DefaultServiceBounds(host_); }
+
+  static bool HostStartsAProcess() {
+    pid_t pid = -1;
+    char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    if (posix_spawn(&pid, "/bin/true", nullptr, nullptr, argv, nullptr) != 0) return false;
+    int status = 0;
+    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+
+  // The sandbox's state and reason from `ps --json`: {"", ""} if it is not listed.
+  std::pair<std::string, std::string> StateOf(const std::string& id) {
+    CliResult ps;
+    size_t at = std::string::npos;
+    for (int attempt = 0; attempt < 3 && at == std::string::npos; ++attempt) {
+      ps = svc.Cli(Alpha(), {"--json", "ps"}, seconds(60));
+      at = ps.out.find("\"id\":\"" + id + "\"");
+    }
+    if (at == std::string::npos) {
+      ADD_FAILURE() << id << " is not listed (ps exit " << ps.exit_code << "): " << ps.out
+                    << ps.err;
+      return {};
+    }
+    std::string object = ps.out.substr(at, ps.out.find("\"createdAtUnixMs\"", at) - at);
+    auto field = [&](const std::string& key) -> std::string {
+      size_t k = object.find("\"" + key + "\":\"");
+      if (k == std::string::npos) return "";
+      k += key.size() + 4;
+      return object.substr(k, object.find('"', k) - k);
+    };
+    return {field("state"), field("stateReason")};
+  }
+
+  // Starts `abuse` in each of `abusers` at once (each `exec` on a thread of its own), then
+  // samples until `over()` or `limit`, measuring `victim`'s exec latency throughout. Abuse that
+  // `ends_by_itself` ends its sandbox; other abuse's exec must end at once (detached).
+  Figures Together(const std::vector<std::string>& abusers, const std::string& victim,
+                   const std::vector<std::string>& abuse, bool ends_by_itself,
+                   std::function<bool()> over, seconds limit) {
+    Figures f;
+    ExecLatencies(victim, 3);  // warm up
+    f.idle = Percentile(ExecLatencies(victim, 30), 0.9);
+    f.baseline_host_tasks = HostTasks();
+    HostCgroup service = Service();
+    std::vector<std::thread> runs;
+    for (const std::string& id : abusers) {
+      runs.emplace_back([this, id, abuse] {
+        std::vector<std::string> args = {"exec", id, "--"};
+        args.insert(args.end(), abuse.begin(), abuse.end());
+        svc.Cli(Alpha(), args, seconds(300));
+      });
+    }
+    auto start = Clock::now();
+    std::atomic<bool> stop{false};
+    std::vector<double> during;
+    std::thread sampler([&] {
+      while (!stop) during.push_back(ExecLatencies(victim, 1)[0]);
+    });
+    uint64_t cpu_before = service.CpuUsageMicros();
+    while (Clock::now() - start < limit && !over()) {
+      f.max_host_tasks = std::max(f.max_host_tasks, HostTasks());
+      f.max_service_tasks = std::max(f.max_service_tasks, service.PidsCurrent());
+      f.max_service_memory = std::max(f.max_service_memory, service.MemoryUsage());
+      ++f.host_spawns;
+      if (!HostStartsAProcess()) ++f.host_spawn_failures;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    double wall = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    f.service_cpus = static_cast<double>(service.CpuUsageMicros() - cpu_before) / wall;
+    f.seconds = wall / 1e6;
+    stop = true;
+    sampler.join();
+    f.samples = during.size();
+    f.busy = Percentile(during, 0.9);
+    // Abuse that should have ended its sandbox and did not holds its exec: deleted here, so
+    // the test fails rather than hangs.
+    if (ends_by_itself && !over()) {
+      ADD_FAILURE() << "the abused sandboxes were still running after " << limit.count() << " s";
+      for (const std::string& id : abusers) svc.Cli(Alpha(), {"rm", id}, seconds(90));
+    }
+    for (auto& t : runs) t.join();
+    return f;
+  }
+
+  void Print(const char* what, const Figures& f) {
+    std::printf(
+        "measure: %s: %.1f s; victim exec p90 idle %.0f ms, during %.0f ms (%.1fx, %zu "
+        "samples); host tasks %llu before, at most %llu (pid_max %llu); the service's host "
+        "tasks at most %llu (bound %u), memory at most %llu MiB (bound %llu MiB), %.2f CPUs "
+        "(bound %.2f); the host started %d of %d processes\n",
+        what, f.seconds, f.idle, f.busy, f.busy / f.idle, f.samples,
+        static_cast<unsigned long long>(f.baseline_host_tasks),
+        static_cast<unsigned long long>(f.max_host_tasks),
+        static_cast<unsigned long long>(host_.pid_max),
+        static_cast<unsigned long long>(f.max_service_tasks), Bounds().max_host_tasks,
+        static_cast<unsigned long long>(f.max_service_memory >> 20),
+        static_cast<unsigned long long>(Bounds().memory_bytes >> 20), f.service_cpus,
+        Bounds().cpu_millis / 1000.0, f.host_spawns - f.host_spawn_failures, f.host_spawns);
+  }
+
+  void ExpectTheHostWhole(const Figures& f) {
+    EXPECT_GE(f.samples, 10u) << "latency was hardly measured under the abuse";
+    // The fifth sandbox's exec p90 against 5x idle is a figure to read, not asserted: timings
+    // on a shared 2-core machine are not a test (docs/threat-model.md has the measured ones).
+    std::printf("measure: target: the fifth sandbox's exec p90 within 5x idle: %s\n",
+                f.busy <= 5 * f.idle ? "met" : "NOT met");
+    EXPECT_EQ(f.host_spawn_failures, 0) << "the host could not start a process";
+    EXPECT_LE(f.max_service_tasks, Bounds().max_host_tasks);
+    EXPECT_LT(f.max_host_tasks, f.baseline_host_tasks + Bounds().max_host_tasks);
+    EXPECT_LE(f.max_service_memory, Bounds().memory_bytes);
+    EXPECT_LE(f.service_cpus, Bounds().cpu_millis / 1000.0 * 1.15);
+  }
+
+  std::vector<std::string> Sandboxes(int n, std::vector<std::string> extra = {}) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(KeptSandbox(extra));
+    return ids;
+  }
+};
+
+TEST_F(TogetherTest, TheServiceCgroupCarriesTheServicesBounds) {
+  HostCgroup service = Service();
+  EXPECT_EQ(service.PidsMax(), Bounds().max_host_tasks);
+  EXPECT_EQ(service.MemoryLimit(), Bounds().memory_bytes);
+  EXPECT_EQ(service.CpuQuota(), std::make_pair(uint64_t{Bounds().cpu_millis} * kCpuPeriodMicros / 1000,
+                                               kCpuPeriodMicros));
+  // Four sandboxes at their own bounds fit in the service's with a fifth's to spare.
+  EXPECT_LE(5 * uint64_t{want_.max_host_tasks}, Bounds().max_host_tasks);
+  EXPECT_LE(5 * want_.memory_bytes, Bounds().memory_bytes);
+}
+
+TEST_F(TogetherTest, FourForkBombsAtOnceLeaveTheHostAndAFifthSandboxWhole) {
+  std::string bomb = AlphaWs() + "/fork_bomb";
+  CopyExecutable(Runfile("testing/fork_bomb"), bomb);
+  std::vector<std::string> bombers = Sandboxes(4, {"--workspace", AlphaWs() + ":/workspace:ro"});
+  std::string victim = KeptSandbox();
+  ASSERT_EQ(std::count(bombers.begin(), bombers.end(), ""), 0);
+  ASSERT_FALSE(victim.empty());
+  // Each bomb ends its own sandbox at its pids.max.
+  auto all_ended = [&] {
+    for (const std::string& id : bombers)
+      if (Cgroup(id).PidsCurrent() > 0) return false;
+    return true;
+  };
+  Figures f = Together(bombers, victim, {"/workspace/fork_bomb"}, true, all_ended, seconds(180));
+  Print("four fork bombs", f);
+  ExpectTheHostWhole(f);
+  for (const std::string& id : bombers) {
+    auto [state, reason] = StateOf(id);
+    EXPECT_EQ(state, "stopped") << id;
+    EXPECT_FALSE(reason.empty()) << id;
+    std::printf("measure: %s ended %s: %s\n", id.c_str(), state.c_str(), reason.c_str());
+    Remove(id);
+  }
+  CliResult still = svc.Cli(Alpha(), {"exec", victim, "--", "echo", "still here"}, seconds(30));
+  EXPECT_EQ(still.out, "still here\n") << still.err;
+  Remove(victim);
+  unlink(bomb.c_str());
+}
+
+TEST_F(TogetherTest, FourMemoryHogsAtOnceLeaveTheHostAndAFifthSandboxWhole) {
+  std::string hog = AlphaWs() + "/memory_hog";
+  CopyExecutable(Runfile("testing/memory_hog"), hog);
+  std::vector<std::string> hogs = Sandboxes(4, {"--workspace", AlphaWs() + ":/workspace:ro"});
+  std::string victim = KeptSandbox();
+  ASSERT_EQ(std::count(hogs.begin(), hogs.end(), ""), 0);
+  ASSERT_FALSE(victim.empty());
+  // Each hog takes memory until its sandbox's own limit, where the host's OOM killer ends
+  // that sandbox.
+  auto all_ended = [&] {
+    for (const std::string& id : hogs)
+      if (Cgroup(id).PidsCurrent() > 0) return false;
+    return true;
+  };
+  Figures f = Together(hogs, victim, {"/workspace/memory_hog"}, true, all_ended, seconds(180));
+  Print("four memory hogs", f);
+  ExpectTheHostWhole(f);
+  for (const std::string& id : hogs) {
+    auto [state, reason] = StateOf(id);
+    EXPECT_EQ(state, "oom-killed") << id;
+    EXPECT_FALSE(reason.empty()) << id;
+    Remove(id);
+  }
+  CliResult still = svc.Cli(Alpha(), {"exec", victim, "--", "echo", "still here"}, seconds(30));
+  EXPECT_EQ(still.out, "still here\n") << still.err;
+  Remove(victim);
+  unlink(hog.c_str());
+}
+
+TEST_F(TogetherTest, FourCpuHogsAtOnceLeaveTheHostAndAFifthSandboxWhole) {
+  std::vector<std::string> hogs = Sandboxes(4);
+  std::string victim = KeptSandbox();
+  ASSERT_EQ(std::count(hogs.begin(), hogs.end(), ""), 0);
+  ASSERT_FALSE(victim.empty());
+  // Busy loops, more than the sandbox's CPUs, detached so the exec that starts them ends.
+  Figures f = Together(hogs, victim,
+                       {"sh", "-c",
+                        "exec </dev/null >/dev/null 2>&1; "
+                        "for i in 1 2 3 4; do (while :; do :; done) & done"},
+                       false, [] { return false; }, seconds(15));
+  Print("four CPU hogs", f);
+  ExpectTheHostWhole(f);
+  EXPECT_GE(f.service_cpus, Bounds().cpu_millis / 1000.0 * 0.6) << "the busy loops did not run";
+  for (const std::string& id : hogs) {
+    EXPECT_EQ(StateOf(id).first, "running") << id;  // CPU is shared, not a reason to stop
+    Remove(id);
+  }
+  Remove(victim);
 }
 
 }  // namespace

@@ -1,0 +1,134 @@
+// See service_cgroup.h.
+#include "privhelper/service_cgroup.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+
+namespace paseo {
+namespace {
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Writes `value` to an existing cgroup file, in one write(2) as the kernel wants it.
+absl::Status WriteControl(const std::string& path, const std::string& value) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus("open", path);
+  ssize_t n = write(fd, value.data(), value.size());
+  int err = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    errno = n < 0 ? err : EIO;
+    return ErrnoStatus(absl::StrCat("write \"", value, "\" to"), path);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ReadControl(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus("open", path);
+  char buf[64];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  uint64_t value = 0;
+  if (n <= 0 ||
+      !absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buf, static_cast<size_t>(n))),
+                        &value))
+    return absl::InternalError(absl::StrCat("cannot read a number from ", path));
+  return value;
+}
+
+// mkdir -p of `parent` (normalized, absolute) beneath `base`, each directory made 0755; calls
+// `made(dir)` for `base` and then for each component's directory, in order.
+template <typename Fn>
+absl::Status MakeBeneath(const std::string& base, const std::string& parent, Fn made) {
+  std::string dir = base;
+  RETURN_IF_ERROR(made(dir));
+  std::vector<std::string> parts = absl::StrSplit(parent, '/', absl::SkipEmpty());
+  for (const std::string& part : parts) {
+    dir += "/" + part;
+    if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", dir);
+    struct stat st;
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return absl::FailedPreconditionError(absl::StrCat(dir, " is not a cgroup directory"));
+    RETURN_IF_ERROR(made(dir));
+  }
+  return absl::OkStatus();
+}
+
+constexpr const char* kV1Controllers[] = {"memory", "pids", "cpu"};
+
+}  // namespace
+
+absl::StatusOr<ServiceCgroup> ServiceCgroup::Open(std::string root, std::string parent) {
+  struct stat st;
+  if (stat((root + "/cgroup.controllers").c_str(), &st) == 0)
+    return ServiceCgroup(std::move(root), std::move(parent), /*unified=*/true);
+  for (const char* controller : kV1Controllers) {
+    if (!IsDirectory(absl::StrCat(root, "/", controller)))
+      return absl::FailedPreconditionError(absl::StrCat(
+          root, " is neither a cgroup v2 hierarchy nor holds the v1 ", controller,
+          " controller's: the service's bounds cannot be set"));
+  }
+  return ServiceCgroup(std::move(root), std::move(parent), /*unified=*/false);
+}
+
+std::string ServiceCgroup::Dir(const std::string& v1_controller) const {
+  return unified_ ? root_ + parent_ : absl::StrCat(root_, "/", v1_controller, parent_);
+}
+
+absl::Status ServiceCgroup::Apply(const ServiceBounds& bounds) const {
+  std::string cpu_quota = absl::StrCat(uint64_t{bounds.cpu_millis} * kCpuPeriodMicros / 1000);
+  if (unified_) {
+    // Each level hands the controllers down to the next, the parent to the sandboxes' cgroups.
+    RETURN_IF_ERROR(MakeBeneath(root_, parent_, [](const std::string& dir) {
+      return WriteControl(dir + "/cgroup.subtree_control", "+memory +pids +cpu");
+    }));
+    std::string dir = Dir("");
+    RETURN_IF_ERROR(WriteControl(dir + "/memory.max", absl::StrCat(bounds.memory_bytes)));
+    RETURN_IF_ERROR(WriteControl(dir + "/pids.max", absl::StrCat(bounds.max_host_tasks)));
+    return WriteControl(dir + "/cpu.max", absl::StrCat(cpu_quota, " ", kCpuPeriodMicros));
+  }
+  for (const char* controller : kV1Controllers) {
+    RETURN_IF_ERROR(MakeBeneath(absl::StrCat(root_, "/", controller), parent_,
+                                [](const std::string&) { return absl::OkStatus(); }));
+  }
+  RETURN_IF_ERROR(
+      WriteControl(Dir("memory") + "/memory.limit_in_bytes", absl::StrCat(bounds.memory_bytes)));
+  RETURN_IF_ERROR(WriteControl(Dir("pids") + "/pids.max", absl::StrCat(bounds.max_host_tasks)));
+  // v1 refuses a child's quota above its parent's: every sandbox's cpuMillis is at most the
+  // service's (checked when the config loads).
+  RETURN_IF_ERROR(
+      WriteControl(Dir("cpu") + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodMicros)));
+  return WriteControl(Dir("cpu") + "/cpu.cfs_quota_us", cpu_quota);
+}
+
+absl::Status ServiceCgroup::EnsureApplied(const ServiceBounds& bounds) const {
+  for (const char* controller : kV1Controllers) {
+    if (!IsDirectory(Dir(controller))) return Apply(bounds);
+    if (unified_) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ServiceUse> ServiceCgroup::Use() const {
+  ServiceUse use;
+  ASSIGN_OR_RETURN(use.memory_bytes, ReadControl(unified_ ? Dir("") + "/memory.current"
+                                                          : Dir("memory") + "/memory.usage_in_bytes"));
+  ASSIGN_OR_RETURN(use.host_tasks, ReadControl(Dir("pids") + "/pids.current"));
+  return use;
+}
+
+}  // namespace paseo

@@ -1,0 +1,49 @@
+// The cgroup that holds every sandbox's (helper.json's cgroupParent), with the service's bounds
+// on it: memory, CPU and host tasks of all sandboxes together. runsc makes each sandbox's
+// cgroup beneath it (<cgroupParent>/<id>), so the kernel applies both bounds: the sandbox's own
+// and the service's. What it costs now is read before each create (SandboxHost::Create).
+//   auto cg = ServiceCgroup::Open("/sys/fs/cgroup", "/paseo-sandbox");
+//   RETURN_IF_ERROR(cg->Apply(config.service()));
+//   ServiceUse use = *cg->Use();
+//
+// Layouts: the unified hierarchy (cgroup v2: <root>/cgroup.controllers exists), or v1
+// hierarchies per controller (<root>/memory, <root>/pids, <root>/cpu; also a hybrid layout's).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "privhelper/resource_limits.h"
+
+namespace paseo {
+
+struct ServiceUse {
+  uint64_t memory_bytes = 0;  // memory charged to all sandboxes now
+  uint64_t host_tasks = 0;    // their host tasks now
+};
+
+class ServiceCgroup {
+ public:
+  // Finds the layout under `root`; FailedPrecondition if it has neither.
+  static absl::StatusOr<ServiceCgroup> Open(std::string root, std::string parent);
+
+  // Makes the parent cgroup (and its ancestors) where missing and writes the bounds. On v2 it
+  // enables the memory, pids and cpu controllers from the root down to the parent's children.
+  absl::Status Apply(const ServiceBounds& bounds) const;
+  // Apply again if the parent cgroup is gone (something removed it while empty).
+  absl::Status EnsureApplied(const ServiceBounds& bounds) const;
+  absl::StatusOr<ServiceUse> Use() const;
+
+  bool unified() const { return unified_; }
+  // The directory whose file `file` (a v1 controller's, e.g. "pids.max") applies.
+  std::string Dir(const std::string& v1_controller) const;
+
+ private:
+  ServiceCgroup(std::string root, std::string parent, bool unified)
+      : root_(std::move(root)), parent_(std::move(parent)), unified_(unified) {}
+  std::string root_, parent_;
+  bool unified_;
+};
+
+}  // namespace paseo

@@ -1,0 +1,162 @@
+// ServiceCgroup on fake cgroup trees in a temp dir: the files the kernel would make in a new
+// cgroup are made by the test, so what Apply writes and Use reads can be checked without root.
+// The real v1 hierarchy is covered by testing/resource_limits_test.
+#include "privhelper/service_cgroup.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+
+namespace paseo {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ServiceCgroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/service-cgroup-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    root_ = tmpl;
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  // An empty file, as the kernel shows a cgroup's control files.
+  void Touch(const std::string& path) {
+    fs::create_directories(fs::path(path).parent_path());
+    std::ofstream(path).flush();
+  }
+  std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  void Write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+  // A unified hierarchy with `parent`'s cgroup already there (its control files made).
+  void FakeV2(const std::string& parent) {
+    Touch(root_ + "/cgroup.controllers");
+    Touch(root_ + "/cgroup.subtree_control");
+    std::string dir = root_;
+    for (const auto& part : fs::path(parent).relative_path()) {
+      dir += "/" + part.string();
+      Touch(dir + "/cgroup.subtree_control");
+    }
+    for (const char* f : {"memory.max", "pids.max", "cpu.max", "memory.current", "pids.current"})
+      Touch(dir + "/" + f);
+  }
+  void FakeV1(const std::string& parent) {
+    for (const char* f : {"memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes",
+                          "pids/pids.max", "pids/pids.current", "cpu/cpu.cfs_period_us",
+                          "cpu/cpu.cfs_quota_us"}) {
+      std::string rel = f;
+      size_t slash = rel.find('/');
+      Touch(root_ + "/" + rel.substr(0, slash) + parent + rel.substr(slash));
+    }
+  }
+
+  ServiceBounds Bounds() const {
+    ServiceBounds b;
+    b.memory_bytes = uint64_t{12} << 30;
+    b.cpu_millis = 1500;
+    b.max_host_tasks = 16384;
+    return b;
+  }
+
+  std::string root_;
+};
+
+TEST_F(ServiceCgroupTest, V2WritesEveryBoundAndHandsTheControllersDown) {
+  FakeV2("/a/paseo-sandbox");
+  auto cg = ServiceCgroup::Open(root_, "/a/paseo-sandbox");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_TRUE(cg->unified());
+  ASSERT_TRUE(cg->Apply(Bounds()).ok());
+  std::string dir = root_ + "/a/paseo-sandbox";
+  EXPECT_EQ(Read(dir + "/memory.max"), "12884901888");
+  EXPECT_EQ(Read(dir + "/pids.max"), "16384");
+  EXPECT_EQ(Read(dir + "/cpu.max"), "150000 100000");
+  // From the root to the parent, each level enables the controllers for the next.
+  for (const std::string& level : {root_, root_ + "/a", dir})
+    EXPECT_EQ(Read(level + "/cgroup.subtree_control"), "+memory +pids +cpu") << level;
+
+  Write(dir + "/memory.current", "1048576\n");
+  Write(dir + "/pids.current", "42\n");
+  auto use = cg->Use();
+  ASSERT_TRUE(use.ok()) << use.status();
+  EXPECT_EQ(use->memory_bytes, 1048576u);
+  EXPECT_EQ(use->host_tasks, 42u);
+}
+
+TEST_F(ServiceCgroupTest, V1WritesEachControllersHierarchy) {
+  FakeV1("/paseo-sandbox");
+  auto cg = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_FALSE(cg->unified());
+  ASSERT_TRUE(cg->Apply(Bounds()).ok());
+  EXPECT_EQ(Read(root_ + "/memory/paseo-sandbox/memory.limit_in_bytes"), "12884901888");
+  EXPECT_EQ(Read(root_ + "/pids/paseo-sandbox/pids.max"), "16384");
+  EXPECT_EQ(Read(root_ + "/cpu/paseo-sandbox/cpu.cfs_period_us"), "100000");
+  EXPECT_EQ(Read(root_ + "/cpu/paseo-sandbox/cpu.cfs_quota_us"), "150000");
+
+  Write(root_ + "/memory/paseo-sandbox/memory.usage_in_bytes", "4096\n");
+  Write(root_ + "/pids/paseo-sandbox/pids.current", "7\n");
+  auto use = cg->Use();
+  ASSERT_TRUE(use.ok()) << use.status();
+  EXPECT_EQ(use->memory_bytes, 4096u);
+  EXPECT_EQ(use->host_tasks, 7u);
+}
+
+TEST_F(ServiceCgroupTest, ARootWithNeitherLayoutIsRefused) {
+  fs::create_directories(root_ + "/memory");
+  fs::create_directories(root_ + "/pids");  // no cpu
+  auto cg = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_FALSE(cg.ok());
+  EXPECT_EQ(cg.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(cg.status().message().find("cpu"), std::string::npos) << cg.status();
+}
+
+TEST_F(ServiceCgroupTest, ASymlinkInPlaceOfTheParentIsNotFollowed) {
+  FakeV1("/elsewhere");
+  fs::create_symlink(root_ + "/pids/elsewhere", root_ + "/pids/paseo-sandbox");
+  for (const char* c : {"memory", "cpu"}) fs::create_directories(root_ + "/" + c);
+  auto cg = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  absl::Status applied = cg->Apply(Bounds());
+  EXPECT_FALSE(applied.ok());
+  EXPECT_EQ(Read(root_ + "/pids/elsewhere/pids.max"), "");
+}
+
+TEST_F(ServiceCgroupTest, UnreadableUseIsAnErrorNotZero) {
+  FakeV2("/paseo-sandbox");
+  auto cg = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(cg.ok());
+  Write(root_ + "/paseo-sandbox/memory.current", "lots\n");
+  EXPECT_FALSE(cg->Use().ok());
+  fs::remove(root_ + "/paseo-sandbox/memory.current");
+  EXPECT_FALSE(cg->Use().ok());
+}
+
+TEST_F(ServiceCgroupTest, EnsureAppliedMakesAMissingParentAgainAndLeavesAPresentOneAlone) {
+  FakeV1("/paseo-sandbox");
+  auto cg = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(cg.ok());
+  // Present: nothing is written.
+  ASSERT_TRUE(cg->EnsureApplied(Bounds()).ok());
+  EXPECT_EQ(Read(root_ + "/pids/paseo-sandbox/pids.max"), "");
+  // Gone (in one hierarchy): made again, and the write then reaches the kernel's file (which
+  // the fake cannot make, so the error is the proof that it was tried).
+  fs::remove_all(root_ + "/memory/paseo-sandbox");
+  absl::Status again = cg->EnsureApplied(Bounds());
+  EXPECT_FALSE(again.ok());
+  EXPECT_NE(again.message().find("memory.limit_in_bytes"), std::string::npos) << again;
+  EXPECT_TRUE(fs::is_directory(root_ + "/memory/paseo-sandbox"));
+}
+
+}  // namespace
+}  // namespace paseo
