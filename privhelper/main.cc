@@ -545,11 +545,18 @@ int Serve(const Options& options, const std::string& program) {
   auto service_cgroup = ServiceCgroup::Open("/sys/fs/cgroup", helper.getCgroupParent().cStr());
   absl::Status bounded =
       service_cgroup.ok() ? service_cgroup->Apply((*config)->service()) : service_cgroup.status();
-  if (!bounded.ok()) {
+  if (!bounded.ok() && (!service_cgroup.ok() || !service_cgroup->HoldsSandboxes())) {
     Log(absl::StrCat("cannot bound all sandboxes together on their cgroup ",
                      helper.getCgroupParent().cStr(), ": ", bounded.message()));
     return 1;
   }
+  // Sandboxes a previous instance left (adopted or destroyed below) may hold more than a lowered
+  // bound lets the kernel write now (v1 refuses a parent's CPU quota below a child's, a memory
+  // limit below what it cannot reclaim): the bounds that could be written apply, and creates
+  // are still checked against the configured ones (CheckServiceRoom).
+  if (!bounded.ok())
+    Log(absl::StrCat("warning: the sandboxes left on cgroup ", helper.getCgroupParent().cStr(),
+                     " keep part of the service's bounds from being written: ", bounded.message()));
   {
     const ServiceBounds& b = (*config)->service();
     Log(absl::StrCat("all sandboxes together: at most ", b.memory_bytes >> 20, " MiB, ",
@@ -718,7 +725,9 @@ int Serve(const Options& options, const std::string& program) {
   // logged and the running config stays. Either way the outcome lands in config-generation.
   auto reload = [&] {
     ++generation;
-    auto next = LoadConfig(config_dir);
+    // With the host as read at start: the service's bounds (written to the cgroup then) and
+    // the profile defaults derived from them stay what they are until a restart.
+    auto next = LoadConfig(config_dir, (*config)->host());
     absl::Status loaded = next.ok() ? CheckConfigOwnership(config_dir) : next.status();
     if (loaded.ok() && (*config)->SameAs(**next)) {
       // Nothing changed (a plain `gc`): no reason to disconnect the broker's clients.

@@ -1439,6 +1439,7 @@ TEST_F(SandboxHostTest, CreateIsRefusedWhenTheSandboxesTogetherLeaveNoRoom) {
     Write(f.substr(dir_.size() + 1), "0\n");
   }
   fs::create_directories(cgroups_ + "/cpu/paseo-sandbox");
+  Write("cgroup/memory/paseo-sandbox/memory.stat", "total_inactive_file 0\n");
   auto service = ServiceCgroup::Open(cgroups_, "/paseo-sandbox");
   ASSERT_TRUE(service.ok()) << service.status();
   host_->SetServiceCgroup(&*service);

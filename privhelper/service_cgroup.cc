@@ -5,13 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <fstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/dir_entries.h"
 #include "common/status.h"
 
 namespace paseo {
@@ -48,6 +51,20 @@ absl::StatusOr<uint64_t> ReadControl(const std::string& path) {
                         &value))
     return absl::InternalError(absl::StrCat("cannot read a number from ", path));
   return value;
+}
+
+// The value of `key` in a flat-keyed file such as memory.stat ("<key> <value>" lines).
+absl::StatusOr<uint64_t> ReadStat(const std::string& path, absl::string_view key) {
+  std::ifstream in(path);
+  if (!in) return absl::InternalError(absl::StrCat("cannot read ", path));
+  for (std::string line; std::getline(in, line);) {
+    absl::string_view rest = line;
+    uint64_t value = 0;
+    if (absl::ConsumePrefix(&rest, key) && absl::ConsumePrefix(&rest, " ") &&
+        absl::SimpleAtoi(rest, &value))
+      return value;
+  }
+  return absl::InternalError(absl::StrCat(path, " has no ", key));
 }
 
 // mkdir -p of `parent` (normalized, absolute) beneath `base`, each directory made 0755; calls
@@ -91,28 +108,41 @@ std::string ServiceCgroup::Dir(const std::string& v1_controller) const {
 
 absl::Status ServiceCgroup::Apply(const ServiceBounds& bounds) const {
   std::string cpu_quota = absl::StrCat(uint64_t{bounds.cpu_millis} * kCpuPeriodMicros / 1000);
+  absl::Status first = absl::OkStatus();
+  auto keep = [&](absl::Status s) {
+    if (first.ok()) first = std::move(s);
+  };
   if (unified_) {
     // Each level hands the controllers down to the next, the parent to the sandboxes' cgroups.
     RETURN_IF_ERROR(MakeBeneath(root_, parent_, [](const std::string& dir) {
       return WriteControl(dir + "/cgroup.subtree_control", "+memory +pids +cpu");
     }));
     std::string dir = Dir("");
-    RETURN_IF_ERROR(WriteControl(dir + "/memory.max", absl::StrCat(bounds.memory_bytes)));
-    RETURN_IF_ERROR(WriteControl(dir + "/pids.max", absl::StrCat(bounds.max_host_tasks)));
-    return WriteControl(dir + "/cpu.max", absl::StrCat(cpu_quota, " ", kCpuPeriodMicros));
+    keep(WriteControl(dir + "/memory.max", absl::StrCat(bounds.memory_bytes)));
+    keep(WriteControl(dir + "/pids.max", absl::StrCat(bounds.max_host_tasks)));
+    keep(WriteControl(dir + "/cpu.max", absl::StrCat(cpu_quota, " ", kCpuPeriodMicros)));
+    return first;
   }
   for (const char* controller : kV1Controllers) {
     RETURN_IF_ERROR(MakeBeneath(absl::StrCat(root_, "/", controller), parent_,
                                 [](const std::string&) { return absl::OkStatus(); }));
   }
-  RETURN_IF_ERROR(
-      WriteControl(Dir("memory") + "/memory.limit_in_bytes", absl::StrCat(bounds.memory_bytes)));
-  RETURN_IF_ERROR(WriteControl(Dir("pids") + "/pids.max", absl::StrCat(bounds.max_host_tasks)));
+  keep(WriteControl(Dir("memory") + "/memory.limit_in_bytes", absl::StrCat(bounds.memory_bytes)));
+  keep(WriteControl(Dir("pids") + "/pids.max", absl::StrCat(bounds.max_host_tasks)));
   // v1 refuses a child's quota above its parent's: every sandbox's cpuMillis is at most the
   // service's (checked when the config loads).
-  RETURN_IF_ERROR(
-      WriteControl(Dir("cpu") + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodMicros)));
-  return WriteControl(Dir("cpu") + "/cpu.cfs_quota_us", cpu_quota);
+  keep(WriteControl(Dir("cpu") + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodMicros)));
+  keep(WriteControl(Dir("cpu") + "/cpu.cfs_quota_us", cpu_quota));
+  return first;
+}
+
+bool ServiceCgroup::HoldsSandboxes() const {
+  for (const char* controller : kV1Controllers) {
+    for (const std::string& entry : DirEntries(Dir(controller)))
+      if (IsDirectory(absl::StrCat(Dir(controller), "/", entry))) return true;
+    if (unified_) break;
+  }
+  return false;
 }
 
 absl::Status ServiceCgroup::EnsureApplied(const ServiceBounds& bounds) const {
@@ -125,8 +155,12 @@ absl::Status ServiceCgroup::EnsureApplied(const ServiceBounds& bounds) const {
 
 absl::StatusOr<ServiceUse> ServiceCgroup::Use() const {
   ServiceUse use;
-  ASSIGN_OR_RETURN(use.memory_bytes, ReadControl(unified_ ? Dir("") + "/memory.current"
+  ASSIGN_OR_RETURN(uint64_t charged, ReadControl(unified_ ? Dir("") + "/memory.current"
                                                           : Dir("memory") + "/memory.usage_in_bytes"));
+  ASSIGN_OR_RETURN(uint64_t inactive_file,
+                   ReadStat(Dir("memory") + "/memory.stat",
+                            unified_ ? "inactive_file" : "total_inactive_file"));
+  use.memory_bytes = charged - std::min(charged, inactive_file);
   ASSIGN_OR_RETURN(use.host_tasks, ReadControl(Dir("pids") + "/pids.current"));
   return use;
 }

@@ -19,7 +19,9 @@
 namespace paseo {
 
 struct ServiceUse {
-  uint64_t memory_bytes = 0;  // memory charged to all sandboxes now
+  // Memory charged to all sandboxes now, less the inactive file cache the kernel reclaims
+  // before it reaches the bound (the working set, as memory.stat counts it).
+  uint64_t memory_bytes = 0;
   uint64_t host_tasks = 0;    // their host tasks now
 };
 
@@ -30,7 +32,10 @@ class ServiceCgroup {
 
   // Makes the parent cgroup (and its ancestors) where missing and writes the bounds. On v2 it
   // enables the memory, pids and cpu controllers from the root down to the parent's children.
+  // Every bound is tried; the first failure is returned.
   absl::Status Apply(const ServiceBounds& bounds) const;
+  // True if the parent cgroup has a child cgroup (a sandbox's) in any hierarchy it bounds.
+  bool HoldsSandboxes() const;
   // Apply again if the parent cgroup is gone (something removed it while empty).
   absl::Status EnsureApplied(const ServiceBounds& bounds) const;
   absl::StatusOr<ServiceUse> Use() const;

@@ -49,6 +49,7 @@ class ServiceCgroupTest : public ::testing::Test {
     }
     for (const char* f : {"memory.max", "pids.max", "cpu.max", "memory.current", "pids.current"})
       Touch(dir + "/" + f);
+    Write(dir + "/memory.stat", "anon 1\nfile 2\ninactive_file 0\n");
   }
   void FakeV1(const std::string& parent) {
     for (const char* f : {"memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes",
@@ -58,6 +59,7 @@ class ServiceCgroupTest : public ::testing::Test {
       size_t slash = rel.find('/');
       Touch(root_ + "/" + rel.substr(0, slash) + parent + rel.substr(slash));
     }
+    Write(root_ + "/memory" + parent + "/memory.stat", "inactive_file 5\ntotal_inactive_file 0\n");
   }
 
   ServiceBounds Bounds() const {
@@ -91,6 +93,9 @@ TEST_F(ServiceCgroupTest, V2WritesEveryBoundAndHandsTheControllersDown) {
   ASSERT_TRUE(use.ok()) << use.status();
   EXPECT_EQ(use->memory_bytes, 1048576u);
   EXPECT_EQ(use->host_tasks, 42u);
+  // Inactive file cache is reclaimed before the bound: not counted as in use.
+  Write(dir + "/memory.stat", "anon 4096\nactive_file 8192\ninactive_file 65536\n");
+  EXPECT_EQ(cg->Use()->memory_bytes, 1048576u - 65536);
 }
 
 TEST_F(ServiceCgroupTest, V1WritesEachControllersHierarchy) {
@@ -110,6 +115,26 @@ TEST_F(ServiceCgroupTest, V1WritesEachControllersHierarchy) {
   ASSERT_TRUE(use.ok()) << use.status();
   EXPECT_EQ(use->memory_bytes, 4096u);
   EXPECT_EQ(use->host_tasks, 7u);
+  // v1 counts the whole subtree's cache as total_*: more than the charge counts as none left.
+  Write(root_ + "/memory/paseo-sandbox/memory.stat", "inactive_file 1\ntotal_inactive_file 8192\n");
+  EXPECT_EQ(cg->Use()->memory_bytes, 0u);
+}
+
+// Every bound is tried even when one cannot be written (a sandbox left from before holding
+// more than a lowered bound); the first failure is what Apply returns.
+TEST_F(ServiceCgroupTest, ABoundThatCannotBeWrittenDoesNotStopTheOthers) {
+  FakeV1("/paseo-sandbox");
+  fs::remove(root_ + "/memory/paseo-sandbox/memory.limit_in_bytes");
+  auto cg = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(cg.ok());
+  EXPECT_FALSE(cg->HoldsSandboxes());
+  fs::create_directories(root_ + "/pids/paseo-sandbox/sb-left");
+  EXPECT_TRUE(cg->HoldsSandboxes());
+  absl::Status applied = cg->Apply(Bounds());
+  EXPECT_FALSE(applied.ok());
+  EXPECT_NE(applied.message().find("memory.limit_in_bytes"), std::string::npos) << applied;
+  EXPECT_EQ(Read(root_ + "/pids/paseo-sandbox/pids.max"), "16384");
+  EXPECT_EQ(Read(root_ + "/cpu/paseo-sandbox/cpu.cfs_quota_us"), "150000");
 }
 
 TEST_F(ServiceCgroupTest, ARootWithNeitherLayoutIsRefused) {

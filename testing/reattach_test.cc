@@ -6,8 +6,8 @@
 //   - a drop-oldest terminal process that writes more than the spawner keeps while no supervisor
 //     runs shows one gap, with exact offsets, and still takes input afterwards;
 //   - a sandbox that squats and floods the reattach socket loses at most its own processes, and
-//     its neighbour's process carries on;
-//   - a spawner of another protocol version is refused cleanly (its processes end, with why).
+//     its neighbour's process carries on.
+// A spawner of another protocol version is refused cleanly: spawner_channel_test's.
 // The 256 MiB lossless transfer across two restarts is lossless_test's.
 #include <signal.h>
 #include <sys/stat.h>
