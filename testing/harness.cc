@@ -235,6 +235,16 @@ void Service::Launch() {
   KeepRunscProbe();
 }
 
+std::string Service::Platform() const {
+  const std::string platform =
+      options_.runsc_platform.empty() ? RunscPlatform() : options_.runsc_platform;
+  if (platform != "auto") return platform;
+  std::istringstream record(ReadFile(base_ + "/state/runsc-probe"));
+  for (std::string line; std::getline(record, line);)
+    if (line.rfind("platform ", 0) == 0) return line.substr(9);
+  return "";
+}
+
 void Service::SeedRunscProbe() {
   const char* shared = getenv("PASEO_RUNSC_PROBE_RECORD");
   if (shared == nullptr || *shared == 0 || access(shared, R_OK) != 0) return;

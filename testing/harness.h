@@ -85,6 +85,9 @@ class Service {
   pid_t broker_pid() const;  // the privhelper's broker child, or -1
   // This service's own cgroup parent (so concurrent services never see each other's).
   std::string CgroupParent() const { return "paseo-it-" + base_.substr(base_.rfind('.') + 1); }
+  // The gVisor platform this service's sandboxes run on: the configured one, or what runsc.platform
+  // "auto" chose (its record, "platform <name>" in <state>/runsc-probe); "" if not known yet.
+  std::string Platform() const;
   gid_t socket_gid() const { return socket_gid_; }
   uid_t broker_uid() const { return broker_uid_; }
 
