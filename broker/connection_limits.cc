@@ -51,12 +51,9 @@ MeteredStream::MeteredStream(kj::Own<kj::AsyncCapabilityStream> inner, ReceiveBu
 }
 
 void MeteredStream::Abort(const absl::Status& status) {
-  if (failed_ != nullptr || stopping_) return;
-  stopping_ = true;
-  grace_ = timer_.afterDelay(kAbortGrace).then([this, status] {
-    failed_ = StatusToException(status);
-    abort_->reject(StatusToException(status));
-  }).eagerlyEvaluate(nullptr);
+  if (failed_ != nullptr) return;
+  failed_ = StatusToException(status);
+  abort_->reject(StatusToException(status));
 }
 
 MeteredStream::~MeteredStream() noexcept(false) {
@@ -121,14 +118,8 @@ absl::Status MeteredStream::Account(const kj::byte* data, size_t size) {
 
 kj::Promise<size_t> MeteredStream::tryRead(void* buffer, size_t min_bytes, size_t max_bytes) {
   KJ_IF_MAYBE(e, failed_) { return kj::cp(*e); }
-  // Stopping: what arrives now is never delivered; the read ends with the abort.
-  auto until_aborted = [this]() -> kj::Promise<size_t> {
-    return aborted_.addBranch().then([]() -> size_t { return 0; });
-  };
-  if (stopping_) return until_aborted();
   auto read = inner_->tryRead(buffer, min_bytes, max_bytes)
-                  .then([this, buffer, until_aborted](size_t n) -> kj::Promise<size_t> {
-                    if (stopping_) return until_aborted();
+                  .then([this, buffer](size_t n) -> kj::Promise<size_t> {
                     absl::Status st = Account(static_cast<const kj::byte*>(buffer), n);
                     if (st.ok()) return n;
                     failed_ = StatusToException(st);

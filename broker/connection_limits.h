@@ -90,11 +90,8 @@ class MeteredStream final : public kj::AsyncCapabilityStream {
                                              kj::Own<kj::AsyncCapabilityStream>* stream_buffer,
                                              size_t max_streams) override;
 
-  // Ends the connection: no more of it is read at once, and after kAbortGrace (time for the
-  // answers to the calls already read, the last refusals among them, to be written) the
-  // pending read and every later one fail with `status`.
+  // Ends the connection: the pending read and every later one fail with `status`.
   void Abort(const absl::Status& status);
-  static constexpr kj::Duration kAbortGrace = 100 * kj::MILLISECONDS;
 
   // For tests: bytes of the message in progress charged to the budget.
   size_t charged() const { return charged_; }
@@ -121,10 +118,8 @@ class MeteredStream final : public kj::AsyncCapabilityStream {
   size_t charged_ = 0;
   kj::Maybe<kj::TimePoint> message_deadline_;
   kj::Maybe<kj::Exception> failed_;
-  kj::ForkedPromise<void> aborted_;  // rejected kAbortGrace after Abort()
+  kj::ForkedPromise<void> aborted_;  // rejected by Abort()
   kj::Own<kj::PromiseFulfiller<void>> abort_;
-  bool stopping_ = false;  // Abort() was called: nothing more is delivered
-  kj::Promise<void> grace_ = nullptr;
 };
 
 // One public connection: its metered stream, the capnp network on it (sending at most one fd

@@ -203,31 +203,6 @@ TEST_F(MeteredStreamTest, AnIdleConnectionHasNoDeadline) {
   EXPECT_EQ(budget_.used(true), 0u) << "an empty message ends with its table";
 }
 
-// An abort stops delivering at once, but fails the reads only after kAbortGrace, so answers
-// to the calls already read (the refusals that caused it among them) are written first
-// (regression: broker_memory_test saw the last refusals lost to the close).
-TEST_F(MeteredStreamTest, AnAbortDeliversNothingMoreAndFailsTheReadsAfterItsGrace) {
-  Conn c = Open(true, 1000);
-  std::string buf(64, '\0');
-  auto pending = c.server->tryRead(buf.data(), 8, 64);
-  c.server->Abort(absl::UnavailableError("too many refused calls; connection closed"));
-  auto h = Header(0, 0);
-  auto write = c.client->write(h.data(), h.size());  // arrives after the abort: not delivered
-  auto& timer = io_.provider->getTimer();
-  auto start = timer.now();
-  EXPECT_EQ(Error(pending.ignoreResult()),
-            "unavailable: too many refused calls; connection closed");
-  EXPECT_GE(timer.now() - start, MeteredStream::kAbortGrace);
-  EXPECT_EQ(Error(c.server->tryRead(buf.data(), 1, 64).ignoreResult()),
-            "unavailable: too many refused calls; connection closed");
-  // Writing still works: answers already queued go out.
-  auto answer = c.server->write("ok", 2);
-  char got[2];
-  EXPECT_EQ(c.client->tryRead(got, 2, 2).wait(io_.waitScope), 2u);
-  EXPECT_EQ(std::string(got, 2), "ok");
-  EXPECT_EQ(Error(kj::mv(answer)), "(no error)");
-}
-
 TEST_F(MeteredStreamTest, TooManySegmentsAreRefused) {
   Conn c = Open(true, 1000);
   std::string h(8, '\0');

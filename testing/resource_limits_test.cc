@@ -429,7 +429,7 @@ TEST_F(ResourceLimitsTest, ACompiledForkBombEndsOnlyItsOwnSandbox) {
 class TogetherTest : public ResourceLimitsTest {
  protected:
   struct Figures {
-    double idle = 0, busy = 0, busy_median = 0, busy_max = 0;
+    double idle = 0, busy = 0;
     size_t samples = 0;
     uint64_t baseline_host_tasks = 0, max_host_tasks = 0, max_service_tasks = 0;
     uint64_t max_service_memory = 0;
@@ -523,8 +523,6 @@ class TogetherTest : public ResourceLimitsTest {
     sampler.join();
     f.samples = during.size();
     f.busy = Percentile(during, 0.9);
-    f.busy_median = Percentile(during, 0.5);
-    f.busy_max = Percentile(during, 1.0);
     f.ended = over();
     for (const std::string& id : abusers) f.states.push_back(StateOf(id));
     // An exec still held by its abuse ends only with the sandbox: deleted here, so the test
@@ -556,11 +554,11 @@ class TogetherTest : public ResourceLimitsTest {
 
   void Print(const char* what, const Figures& f) {
     std::printf(
-        "measure: %s: %.1f s; victim exec p90 idle %.0f ms, during %.0f ms (%.1fx; median "
-        "%.0f ms, max %.0f ms; %zu samples); host tasks %llu before, at most %llu (pid_max %llu); the service's host "
+        "measure: %s: %.1f s; victim exec p90 idle %.0f ms, during %.0f ms (%.1fx, %zu "
+        "samples); host tasks %llu before, at most %llu (pid_max %llu); the service's host "
         "tasks at most %llu (bound %u), memory at most %llu MiB (bound %llu MiB), %.2f CPUs "
         "(bound %.2f); the host started %d of %d processes\n",
-        what, f.seconds, f.idle, f.busy, f.busy / f.idle, f.busy_median, f.busy_max, f.samples,
+        what, f.seconds, f.idle, f.busy, f.busy / f.idle, f.samples,
         static_cast<unsigned long long>(f.baseline_host_tasks),
         static_cast<unsigned long long>(f.max_host_tasks),
         static_cast<unsigned long long>(host_.pid_max),
