@@ -29,9 +29,15 @@ for d in /etc /usr/bin /usr/sbin /usr/libexec /usr/share/doc; do
 done
 for d in /var/lib /run /home; do mount -t tmpfs -o mode=0755 tmpfs "$d"; done
 
-# The installed service uses the default cgroup parent; nothing else may hold it meanwhile.
-for cg in /sys/fs/cgroup/paseo-sandbox /sys/fs/cgroup/*/paseo-sandbox; do
-  [ ! -e "$cg" ] || fail "$cg exists: another paseo-sandbox service runs on this machine"
+# The installed service uses the default cgroup parent; nothing else may hold it meanwhile. An
+# empty one is what a run killed before its uninstall left (a service whose sandboxes run has
+# them beneath it): removed, as the uninstaller would have.
+cgroup_parents() { ls -d /sys/fs/cgroup/paseo-sandbox /sys/fs/cgroup/*/paseo-sandbox 2>/dev/null || true; }
+for cg in $(cgroup_parents); do
+  if find "$cg" -mindepth 1 -type d | grep -q .; then
+    fail "$cg holds sandboxes: another paseo-sandbox service runs on this machine"
+  fi
+  rmdir "$cg" || fail "$cg exists and cannot be removed: another paseo-sandbox service runs on this machine"
 done
 # (exactly the installed directories: other services on the machine -- the harness's, whose
 # sandboxes mount e.g. <run>/paseo-sandbox-shim, and their paseo-it-* cgroups -- are not ours)
@@ -68,6 +74,8 @@ cleanup() {
     kill -TERM "$helper_pid"
     for _ in $(seq 600); do kill -0 "$helper_pid" 2>/dev/null || break; sleep 0.1; done
   fi
+  # (a failed run leaves no cgroup parent for the next: the clean stop emptied it)
+  for cg in $(cgroup_parents); do rmdir "$cg" 2>/dev/null || true; done
 }
 trap cleanup EXIT
 
