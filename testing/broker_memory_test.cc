@@ -200,11 +200,16 @@ TEST(BrokerMemoryTest, PipelinedWaitingCallsAreRefusedPastTheBoundAndMemoryRetur
       peak = std::max(peak, BrokerRssKiB(svc));
     }
     peak = std::max(peak, BrokerRssKiB(svc));
-    EXPECT_EQ(refused_waits, 1024);
-    EXPECT_EQ(refused_subscribes, 1024);
+    // The 1024th refusal closes the connection at once: the answers to the last few refusals,
+    // read in the same turn but not yet written, go with it (those calls fail as disconnected,
+    // counted in `other`). Never more than 1024 refusals, and hardly fewer.
+    EXPECT_LE(refused_waits, 1024);
+    EXPECT_GE(refused_waits, 1024 - 64);
+    EXPECT_LE(refused_subscribes, 1024);
+    EXPECT_GE(refused_subscribes, 1024 - 64);
     // Both connections were closed for their refusals: every other call, the parked waits
     // too, ended with its connection (the 1024 subscriptions had already been answered).
-    EXPECT_EQ(other, kWaits - 1024 + kSubscribes - 2 * 1024);
+    EXPECT_EQ(refused_waits + refused_subscribes + other, kWaits + kSubscribes - 1024);
   }  // both connections close, with everything parked on them
   sleep(3);
   uint64_t after = BrokerRssKiB(svc);

@@ -524,7 +524,18 @@ class TogetherTest : public ResourceLimitsTest {
     f.samples = during.size();
     f.busy = Percentile(during, 0.9);
     f.ended = over();
-    for (const std::string& id : abusers) f.states.push_back(StateOf(id));
+    // A sandbox whose host processes are gone is marked stopped once the privhelper has seen
+    // its runsc-sandbox exit: that takes a moment after the cgroup empties.
+    auto state_deadline = Clock::now() + seconds(60);
+    for (const std::string& id : abusers) {
+      std::pair<std::string, std::string> state = StateOf(id);
+      while (kind == Abuse::kEndsItsSandbox && f.ended && state.first == "running" &&
+             Clock::now() < state_deadline) {
+        std::this_thread::sleep_for(milliseconds(200));
+        state = StateOf(id);
+      }
+      f.states.push_back(state);
+    }
     // An exec still held by its abuse ends only with the sandbox: deleted here, so the test
     // fails (where the abuse should have ended it) rather than hangs.
     if (kind != Abuse::kDetaches && !f.ended) {
