@@ -397,6 +397,7 @@ int Run(int argc, char** argv) {
   for (const auto& l : leaks) std::fprintf(stderr, "conformance_test: leak: %s\n", l.c_str());
   if (!(WIFEXITED(stop) && WEXITSTATUS(stop) == 0))
     std::fprintf(stderr, "conformance_test: privhelper stop status %d\n%s\n", stop, svc.Log().c_str());
+  if (!passed || !leaks.empty()) svc.KeepLog();
   svc.RemoveWorkArea();
   return passed && leaks.empty() ? 0 : 1;
 }

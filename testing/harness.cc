@@ -57,6 +57,14 @@ void Service::RemoveWorkArea() {
   if (activation_fd_ >= 0) close(activation_fd_);
   activation_fd_ = -1;
   if (base_.empty()) return;
+  const char* outputs = getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  const ::testing::UnitTest* gtest = ::testing::UnitTest::GetInstance();
+  if (outputs != nullptr && (keep_log_ || gtest->failed_test_count() > 0 ||
+                             (gtest->current_test_info() != nullptr &&
+                              ::testing::Test::HasFailure()))) {
+    std::string name = base_.substr(base_.rfind('/') + 1);
+    std::ofstream(std::string(outputs) + "/" + name + "-privhelper.log") << Log();
+  }
   umount2(base_.c_str(), MNT_DETACH);
   rmdir(base_.c_str());
 }

@@ -108,7 +108,11 @@ class Service {
   std::string Log() const;
 
   // Unmounts this service's tmpfs work area and removes its directory (after Stop and Leaks).
+  // If a test of this binary failed, or KeepLog() was called, the privhelper's log (the
+  // broker's goes into it) is first copied to $TEST_UNDECLARED_OUTPUTS_DIR, so a failure seen
+  // once in CI can be read afterwards (testing/run-tests keeps each phase's outputs.zip).
   void RemoveWorkArea();
+  void KeepLog() { keep_log_ = true; }
 
   // The live host process of sandbox `id` of this service: `kind` is "runsc-sandbox" (its
   // sentry) or "runsc-gofer"; -1 unless exactly one matches.
@@ -132,6 +136,7 @@ class Service {
   std::string rootfs_version_;
   pid_t privhelper_pid_ = -1;
   int activation_fd_ = -1;  // the socket held for socket activation, or -1
+  bool keep_log_ = false;   // RemoveWorkArea keeps the privhelper's log (KeepLog)
   gid_t socket_gid_ = 0;
   uid_t broker_uid_ = 0;
 };

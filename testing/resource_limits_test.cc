@@ -434,6 +434,10 @@ class TogetherTest : public ResourceLimitsTest {
     uint64_t baseline_host_tasks = 0, max_host_tasks = 0, max_service_tasks = 0;
     uint64_t max_service_memory = 0;
     int host_spawns = 0, host_spawn_failures = 0;
+    // The host's own process start (posix_spawn of /bin/true from this test, in no bounded
+    // cgroup): the machine's slowdown under the same abuse, the raw baseline to read the fifth
+    // sandbox's against.
+    double host_spawn_idle = 0, host_spawn_busy = 0;
     double service_cpus = 0;
     double seconds = 0;
     bool ended = false;    // over() when sampling stopped
@@ -444,12 +448,26 @@ class TogetherTest : public ResourceLimitsTest {
   HostCgroup Service() const { return HostCgroup(svc.CgroupParent(), ""); }
   ServiceBounds Bounds() const { return DefaultServiceBounds(host_); }
 
-  static bool HostStartsAProcess() {
+  // Whether the host started /bin/true and saw it exit 0; `ms` is how long that took.
+  static bool HostStartsAProcess(double* ms = nullptr) {
+    auto start = Clock::now();
     pid_t pid = -1;
     char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
     if (posix_spawn(&pid, "/bin/true", nullptr, nullptr, argv, nullptr) != 0) return false;
     int status = 0;
-    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    bool ok = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ms != nullptr) *ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    return ok;
+  }
+
+  static double HostSpawnP90(int n) {
+    std::vector<double> ms;
+    for (int i = 0; i < n; ++i) {
+      double one = 0;
+      if (HostStartsAProcess(&one)) ms.push_back(one);
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return Percentile(ms, 0.9);
   }
 
   // The sandbox's state and reason from `ps --json`: {"", ""} if it is not listed.
@@ -491,6 +509,7 @@ class TogetherTest : public ResourceLimitsTest {
     Figures f;
     ExecLatencies(victim, 3);  // warm up
     f.idle = Percentile(ExecLatencies(victim, 30), 0.9);
+    f.host_spawn_idle = HostSpawnP90(30);
     f.baseline_host_tasks = HostTasks();
     HostCgroup service = Service();
     std::vector<std::thread> runs;
@@ -508,14 +527,18 @@ class TogetherTest : public ResourceLimitsTest {
       while (!stop) during.push_back(ExecLatencies(victim, 1)[0]);
     });
     uint64_t cpu_before = service.CpuUsageMicros();
+    std::vector<double> host_spawn;
     while (Clock::now() - start < limit && !over()) {
       f.max_host_tasks = std::max(f.max_host_tasks, HostTasks());
       f.max_service_tasks = std::max(f.max_service_tasks, service.PidsCurrent());
       f.max_service_memory = std::max(f.max_service_memory, service.MemoryUsage());
       ++f.host_spawns;
-      if (!HostStartsAProcess()) ++f.host_spawn_failures;
+      double ms = 0;
+      if (HostStartsAProcess(&ms)) host_spawn.push_back(ms);
+      else ++f.host_spawn_failures;
       std::this_thread::sleep_for(milliseconds(100));
     }
+    f.host_spawn_busy = Percentile(host_spawn, 0.9);
     double wall = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
     f.service_cpus = static_cast<double>(service.CpuUsageMicros() - cpu_before) / wall;
     f.seconds = wall / 1e6;
@@ -568,7 +591,8 @@ class TogetherTest : public ResourceLimitsTest {
         "measure: %s: %.1f s; victim exec p90 idle %.0f ms, during %.0f ms (%.1fx, %zu "
         "samples); host tasks %llu before, at most %llu (pid_max %llu); the service's host "
         "tasks at most %llu (bound %u), memory at most %llu MiB (bound %llu MiB), %.2f CPUs "
-        "(bound %.2f); the host started %d of %d processes\n",
+        "(bound %.2f); the host started %d of %d processes, its own process start p90 idle "
+        "%.2f ms, during %.2f ms (%.1fx)\n",
         what, f.seconds, f.idle, f.busy, f.busy / f.idle, f.samples,
         static_cast<unsigned long long>(f.baseline_host_tasks),
         static_cast<unsigned long long>(f.max_host_tasks),
@@ -576,7 +600,8 @@ class TogetherTest : public ResourceLimitsTest {
         static_cast<unsigned long long>(f.max_service_tasks), Bounds().max_host_tasks,
         static_cast<unsigned long long>(f.max_service_memory >> 20),
         static_cast<unsigned long long>(Bounds().memory_bytes >> 20), f.service_cpus,
-        Bounds().cpu_millis / 1000.0, f.host_spawns - f.host_spawn_failures, f.host_spawns);
+        Bounds().cpu_millis / 1000.0, f.host_spawns - f.host_spawn_failures, f.host_spawns,
+        f.host_spawn_idle, f.host_spawn_busy, f.host_spawn_busy / f.host_spawn_idle);
   }
 
   void ExpectTheHostWhole(const Figures& f) {
