@@ -17,6 +17,7 @@
 #include <sys/mount.h>
 #include <sys/syscall.h>
 #include <sys/socket.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -817,10 +818,28 @@ int Serve(const Options& options, const std::string& program) {
   host.DeleteAll().wait(io.waitScope);
   if (networks && host.size() == 0) networks->Stop();
   // Nothing left to reach in the control netns: unpin it (in the host's mount namespace, where
-  // the pin lives). If a sandbox could not be deleted, the pin stays for the next start.
-  if (host.size() == 0 && host_mounts >= 0 && setns(host_mounts, CLONE_NEWNS) == 0) {
-    umount2(netns_pin.c_str(), MNT_DETACH);
-    unlink(netns_pin.c_str());
+  // the pin lives). What lives there is runsc's sandboxes, so the pin stays for the next start
+  // only while runsc's root still holds one (a sandbox that could not be deleted); a sandbox
+  // the host still lists but whose runsc state is gone has nothing there to reach.
+  bool runsc_holds_any = true;
+  if (DIR* d = opendir((run_dir + "/runsc").c_str())) {
+    runsc_holds_any = false;
+    while (dirent* e = readdir(d)) {
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) runsc_holds_any = true;
+    }
+    closedir(d);
+  }
+  if (host.size() != 0)
+    Log(absl::StrCat(host.size(), " sandbox(es) could not be deleted at shutdown; runsc's root ",
+                     runsc_holds_any ? "still holds state: the control netns stays pinned"
+                                     : "is empty"));
+  if (!runsc_holds_any && host_mounts >= 0) {
+    if (setns(host_mounts, CLONE_NEWNS) == 0) {
+      umount2(netns_pin.c_str(), MNT_DETACH);
+      unlink(netns_pin.c_str());
+    } else {
+      Log(absl::StrCat("cannot unpin the control netns: setns: ", strerror(errno)));
+    }
   }
   return 0;
 }
