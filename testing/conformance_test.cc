@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "testing/harness.h"
 #include "testing/test_internet.h"
 
@@ -259,15 +260,28 @@ void ServeControl(Service& svc, int conn) {
   close(conn);
 }
 
-std::vector<std::string> TestFiles(const std::string& dir, int argc, char** argv) {
+// The files named in the arguments, else every *.test.mjs. Under contract version 2,
+// $PASEO_CONFORMANCE_V2_LEAVE_OUT (space-separated file names; .ci/run sets lossless.test.mjs,
+// 341 s of v2's 455 s in a CI-like run, whose byte path v1's run already checks) leaves files
+// out of that default, and says so.
+std::vector<std::string> TestFiles(const std::string& dir, const std::string& protocol, int argc,
+                                   char** argv) {
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--protocol=", 11) != 0) files.push_back(argv[i]);
   }
   if (files.empty()) {
+    const char* leave_out = protocol == "2" ? getenv("PASEO_CONFORMANCE_V2_LEAVE_OUT") : nullptr;
+    std::vector<std::string> left_out = absl::StrSplit(leave_out != nullptr ? leave_out : "", ' ',
+                                                       absl::SkipEmpty());
     for (const auto& name : ListDir(dir)) {
-      if (name.size() > 9 && name.compare(name.size() - 9, 9, ".test.mjs") == 0)
-        files.push_back(name);
+      if (name.size() <= 9 || name.compare(name.size() - 9, 9, ".test.mjs") != 0) continue;
+      if (std::find(left_out.begin(), left_out.end(), name) != left_out.end()) {
+        std::fprintf(stderr, "conformance_test: left out (PASEO_CONFORMANCE_V2_LEAVE_OUT): %s\n",
+                     name.c_str());
+        continue;
+      }
+      files.push_back(name);
     }
     std::sort(files.begin(), files.end());
   }
@@ -328,7 +342,7 @@ int Run(int argc, char** argv) {
     args.push_back("--test-reporter=junit");
     args.push_back(std::string("--test-reporter-destination=") + xml);
   }
-  for (const auto& f : TestFiles(dir, argc, argv)) args.push_back(f);
+  for (const auto& f : TestFiles(dir, protocol, argc, argv)) args.push_back(f);
 
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {

@@ -59,11 +59,12 @@ void Service::RemoveWorkArea() {
   if (base_.empty()) return;
   const char* outputs = getenv("TEST_UNDECLARED_OUTPUTS_DIR");
   const ::testing::UnitTest* gtest = ::testing::UnitTest::GetInstance();
-  if (outputs != nullptr && (keep_log_ || gtest->failed_test_count() > 0 ||
-                             (gtest->current_test_info() != nullptr &&
-                              ::testing::Test::HasFailure()))) {
+  std::string log = Log();  // empty once the work area is gone (a second call)
+  if (outputs != nullptr && !log.empty() &&
+      (keep_log_ || gtest->failed_test_count() > 0 ||
+       (gtest->current_test_info() != nullptr && ::testing::Test::HasFailure()))) {
     std::string name = base_.substr(base_.rfind('/') + 1);
-    std::ofstream(std::string(outputs) + "/" + name + "-privhelper.log") << Log();
+    WriteText(std::string(outputs) + "/" + name + "-privhelper.log", log);
   }
   umount2(base_.c_str(), MNT_DETACH);
   rmdir(base_.c_str());
