@@ -819,21 +819,24 @@ int Serve(const Options& options, const std::string& program) {
   if (networks && host.size() == 0) networks->Stop();
   // Nothing left to reach in the control netns: unpin it (in the host's mount namespace, where
   // the pin lives). What lives there is runsc's sandboxes, so the pin stays for the next start
-  // only while runsc's root still holds one (a sandbox that could not be deleted); a sandbox
-  // the host still lists but whose runsc state is gone has nothing there to reach.
-  bool runsc_holds_any = true;
-  if (DIR* d = opendir((run_dir + "/runsc").c_str())) {
-    runsc_holds_any = false;
-    while (dirent* e = readdir(d)) {
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) runsc_holds_any = true;
+  // only while the host still lists a sandbox it could not delete and runsc's root still holds
+  // state (a listed sandbox whose runsc state is gone has nothing there to reach; a sandbox's
+  // socket file may outlive the delete for a moment, so an empty host unpins regardless).
+  bool keep_pin = false;
+  if (host.size() != 0) {
+    keep_pin = true;
+    if (DIR* d = opendir((run_dir + "/runsc").c_str())) {
+      keep_pin = false;
+      while (dirent* e = readdir(d)) {
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) keep_pin = true;
+      }
+      closedir(d);
     }
-    closedir(d);
+    Log(absl::StrCat(host.size(), " sandbox(es) could not be deleted at shutdown; ",
+                     keep_pin ? "runsc's root still holds state: the control netns stays pinned"
+                              : "runsc's root is empty: the control netns is unpinned"));
   }
-  if (host.size() != 0)
-    Log(absl::StrCat(host.size(), " sandbox(es) could not be deleted at shutdown; runsc's root ",
-                     runsc_holds_any ? "still holds state: the control netns stays pinned"
-                                     : "is empty"));
-  if (!runsc_holds_any && host_mounts >= 0) {
+  if (!keep_pin && host_mounts >= 0) {
     if (setns(host_mounts, CLONE_NEWNS) == 0) {
       umount2(netns_pin.c_str(), MNT_DETACH);
       unlink(netns_pin.c_str());
