@@ -603,7 +603,17 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
       WatchForRelease(*p);
       ThrowIfError(registry_.AddProcess(kj::mv(p)));
     });
-    KJ_IF_MAYBE(e, error) { KJ_LOG(ERROR, "cannot reattach a process", kept.getProcessId(), *e); }
+    KJ_IF_MAYBE(e, error) {
+      // Ended, with why, as a process the privhelper could not keep is (a spawner that did not
+      // answer its resume, out of fds): never left out of the inventory, where no wait ends.
+      KJ_LOG(ERROR, "cannot reattach a process", kept.getProcessId(), *e);
+      p = nullptr;
+      if (!sb->processes.count(id)) {
+        RestoreLost(*sb, id, what,
+                    absl::StrCat("it could not be reattached: ", ClientFacingDescription(*e)));
+        gapped.insert(sb->id);
+      }
+    }
   }
   // What a restarted privhelper could not keep: ended, with why, and their output as it was.
   for (const auto& [sandbox_id, reason] : lost_reasons) {

@@ -817,6 +817,41 @@ TEST_F(BrokerTest, AProcessARestartedPrivhelperLostIsListedEndedWithTheReason) {
   EXPECT_EQ(p->key, "job") << "found by its key as before";
 }
 
+// A process the privhelper holds but cannot reattach (its spawner did not answer the resume) is
+// listed as ended, unknown, with why: a wait on it ends, it does not vanish.
+TEST_F(BrokerTest, AProcessWhoseReattachFailsIsListedEndedWithWhy) {
+  std::string sandbox_id, process_id;
+  {
+    auto sup = Connect(owner_);
+    Created sb = Create(sup);
+    Started p = Start(sb.sandbox, {"yes"});
+    sandbox_id = sb.id;
+    process_id = p.id;
+    WriteAll(helper_->process(p.id).stdout_w.get(), "partial");
+    Until([&] {
+      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
+    });
+  }
+  broker_ = nullptr;
+  Start();
+  helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
+  // Held by the privhelper, but without pipes to hand over: its reattach is refused.
+  helper_->inventory_processes.emplace_back(sandbox_id, process_id);
+  auto inventory = helper_client_.inventoryRequest().send().wait(ws());
+  broker_->Restore(inventory, ws());
+  EXPECT_NE(std::find(helper_->calls.begin(), helper_->calls.end(), "reattach " + process_id),
+            helper_->calls.end());
+  auto found = broker_->registry().VisibleProcess(owner_, sandbox_id, process_id);
+  ASSERT_TRUE(found.ok()) << found.status();
+  ProcessRecord* p = *found;
+  EXPECT_TRUE(p->ended());
+  EXPECT_EQ(p->exit.kind, ProcessExit::kUnknown);
+  EXPECT_EQ(p->stdout_log->Read(0, 100), "partial");
+  EXPECT_THAT(p->stderr_log->Read(0, 1000),
+              ::testing::HasSubstr("did not survive the supervisor's restart (it could not be "
+                                   "reattached: not-found: no process " + process_id + ")"));
+}
+
 TEST_F(BrokerTest, ARestartedBrokerKnowsWhichSandboxesStoppedAndWatchesTheOthers) {
   broker_ = nullptr;
   Start();

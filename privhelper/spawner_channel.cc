@@ -264,6 +264,16 @@ absl::StatusOr<kj::Promise<SpawnerChannel::Resumed>> SpawnerChannel::Resume(uint
   auto paf = kj::newPromiseAndFulfiller<Resumed>();
   p.resumed = kj::mv(paf.fulfiller);
   Send(spawner::EncodeOffsets(Type::kResume, id, out, err));
+  if (options_.timer != nullptr) {
+    deferred_.add(options_.timer->afterDelay(options_.resume_patience).then([this, id] {
+      auto it = procs_.find(id);
+      if (state_ != State::kUp || it == procs_.end() || it->second->resumed.get() == nullptr ||
+          !it->second->resumed->isWaiting())
+        return;
+      Fail(absl::StrCat("it did not answer the resume of process ", id, " within ",
+                        options_.resume_patience / kj::MILLISECONDS, " ms"));
+    }));
+  }
   return kj::mv(paf.promise);
 }
 

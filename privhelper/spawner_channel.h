@@ -47,6 +47,10 @@ struct SpawnerChannelOptions {
   // Paces the acknowledgement of what the broker took from a pipe that went quiet (without
   // it, acknowledgements ride only on grants).
   kj::Timer* timer = nullptr;
+  // How long a reattached spawner has to answer a kResume (with `timer`): the broker starts
+  // only once every held process is resumed, so a spawner that never answers would keep the
+  // whole service from serving. Past it the channel fails: that sandbox's processes end.
+  kj::Duration resume_patience = 10 * kj::SECONDS;
 };
 
 class SpawnerChannel {

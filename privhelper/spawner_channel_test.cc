@@ -9,6 +9,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <string_view>
 
@@ -547,6 +548,53 @@ TEST_F(SpawnerChannelTest, AResumeAnsweredLaterIsAGapAndEarlierIsAViolation) {
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
   EXPECT_NE(down_reason_.find("before the one asked"), std::string::npos) << down_reason_;
   EXPECT_EQ(held[1].exit.wait(io_.waitScope), ProcessExit::Unknown());
+}
+
+// The broker starts only once every held process is resumed: a spawner that never answers a
+// resume fails its channel after the patience, and its processes end, instead of keeping the
+// whole service from serving.
+TEST_F(SpawnerChannelTest, AResumeNeverAnsweredFailsTheChannelAfterThePatience) {
+  SpawnerChannel::Options options{kKey, true, &io_.provider->getTimer()};
+  options.resume_patience = 200 * kj::MILLISECONDS;
+  MakeChannel(options);
+  Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion) +
+      spawner::EncodeHeld(3, HeldOne("p-a", 0, 10)) + spawner::EncodeHeld(4, HeldOne("p-b", 0, 0)) +
+      spawner::Encode(Type::kHeldEnd, 0, ""));
+  auto held = channel_->TakeHeld();
+  ASSERT_EQ(held.size(), 2u);
+  auto resumed = channel_->Resume(3, 10, 0);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  auto started = std::chrono::steady_clock::now();
+  auto outcome = kj::runCatchingExceptions([&] { resumed->wait(io_.waitScope); });
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  KJ_IF_MAYBE (e, outcome) {
+    EXPECT_EQ(e->getType(), kj::Exception::Type::DISCONNECTED);
+  } else {
+    ADD_FAILURE() << "a resume the spawner never answered succeeded";
+  }
+  EXPECT_GE(waited, 0.15) << "not before the patience";
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
+  EXPECT_NE(down_reason_.find("did not answer the resume of process 3"), std::string::npos)
+      << down_reason_;
+  EXPECT_EQ(held[0].exit.wait(io_.waitScope), ProcessExit::Unknown());
+  EXPECT_EQ(held[1].exit.wait(io_.waitScope), ProcessExit::Unknown());
+  EXPECT_FALSE(channel_->Resume(4, 0, 0).ok()) << "the others fail at once";
+}
+
+// An answered resume is not failed later by its deadline.
+TEST_F(SpawnerChannelTest, AnAnsweredResumeOutlivesItsDeadline) {
+  SpawnerChannel::Options options{kKey, true, &io_.provider->getTimer()};
+  options.resume_patience = 100 * kj::MILLISECONDS;
+  MakeChannel(options);
+  Say(spawner::EncodeU32(Type::kHello, 0, spawner::kVersion) +
+      spawner::EncodeHeld(3, HeldOne("p-a", 0, 10)) + spawner::Encode(Type::kHeldEnd, 0, ""));
+  auto held = channel_->TakeHeld();
+  auto resumed = channel_->Resume(3, 10, 0);
+  ASSERT_TRUE(resumed.ok());
+  Say(spawner::EncodeOffsets(Type::kResumed, 3, 10, 0));
+  EXPECT_EQ(resumed->wait(io_.waitScope).stdout_start, 10u);
+  io_.provider->getTimer().afterDelay(300 * kj::MILLISECONDS).wait(io_.waitScope);
+  EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
 }
 
 TEST_F(SpawnerChannelTest, WhatAReattachedSpawnerSaysIsCheckedStrictly) {
