@@ -746,6 +746,10 @@ class Spawner {
         if (c.exited && !c.exit_sent) {
           // Drain what is there now; a stream without credit or room waits for the privhelper.
           while (Read(c, *s)) Send(id, *s, which);
+          // The drain may have read its end-of-file: its end goes now, before the exit. Nothing
+          // else may wake this loop again (regression: the last of processes that exited
+          // together had its exit sent without its ends, and the broker never saw it end).
+          Send(id, *s, which);
         }
       }
       if (c.exited && !c.exit_sent && Drained(c.out) && Drained(c.err)) {

@@ -408,6 +408,47 @@ TEST_F(ProcessIoTest, ExitCodesAndSignalsAreReportedDistinctly) {
   Delete(sandbox);
 }
 
+// Processes that exit at the same moment each report their exit, with nothing else happening in
+// the sandbox afterwards to wake its spawner (regression: the spawner sent the exit of the last
+// of them without the ends of its streams, found by installer_e2e_test's upgrade, and a wait
+// on it never returned).
+TEST_F(ProcessIoTest, ProcessesThatExitTogetherEachReportTheirExit) {
+  client::Connection conn(Io(), svc.socket());
+  auto [sandbox, id] = NewSandbox(conn);
+  constexpr int kRounds = 16, kTogether = 8;  // ~12 s; each round caught the bug about 1 in 18
+  std::string ws = svc.base() + "/ws-io/";
+  for (int round = 0; round < kRounds; ++round) {
+    std::string go = "together-go-" + std::to_string(round);
+    std::vector<api::Process::Client> processes;
+    for (int k = 0; k < kTogether; ++k) {
+      std::string ready = "together-ready-" + std::to_string(round) + "-" + std::to_string(k);
+      processes.push_back(Start(
+          sandbox, {"sh", "-c",
+                    "echo started; : > /workspace/" + ready + "; while [ ! -e /workspace/" + go +
+                        " ]; do sleep 0.02; done; echo done; exit " + std::to_string(10 + k)}));
+    }
+    for (int k = 0; k < kTogether; ++k) {
+      std::string ready = ws + "together-ready-" + std::to_string(round) + "-" + std::to_string(k);
+      for (int i = 0; i < 600 && access(ready.c_str(), F_OK) != 0; ++i) usleep(100000);
+      ASSERT_EQ(access(ready.c_str(), F_OK), 0) << ready << " did not start within 60 s";
+    }
+    WriteText(ws + go, "");
+    for (int k = 0; k < kTogether; ++k) {
+      auto status = Wait(processes[k], "round " + std::to_string(round) + " process " +
+                                           std::to_string(k) + " to report its exit", 30);
+      ASSERT_EQ(status.which(), api::ExitStatus::EXIT_CODE) << "round " << round << " process " << k;
+      EXPECT_EQ(status.getExitCode(), 10 + k);
+      auto out = Subscribe(processes[k], api::Stream::STDOUT, 0, nullptr);
+      Await(kj::mv(out.done), "its stdout to end", 30);
+      EXPECT_EQ(out.sink->bytes_, "started\ndone\n");
+    }
+    for (int k = 0; k < kTogether; ++k)
+      unlink((ws + "together-ready-" + std::to_string(round) + "-" + std::to_string(k)).c_str());
+    unlink((ws + go).c_str());
+  }
+  Delete(sandbox);
+}
+
 TEST_F(ProcessIoTest, AnOomKilledSandboxReportsItsProcessesAsOomKilled) {
   client::Connection conn(Io(), svc.socket());
   // Profile "small": a 160 MiB memory limit.
