@@ -7,6 +7,9 @@
 # checks a user outside the group is refused), runs paseo-sandbox-admin, uninstalls, and
 # compares listings of files, users and groups, mounts and cgroups from before and after.
 #   testing/installer_e2e_test.sh INSTALLER PRIVHELPER BROKER SHIM CLIENT RUNTIME
+# Every step that waits on the service is bounded, and a failure prints the privhelper's log.
+# For debugging, PASEO_E2E_HOLD=FILE (--test_env) makes a failure write the test's pid to FILE
+# and wait 20 minutes, so its mount namespace can be entered (nsenter -m -t PID) and looked at.
 set -euo pipefail
 PATH=$PATH:/usr/sbin:/sbin   # useradd, userdel (Bazel's test PATH has no sbin)
 if [ -z "${PASEO_INSTALL_E2E_INNER:-}" ]; then
@@ -14,7 +17,15 @@ if [ -z "${PASEO_INSTALL_E2E_INNER:-}" ]; then
 fi
 installer=$(realpath -s "$1")
 shift
-fail() { echo "FAIL: $*" >&2; exit 1; }
+fail() {
+  echo "FAIL: $*" >&2
+  if [ -n "${PASEO_E2E_HOLD:-}" ]; then echo "$$" > "$PASEO_E2E_HOLD"; sleep 1200; fi
+  if [ -r /var/lib/paseo-sandbox/privhelper.log ]; then
+    echo "--- the privhelper's log, its last 80 lines" >&2
+    tail -n 80 /var/lib/paseo-sandbox/privhelper.log >&2
+  fi
+  exit 1
+}
 pass() { echo "ok: $*"; }
 
 scratch=$(mktemp -d "${TEST_TMPDIR:-/tmp}/installer_e2e.XXXXXX")
@@ -98,7 +109,14 @@ grep -q "nothing to do" <<<"$again" || { echo "$again"; fail "a second install c
 [ "$(cat /run/paseo-sandbox/privhelper.pid)" = "$helper_pid" ] || fail "a second install restarted the service"
 [ "$(stat -c '%a %U:%G' /run/paseo-sandbox/supervisor.sock)" = "660 root:paseo-sandbox" ] || fail "socket mode/owner"
 
-as() { local who=$1; shift; setpriv --reuid="$who" --regid="$who" --init-groups env HOME="/home/$who" "$@"; }
+# Runs a command as a user; as_within, for a step that must end, fails a hang with the log
+# instead of running into Bazel's timeout (124: timed out; 0 seconds: no bound).
+as_within() {
+  local seconds=$1 who=$2
+  shift 2
+  timeout --kill-after=5 "$seconds" setpriv --reuid="$who" --regid="$who" --init-groups env HOME="/home/$who" "$@"
+}
+as() { as_within 0 "$@"; }
 out=$(cd "/home/$user" && as "$user" /usr/bin/paseo-sandbox run --workspace "/home/$user:/workspace:rw" -- \
         sh -c 'dmesg | head -1; echo "from gVisor" > /workspace/hello.txt; id -u' 2>&1) ||
   { echo "$out"; cat /var/lib/paseo-sandbox/privhelper.log; fail "a sandbox did not run for a user in the group"; }
@@ -163,25 +181,30 @@ grep -q "stopped the privhelper (pid $old_pid) for the upgrade (onRestart keep)"
   fail "the upgrade did not restart the service with keep"
 helper_pid=$(cat /run/paseo-sandbox/privhelper.pid)
 [ "$helper_pid" != "$old_pid" ] || fail "the privhelper was not replaced"
-for pid in "${followers[@]}"; do wait "$pid" || true; done  # their connections went with the broker
+# Their connections went with the broker: each follower ends within seconds.
+for pid in "${followers[@]}"; do
+  for _ in $(seq 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && { kill -KILL "$pid"; fail "a follower's exec did not end with the old broker"; }
+  wait "$pid" || true
+done
 for i in 0 1 2; do touch "/home/$user/ws$i/go"; done
-ps_json=$(as "$user" /usr/bin/paseo-sandbox --json ps) || fail "ps after the upgrade"
+ps_json=$(as_within 60 "$user" /usr/bin/paseo-sandbox --json ps) || fail "ps after the upgrade"
 for n in $(seq 0 9); do
   sb=${sbs[$((n % 3))]}
   proc=$(jq -r --arg m "echo started-$n;" '.. | objects | select(has("argv")) | select((.argv | join(" ")) | contains($m)) | .id' <<<"$ps_json" | head -1)
   [ -n "$proc" ] || { echo "$ps_json"; fail "process $n is not listed after the upgrade"; }
   code=0
-  waited=$(as "$user" /usr/bin/paseo-sandbox wait "$sb" "$proc" 2>&1) || code=$?
-  [ "$code" -eq "$n" ] || { echo "$waited"; cat /var/lib/paseo-sandbox/privhelper.log | tail -20; fail "process $n ended with $code, not its own $n"; }
+  waited=$(as_within 120 "$user" /usr/bin/paseo-sandbox wait "$sb" "$proc" 2>&1) || code=$?
+  [ "$code" -eq "$n" ] || { echo "$waited"; as_within 30 "$user" /usr/bin/paseo-sandbox ps || true; fail "process $n ended with $code, not its own $n"; }
   [ "$(cat "/home/$user/ws$((n % 3))/done-$n")" = "$n" ] || fail "process $n did not finish its work"
-  logged=$(as "$user" /usr/bin/paseo-sandbox logs "$sb" "$proc")
+  logged=$(as_within 60 "$user" /usr/bin/paseo-sandbox logs "$sb" "$proc") || fail "logs of process $n"
   [ "$logged" = "started-$n" ] || fail "process $n's output is not there exactly once: $logged"
 done
-for sb in "${sbs[@]}"; do as "$user" /usr/bin/paseo-sandbox rm "$sb" >/dev/null || fail "rm $sb"; done
+for sb in "${sbs[@]}"; do as_within 120 "$user" /usr/bin/paseo-sandbox rm "$sb" >/dev/null || fail "rm $sb"; done
 pass "ten processes in three sandboxes ran on through an upgrade with onRestart keep"
 
 # --- uninstall (stops the privhelper through its pid file) ---------------------------------
-out=$("$installer" --uninstall 2>&1) || { echo "$out"; cat /var/lib/paseo-sandbox/privhelper.log; fail "uninstall failed"; }
+out=$(timeout --kill-after=5 300 "$installer" --uninstall 2>&1) || { echo "$out"; fail "uninstall failed (124: it did not end within 300 s)"; }
 echo "$out"
 # (a zombie nobody reaped yet counts as gone: it is not our child)
 if [ -r "/proc/$helper_pid/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z' "/proc/$helper_pid/stat"; then
