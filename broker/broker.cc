@@ -604,15 +604,23 @@ void Broker::Restore(helper::Helper::InventoryResults::Reader inventory, kj::Wai
       ThrowIfError(registry_.AddProcess(kj::mv(p)));
     });
     KJ_IF_MAYBE(e, error) {
-      // Ended, with why, as a process the privhelper could not keep is (a spawner that did not
-      // answer its resume, out of fds): never left out of the inventory, where no wait ends.
       KJ_LOG(ERROR, "cannot reattach a process", kept.getProcessId(), *e);
+      if (sb->processes.count(id)) continue;
+      // Ended, with why, as a process the privhelper could not keep is: never left out of the
+      // inventory, where no wait on it ends (the loop below would end it anyway, with a reason
+      // that is not this one). Its spawner went down (it did not answer the resume), the
+      // privhelper no longer has it, or fds ran out: then it may run on, unseen.
+      StateDir::SavedProcess lost = what;
+      if (p.get() != nullptr && p->stdout_log.get() != nullptr)
+        lost.stdout_gaps = p->stdout_log->gaps();  // with a gap SkipTo just recorded
+      if (p.get() != nullptr && p->stderr_log.get() != nullptr)
+        lost.stderr_gaps = p->stderr_log->gaps();
       p = nullptr;
-      if (!sb->processes.count(id)) {
-        RestoreLost(*sb, id, what,
-                    absl::StrCat("it could not be reattached: ", ClientFacingDescription(*e)));
-        gapped.insert(sb->id);
-      }
+      auto key = sb->process_keys.find(what.key);
+      if (key != sb->process_keys.end() && key->second == id) sb->process_keys.erase(key);
+      RestoreLost(*sb, id, lost,
+                  absl::StrCat("it could not be reattached: ", ClientFacingDescription(*e)));
+      gapped.insert(sb->id);
     }
   }
   // What a restarted privhelper could not keep: ended, with why, and their output as it was.
@@ -660,7 +668,13 @@ void Broker::RestoreLost(SandboxRecord& sb, const std::string& id,
     WatchForRelease(*p);
     ThrowIfError(registry_.AddProcess(kj::mv(p)));
   });
-  KJ_IF_MAYBE(e, error) { KJ_LOG(ERROR, "cannot restore a process lost in a restart", id, *e); }
+  KJ_IF_MAYBE(e, error) {
+    KJ_LOG(ERROR, "cannot restore a process lost in a restart", id, *e);
+    // Not listed: its key must not point at it (a start with the key would wait for it).
+    auto key = sb.process_keys.find(what.key);
+    if (key != sb.process_keys.end() && key->second == id && !sb.processes.count(id))
+      sb.process_keys.erase(key);
+  }
 }
 
 }  // namespace paseo

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -411,19 +412,30 @@ absl::StatusOr<kj::Promise<SandboxHost::Reattached>> SandboxHost::Reattach(
   if (sb.spawner.get() == nullptr) return absl::UnavailableError("the sandbox's spawner is down");
   ASSIGN_OR_RETURN(kj::Promise<SpawnerChannel::Resumed> resumed,
                    sb.spawner->Resume(p->spawner_id, request.stdout_offset, request.stderr_offset));
-  return resumed.then([process = kj::addRef(*p)](SpawnerChannel::Resumed r) mutable
-                      -> kj::Promise<Reattached> {
-    // Kept as any process's are, so a broker restart later takes them over again.
-    process->held = false;
-    process->kept_stdin = Dup(r.stdin_w);
-    process->kept_stdout = Dup(r.stdout_r);
-    process->kept_stderr = Dup(r.stderr_r);
-    if (process->kept_stdout.get() < 0 || process->kept_stderr.get() < 0 ||
-        (r.stdin_w.get() >= 0 && process->kept_stdin.get() < 0))
-      return StatusToException(absl::ResourceExhaustedError("out of file descriptors"));
-    return Reattached{Stdio{kj::mv(r.stdin_w), kj::mv(r.stdout_r), kj::mv(r.stderr_r)},
-                      r.stdout_start, r.stderr_start};
-  });
+  // Finished even if the broker that asked dies meanwhile (as RunToCompletion's work): the
+  // process is then no longer held, and the next broker's reattach takes its kept pipes. Left
+  // to the call, a broker gone mid-restore dropped the resume, and the spawner's answer then
+  // read as a violation that ended every process of the sandbox.
+  auto answer = kj::newPromiseAndFulfiller<Reattached>();
+  auto fulfiller =
+      std::make_shared<kj::Own<kj::PromiseFulfiller<Reattached>>>(kj::mv(answer.fulfiller));
+  reaper_.add(resumed.then(
+      [process = kj::addRef(*p), fulfiller](SpawnerChannel::Resumed r) mutable {
+        // Kept as any process's are, so a broker restart later takes them over again.
+        process->held = false;
+        process->kept_stdin = Dup(r.stdin_w);
+        process->kept_stdout = Dup(r.stdout_r);
+        process->kept_stderr = Dup(r.stderr_r);
+        if (process->kept_stdout.get() < 0 || process->kept_stderr.get() < 0 ||
+            (r.stdin_w.get() >= 0 && process->kept_stdin.get() < 0)) {
+          (*fulfiller)->reject(StatusToException(absl::ResourceExhaustedError("out of file descriptors")));
+          return;
+        }
+        (*fulfiller)->fulfill(Reattached{Stdio{kj::mv(r.stdin_w), kj::mv(r.stdout_r), kj::mv(r.stderr_r)},
+                                         r.stdout_start, r.stderr_start});
+      },
+      [fulfiller](kj::Exception&& e) { (*fulfiller)->reject(kj::mv(e)); }));
+  return kj::mv(answer.promise);
 }
 
 absl::Status SandboxHost::CloseInput(const ValidatedProcessRef& request) {

@@ -224,9 +224,10 @@ std::vector<SpawnerChannel::Held> SpawnerChannel::TakeHeld() { return std::move(
 absl::StatusOr<kj::Promise<SpawnerChannel::Resumed>> SpawnerChannel::Resume(uint32_t id,
                                                                             uint64_t out,
                                                                             uint64_t err) {
+  if (state_ != State::kUp)
+    return absl::UnavailableError(absl::StrCat("the sandbox's spawner went down (", down_reason_, ")"));
   auto it = procs_.find(id);
-  if (state_ != State::kUp || it == procs_.end() || !it->second->held ||
-      it->second->resumed.get() != nullptr)
+  if (it == procs_.end() || !it->second->held || it->second->resumed.get() != nullptr)
     return absl::FailedPreconditionError("the process is not held by a reattached spawner");
   Proc& p = *it->second;
   auto in = MakePipe();

@@ -578,7 +578,10 @@ TEST_F(SpawnerChannelTest, AResumeNeverAnsweredFailsTheChannelAfterThePatience) 
       << down_reason_;
   EXPECT_EQ(held[0].exit.wait(io_.waitScope), ProcessExit::Unknown());
   EXPECT_EQ(held[1].exit.wait(io_.waitScope), ProcessExit::Unknown());
-  EXPECT_FALSE(channel_->Resume(4, 0, 0).ok()) << "the others fail at once";
+  auto other = channel_->Resume(4, 0, 0);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kUnavailable) << "the others fail at once";
+  EXPECT_NE(other.status().message().find("did not answer the resume of process 3"),
+            std::string::npos) << other.status();
 }
 
 // An answered resume is not failed later by its deadline.
