@@ -151,6 +151,26 @@ class BrokerTest : public ::testing::Test {
     auto res = req.send().wait(ws());
     return {res.getProcess(), res.getInfo().getId().cStr()};
   }
+  // A process (keyed, if `key` is given) that wrote `written`, then a broker restart: the new
+  // broker is up, not yet restored. Returns the sandbox's and the process's ids.
+  std::pair<std::string, std::string> WroteThenBrokerRestarted(const std::string& written,
+                                                               const std::string& key = "") {
+    std::pair<std::string, std::string> ids;
+    {
+      auto sup = Connect(owner_);
+      Created sb = Create(sup);
+      Started p = key.empty() ? Start(sb.sandbox, {"yes"}) : StartKeyed(sb.sandbox, key);
+      ids = {sb.id, p.id};
+      WriteAll(helper_->process(p.id).stdout_w.get(), written);
+      Until([&] {
+        return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() ==
+               written.size();
+      });
+    }
+    broker_ = nullptr;
+    Start();
+    return ids;
+  }
   // Reads both streams of a pipe process to their end (it must end), so it counts as drained.
   void ReadToEnd(api::Process::Client& process) {
     for (auto stream : {api::Stream::STDOUT, api::Stream::STDERR}) {
@@ -733,20 +753,7 @@ TEST_F(BrokerTest, ARestartedBrokerRestoresOwnersLabelsArgvAndContinuesLogs) {
 // reattach starts later than the log ends, the range between is a gap a subscriber is told of
 // (exactly, between what it had and what follows), and the gap survives another broker restart.
 TEST_F(BrokerTest, AReattachThatStartsLaterLeavesAnExactGapThatSurvivesARestart) {
-  std::string sandbox_id, process_id;
-  {
-    auto sup = Connect(owner_);
-    Created sb = Create(sup);
-    Started p = Start(sb.sandbox, {"yes"});
-    sandbox_id = sb.id;
-    process_id = p.id;
-    WriteAll(helper_->process(p.id).stdout_w.get(), "before|");
-    Until([&] {
-      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
-    });
-  }
-  broker_ = nullptr;
-  Start();
+  auto [sandbox_id, process_id] = WroteThenBrokerRestarted("before|");
   helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
   auto& kept = helper_->AddKeptProcess(sandbox_id, process_id);
   helper_->reattach_starts[process_id] = {1007, 0};  // 1000 bytes lost after "before|"
@@ -787,20 +794,7 @@ TEST_F(BrokerTest, AReattachThatStartsLaterLeavesAnExactGapThatSurvivesARestart)
 // A process the broker knew of that a restarted privhelper could not keep (lostReason) is listed
 // as ended, unknown, with its output as it was and the reason after it.
 TEST_F(BrokerTest, AProcessARestartedPrivhelperLostIsListedEndedWithTheReason) {
-  std::string sandbox_id, process_id;
-  {
-    auto sup = Connect(owner_);
-    Created sb = Create(sup);
-    Started p = StartKeyed(sb.sandbox, "job");
-    sandbox_id = sb.id;
-    process_id = p.id;
-    WriteAll(helper_->process(p.id).stdout_w.get(), "working");
-    Until([&] {
-      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
-    });
-  }
-  broker_ = nullptr;
-  Start();
+  auto [sandbox_id, process_id] = WroteThenBrokerRestarted("working", "job");
   FakeHelper::Known known{sandbox_id, "work", "default"};
   known.unattached = true;
   known.lost_reason = "its spawner could not be reattached: test";
@@ -820,20 +814,7 @@ TEST_F(BrokerTest, AProcessARestartedPrivhelperLostIsListedEndedWithTheReason) {
 // A process the privhelper holds but cannot reattach (its spawner did not answer the resume) is
 // listed as ended, unknown, with why: a wait on it ends, it does not vanish.
 TEST_F(BrokerTest, AProcessWhoseReattachFailsIsListedEndedWithWhy) {
-  std::string sandbox_id, process_id;
-  {
-    auto sup = Connect(owner_);
-    Created sb = Create(sup);
-    Started p = Start(sb.sandbox, {"yes"});
-    sandbox_id = sb.id;
-    process_id = p.id;
-    WriteAll(helper_->process(p.id).stdout_w.get(), "partial");
-    Until([&] {
-      return (*broker_->registry().VisibleProcess(owner_, sb.id, p.id))->stdout_log->end() == 7;
-    });
-  }
-  broker_ = nullptr;
-  Start();
+  auto [sandbox_id, process_id] = WroteThenBrokerRestarted("partial");
   helper_->inventory_sandboxes.push_back({sandbox_id, "work", "default"});
   // Held by the privhelper, but without pipes to hand over: its reattach is refused.
   helper_->inventory_processes.emplace_back(sandbox_id, process_id);

@@ -565,7 +565,10 @@ TEST_F(SpawnerChannelTest, AResumeNeverAnsweredFailsTheChannelAfterThePatience) 
   auto resumed = channel_->Resume(3, 10, 0);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   auto started = std::chrono::steady_clock::now();
-  auto outcome = kj::runCatchingExceptions([&] { resumed->wait(io_.waitScope); });
+  // Bounded, as every wait here: a deadline that never fires fails, it does not hang.
+  auto& timer = io_.provider->getTimer();
+  auto outcome = kj::runCatchingExceptions(
+      [&] { timer.timeoutAfter(10 * kj::SECONDS, kj::mv(*resumed)).wait(io_.waitScope); });
   double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   KJ_IF_MAYBE (e, outcome) {
     EXPECT_EQ(e->getType(), kj::Exception::Type::DISCONNECTED);
@@ -576,8 +579,9 @@ TEST_F(SpawnerChannelTest, AResumeNeverAnsweredFailsTheChannelAfterThePatience) 
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kDown);
   EXPECT_NE(down_reason_.find("did not answer the resume of process 3"), std::string::npos)
       << down_reason_;
-  EXPECT_EQ(held[0].exit.wait(io_.waitScope), ProcessExit::Unknown());
-  EXPECT_EQ(held[1].exit.wait(io_.waitScope), ProcessExit::Unknown());
+  for (auto& h : held)
+    EXPECT_EQ(timer.timeoutAfter(10 * kj::SECONDS, kj::mv(h.exit)).wait(io_.waitScope),
+              ProcessExit::Unknown());
   auto other = channel_->Resume(4, 0, 0);
   EXPECT_EQ(other.status().code(), absl::StatusCode::kUnavailable) << "the others fail at once";
   EXPECT_NE(other.status().message().find("did not answer the resume of process 3"),
@@ -595,7 +599,11 @@ TEST_F(SpawnerChannelTest, AnAnsweredResumeOutlivesItsDeadline) {
   auto resumed = channel_->Resume(3, 10, 0);
   ASSERT_TRUE(resumed.ok());
   Say(spawner::EncodeOffsets(Type::kResumed, 3, 10, 0));
-  EXPECT_EQ(resumed->wait(io_.waitScope).stdout_start, 10u);
+  EXPECT_EQ(io_.provider->getTimer()
+                .timeoutAfter(10 * kj::SECONDS, kj::mv(*resumed))
+                .wait(io_.waitScope)
+                .stdout_start,
+            10u);
   io_.provider->getTimer().afterDelay(300 * kj::MILLISECONDS).wait(io_.waitScope);
   EXPECT_EQ(channel_->state(), SpawnerChannel::State::kUp) << down_reason_;
 }
