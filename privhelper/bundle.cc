@@ -82,15 +82,19 @@ void WriteResources(JsonWriter& w, const SandboxLimits& limits) {
     w.Int(static_cast<int64_t>(limits.memory_bytes));
     w.EndObject();
   }
+  // Every sandbox starts at the base weight; a client's process start raises it for a moment
+  // (cpu_priority.h).
+  w.Key("cpu");
+  w.BeginObject();
+  w.Key("shares");
+  w.Int(static_cast<int64_t>(kBaseCpuShares));
   if (limits.cpu_millis > 0) {
-    w.Key("cpu");
-    w.BeginObject();
     w.Key("quota");
     w.Int(static_cast<int64_t>(limits.cpu_millis * kCpuPeriodMicros / 1000));
     w.Key("period");
     w.Int(static_cast<int64_t>(kCpuPeriodMicros));
-    w.EndObject();
   }
+  w.EndObject();
   if (limits.max_host_tasks > 0) {
     w.Key("pids");
     w.BeginObject();

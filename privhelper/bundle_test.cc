@@ -597,6 +597,8 @@ TEST(RenderOciConfigTest, EveryBoundIsRendered) {
   // One CPU: a quota of one period.
   EXPECT_EQ(Num(Get(resources, {"cpu", "quota"})), 100000.0);
   EXPECT_EQ(Num(Get(resources, {"cpu", "period"})), 100000.0);
+  // Every sandbox starts at the base weight (cpu_priority.h).
+  EXPECT_EQ(Num(Get(resources, {"cpu", "shares"})), double(kBaseCpuShares));
   EXPECT_EQ(Num(Get(resources, {"pids", "limit"})), 8192.0);
   // Soft and hard alike: without CAP_SYS_RESOURCE the agent cannot raise either.
   Rlimit nproc = FindRlimit(Field(doc->root, "process"), "RLIMIT_NPROC");
@@ -642,7 +644,12 @@ TEST(RenderOciConfigTest, AZeroBoundIsLeftOut) {
   auto doc = Parse(RenderOciConfig(spec));
   ASSERT_TRUE(doc->ok);
   JsonValue::Reader resources = Get(doc->root, {"linux", "resources"});
-  for (const char* r : {"memory", "cpu", "pids"}) EXPECT_FALSE(Has(resources, r)) << r;
+  for (const char* r : {"memory", "pids"}) EXPECT_FALSE(Has(resources, r)) << r;
+  // The CPU weight stays: it bounds nothing.
+  JsonValue::Reader cpu = Get(resources, {"cpu"});
+  EXPECT_FALSE(Has(cpu, "quota"));
+  EXPECT_FALSE(Has(cpu, "period"));
+  EXPECT_EQ(Num(Get(cpu, {"shares"})), double(kBaseCpuShares));
   EXPECT_EQ(FindRlimit(Field(doc->root, "process"), "RLIMIT_NPROC").count, 0);
 }
 

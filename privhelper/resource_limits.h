@@ -43,6 +43,11 @@ struct SandboxLimits {
 
 // The cfs period the CPU quota is expressed over.
 inline constexpr uint64_t kCpuPeriodMicros = 100000;
+// A sandbox's CPU weight against its neighbours' (v1 cpu.shares; cpu_priority.h): the base
+// every sandbox starts at (its bundle's linux.resources.cpu.shares), and the weight of one a
+// client has just started a process in, 4096 times more.
+inline constexpr uint64_t kBaseCpuShares = 64;
+inline constexpr uint64_t kBoostCpuShares = 262144;  // v1's maximum
 
 // Bounds on the whole service: every sandbox together, on the host cgroup that holds each
 // sandbox's (helper.json's cgroupParent). What is left is the host's own, whatever the

@@ -54,6 +54,15 @@ SandboxHost::SandboxHost(const Config& config, RunscRunner& runsc, ProcessWatche
       ports_(ports),
       reaper_(reap_errors_) {}
 
+void SandboxHost::SetServiceCgroup(const ServiceCgroup* service) {
+  service_ = service;
+  priority_ = nullptr;
+  if (service == nullptr) return;
+  priority_ = std::make_unique<CpuPriority>(timer_, [service](const std::string& id, uint64_t shares) {
+    return service->SetSandboxCpuShares(id, shares);
+  });
+}
+
 SandboxHost::~SandboxHost() {
   // Anything still here at destruction was not destroyed through DeleteAll: at least release
   // the mounts so nothing outlives the process.

@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@
 #include "privhelper/pidfd_watch.h"
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
+#include "privhelper/cpu_priority.h"
 #include "privhelper/service_cgroup.h"
 #include "privhelper/spawner_channel.h"
 #include "schema/config.capnp.h"
@@ -73,7 +75,9 @@ class SandboxHost {
   // create is refused (resource-exhausted, naming the bound) when the sandbox's own bounds are
   // above the service's, or when the sandboxes together already leave no room for another
   // (CheckServiceRoom). Sandboxes' own bounds are never above the service's (LoadConfig).
-  void SetServiceCgroup(const ServiceCgroup* service) { service_ = service; }
+  // With it, too, a client's process start puts its sandbox ahead of the others' for CPU
+  // (cpu_priority.h).
+  void SetServiceCgroup(const ServiceCgroup* service);
   // What a sandbox costs the service's cgroup to start (an idle sandbox measured: about 45 MiB
   // and 60 host tasks under ptrace), for CheckServiceRoom.
   static constexpr uint64_t kSandboxStartBytes = uint64_t{64} << 20;
@@ -425,6 +429,7 @@ class SandboxHost {
   const Config& config_;
   network::SandboxNetworks* networks_ = nullptr;
   const ServiceCgroup* service_ = nullptr;
+  std::unique_ptr<CpuPriority> priority_;  // with service_
   network::DnsResolver* dns_ = nullptr;
   RunscRunner& runsc_;
   ProcessWatcher& watcher_;

@@ -72,6 +72,8 @@ absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStar
   exec.kept = sb->kept;
   exec.uid = sb->uid;
   exec.gid = sb->gid;
+  // Work a client waits on goes first: before the start itself, which needs the CPU too.
+  if (priority_ != nullptr) priority_->Started(sb->id);
   StartSpawner(*sb);  // an adopted sandbox gets its spawner at its first process
   if (auto through = StartThroughSpawner(*sb, process_id, command, exec))
     return kj::mv(*through);

@@ -136,6 +136,23 @@ absl::Status ServiceCgroup::Apply(const ServiceBounds& bounds) const {
   return first;
 }
 
+uint64_t ServiceCgroup::CpuWeightOfShares(uint64_t shares) {
+  shares = std::clamp<uint64_t>(shares, 2, 262144);
+  return 1 + (shares - 2) * 9999 / 262142;
+}
+
+absl::Status ServiceCgroup::SetSandboxCpuShares(const std::string& id, uint64_t shares) const {
+  // O_NOFOLLOW on the file and an id that is one path component (the caller's, validated).
+  if (id.empty() || id.find('/') != std::string::npos || id == "." || id == "..")
+    return absl::InvalidArgumentError(absl::StrCat("not a sandbox id: ", id));
+  std::string dir = absl::StrCat(Dir("cpu"), "/", id);
+  struct stat st;  // not followed: a symlink there is no sandbox's cgroup
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return absl::NotFoundError(absl::StrCat(dir, " is not a cgroup"));
+  if (unified_) return WriteControl(dir + "/cpu.weight", absl::StrCat(CpuWeightOfShares(shares)));
+  return WriteControl(dir + "/cpu.shares", absl::StrCat(std::clamp<uint64_t>(shares, 2, 262144)));
+}
+
 bool ServiceCgroup::HoldsSandboxes() const {
   for (const char* controller : kV1Controllers) {
     for (const std::string& entry : DirEntries(Dir(controller)))

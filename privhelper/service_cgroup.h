@@ -39,6 +39,11 @@ class ServiceCgroup {
   // Apply again if the parent cgroup is gone (something removed it while empty).
   absl::Status EnsureApplied(const ServiceBounds& bounds) const;
   absl::StatusOr<ServiceUse> Use() const;
+  // Weighs sandbox `id`'s CPU against the other sandboxes' (cpu_priority.h): v1's cpu.shares
+  // (2 to 262144) as given, on v2 the cpu.weight runsc gives the same shares
+  // (1 + (shares - 2) * 9999 / 262142: 1 to 10000). NotFound if the sandbox has no cgroup.
+  absl::Status SetSandboxCpuShares(const std::string& id, uint64_t shares) const;
+  static uint64_t CpuWeightOfShares(uint64_t shares);
 
   bool unified() const { return unified_; }
   // The directory whose file `file` (a v1 controller's, e.g. "pids.max") applies.

@@ -183,5 +183,41 @@ TEST_F(ServiceCgroupTest, EnsureAppliedMakesAMissingParentAgainAndLeavesAPresent
   EXPECT_TRUE(fs::is_directory(root_ + "/memory/paseo-sandbox"));
 }
 
+// A sandbox's CPU weight: v1's cpu.shares as given, v2's cpu.weight as runsc converts shares.
+TEST_F(ServiceCgroupTest, ASandboxsCpuWeightIsWrittenInItsLayoutsUnits) {
+  FakeV1("/paseo-sandbox");
+  Touch(root_ + "/cpu/paseo-sandbox/sb-a/cpu.shares");
+  auto v1 = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  ASSERT_TRUE(v1->SetSandboxCpuShares("sb-a", 262144).ok());
+  EXPECT_EQ(Read(root_ + "/cpu/paseo-sandbox/sb-a/cpu.shares"), "262144");
+  ASSERT_TRUE(v1->SetSandboxCpuShares("sb-a", 1u << 30).ok());
+  EXPECT_EQ(Read(root_ + "/cpu/paseo-sandbox/sb-a/cpu.shares"), "262144") << "above v1's range";
+  // No cgroup, no file made; and an id is one path component.
+  EXPECT_EQ(v1->SetSandboxCpuShares("sb-none", 64).code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(root_ + "/cpu/paseo-sandbox/sb-none"));
+  for (const char* bad : {"", ".", "..", "../paseo-sandbox", "sb-a/../sb-a"})
+    EXPECT_EQ(v1->SetSandboxCpuShares(bad, 64).code(), absl::StatusCode::kInvalidArgument) << bad;
+  // A symlink in place of the sandbox's cgroup is not followed.
+  fs::create_directories(root_ + "/elsewhere");
+  Touch(root_ + "/elsewhere/cpu.shares");
+  fs::create_directory_symlink(root_ + "/elsewhere", root_ + "/cpu/paseo-sandbox/sb-link");
+  EXPECT_FALSE(v1->SetSandboxCpuShares("sb-link", 64).ok());
+  EXPECT_EQ(Read(root_ + "/elsewhere/cpu.shares"), "");
+
+  fs::remove_all(root_);
+  fs::create_directories(root_);
+  FakeV2("/paseo-sandbox");
+  Touch(root_ + "/paseo-sandbox/sb-a/cpu.weight");
+  auto v2 = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  ASSERT_TRUE(v2->SetSandboxCpuShares("sb-a", 64).ok());
+  EXPECT_EQ(Read(root_ + "/paseo-sandbox/sb-a/cpu.weight"), "3");
+  ASSERT_TRUE(v2->SetSandboxCpuShares("sb-a", 262144).ok());
+  EXPECT_EQ(Read(root_ + "/paseo-sandbox/sb-a/cpu.weight"), "10000");
+  EXPECT_EQ(ServiceCgroup::CpuWeightOfShares(2), 1u);
+  EXPECT_EQ(ServiceCgroup::CpuWeightOfShares(1024), 39u);  // runsc's for the kernel's default
+}
+
 }  // namespace
 }  // namespace paseo

@@ -104,6 +104,13 @@ class HostCgroup {
     in >> quota >> period;
     return {quota, period};
   }
+  // The sandbox's CPU weight in v1's cpu.shares units (v2's cpu.weight, as runsc maps shares).
+  uint64_t CpuWeight() const {
+    return v1() ? ReadNumber(Dir("cpu") + "/cpu.shares") : ReadNumber(Dir("") + "/cpu.weight");
+  }
+  static uint64_t WeightOf(uint64_t shares, bool v1) {
+    return v1 ? shares : 1 + (shares - 2) * 9999 / 262142;
+  }
   // CPU time used so far, in microseconds.
   uint64_t CpuUsageMicros() const {
     if (v1()) return ReadNumber(Dir("cpuacct") + "/cpuacct.usage") / 1000;
@@ -268,6 +275,43 @@ TEST_F(ResourceLimitsTest, ADefaultProfileSandboxCarriesEveryBound) {
               static_cast<unsigned long long>(host_.threads_max),
               static_cast<unsigned long long>(want_.memory_bytes >> 20), want_.cpu_millis,
               want_.max_processes, want_.max_host_tasks);
+  Remove(id);
+}
+
+// Work a client waits on goes first (privhelper/cpu_priority.h): a sandbox starts at the base
+// CPU weight, a client's process start raises it at once, and it falls back a second after the
+// last start, whether the process still runs or not.
+TEST_F(ResourceLimitsTest, AClientsProcessStartPutsItsSandboxAheadForASecond) {
+  std::string id = KeptSandbox();
+  ASSERT_FALSE(id.empty());
+  HostCgroup cg = Cgroup(id);
+  uint64_t base = HostCgroup::WeightOf(kBaseCpuShares, cg.v1());
+  uint64_t boost = HostCgroup::WeightOf(kBoostCpuShares, cg.v1());
+  // Wait out the boost of the start the fixture may have made.
+  auto settle = Clock::now() + seconds(10);
+  while (cg.CpuWeight() != base && Clock::now() < settle)
+    std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(cg.CpuWeight(), base) << "a sandbox no client drives is not at the base";
+  std::atomic<bool> done{false};
+  CliResult slept;
+  std::thread run([&] {
+    slept = svc.Cli(Alpha(), {"exec", id, "--", "sleep", "3"}, seconds(60));
+    done = true;
+  });
+  bool seen_boost = false;
+  while (!done && !seen_boost) {
+    seen_boost = cg.CpuWeight() == boost;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  EXPECT_TRUE(seen_boost) << "the start never raised the sandbox's weight";
+  // Back at the base while the process still runs (it sleeps 3 s; the boost lasts 1 s).
+  auto back = Clock::now() + seconds(2);
+  while (!done && cg.CpuWeight() != base && Clock::now() < back)
+    std::this_thread::sleep_for(milliseconds(20));
+  EXPECT_FALSE(done) << "the process ended before the check: the machine is too slow to tell";
+  EXPECT_EQ(cg.CpuWeight(), base) << "the boost outlived its second";
+  run.join();
+  EXPECT_EQ(slept.exit_code, 0) << slept.err;
   Remove(id);
 }
 
