@@ -1,0 +1,392 @@
+// See egress_proxy.h.
+#include "egress/egress_proxy.h"
+
+#include <arpa/inet.h>
+#include <linux/netfilter_ipv4.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+
+#include <kj/debug.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "egress/client_hello.h"
+#include "egress/http_head.h"
+
+namespace paseo::egress {
+namespace {
+
+constexpr size_t kReadCap = std::max(kMaxClientHello, kMaxRequestHead);
+constexpr uint8_t kTlsHandshake = 22;
+constexpr size_t kCopyBuffer = 65536;  // per direction of a connection while it copies
+
+std::string Ipv4(uint32_t addr) {
+  return absl::StrCat(addr >> 24, ".", (addr >> 16) & 255, ".", (addr >> 8) & 255, ".", addr & 255);
+}
+
+std::optional<std::pair<uint32_t, uint16_t>> OriginalDestination(kj::AsyncIoStream& conn) {
+  sockaddr_in dst = {};
+  kj::uint len = sizeof(dst);
+  try {
+    conn.getsockopt(SOL_IP, SO_ORIGINAL_DST, &dst, &len);
+  } catch (const kj::Exception&) {
+    return std::nullopt;  // not a redirected connection (no conntrack entry)
+  }
+  if (dst.sin_family != AF_INET) return std::nullopt;
+  return std::make_pair(ntohl(dst.sin_addr.s_addr), ntohs(dst.sin_port));
+}
+
+// Why a refused connection was refused: the audit's reason and the end of the connection.
+struct Refusal {
+  std::string reason;
+};
+
+}  // namespace
+
+const EgressRule* FindEgressRule(const std::vector<EgressRule>& rules, const std::string& name,
+                                 uint16_t port) {
+  for (const EgressRule& rule : rules) {
+    bool names = absl::StartsWith(rule.name, "*.")
+                     ? name.size() > rule.name.size() - 1 &&
+                           absl::EndsWith(name, absl::string_view(rule.name).substr(1))
+                     : name == rule.name;
+    if (!names) continue;
+    if (rule.ports.empty() || std::find(rule.ports.begin(), rule.ports.end(), port) != rule.ports.end())
+      return &rule;
+  }
+  return nullptr;
+}
+
+// One sandbox's listener and connections. Destroying it cancels every connection (their
+// promises live in tasks_) and closes the listener.
+class EgressProxy::Served {
+ public:
+  Served(EgressProxy& proxy, EgressSandbox sandbox, kj::Own<kj::ConnectionReceiver> listener)
+      : proxy_(proxy), sandbox_(std::move(sandbox)), listener_(kj::mv(listener)), tasks_(errors_) {
+    tasks_.add(Accept());
+  }
+  size_t connections() const { return connections_; }
+
+ private:
+  struct ErrorHandler : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}  // a connection's end, already audited
+  };
+
+  // One connection's state, owned by its promise chain.
+  struct Conn {
+    kj::Own<kj::AsyncIoStream> client;
+    kj::Own<kj::AsyncIoStream> upstream;
+    std::vector<uint8_t> buffer = std::vector<uint8_t>(kReadCap);
+    size_t buffered = 0;  // bytes of `buffer` read from the client and not yet passed on
+    EgressEvent event;
+    uint32_t original_addr = 0;
+    bool tls = false;
+    std::optional<uint16_t> host_port;  // plain HTTP: the first request's Host port
+    // Relay's two directions and its end: both ended, or either failed.
+    kj::Promise<void> up = kj::READY_NOW, down = kj::READY_NOW;
+    kj::Own<kj::PromiseFulfiller<void>> ended;
+    int open = 2;
+  };
+
+  kj::Promise<void> Accept() {
+    return listener_->accept().then(
+        [this](kj::Own<kj::AsyncIoStream> stream) {
+          sockaddr_in peer = {};
+          kj::uint len = sizeof(peer);
+          stream->getpeername(reinterpret_cast<sockaddr*>(&peer), &len);
+          EgressEvent event;
+          event.sandbox_id = sandbox_.id;
+          if (peer.sin_family != AF_INET || ntohl(peer.sin_addr.s_addr) != sandbox_.sandbox_addr) {
+            event.reason = "not from the sandbox's address";
+            proxy_.audit_(event);
+          } else if (connections_ >= proxy_.options_.max_connections) {
+            event.reason = absl::StrCat("more than ", proxy_.options_.max_connections,
+                                        " connections at once");
+            proxy_.audit_(event);
+          } else {
+            ++connections_;
+            auto conn = kj::heap<Conn>();
+            conn->client = kj::mv(stream);
+            conn->event = std::move(event);
+            Conn& c = *conn;
+            tasks_.add(Serve(c).attach(kj::mv(conn), kj::defer([this] { --connections_; })));
+          }
+          return Accept();
+        },
+        [this](kj::Exception&& e) {
+          // accept(2) failing (EMFILE, ENOBUFS) must not end this sandbox's egress for good.
+          KJ_LOG(WARNING, "egress: accept failed", sandbox_.id.c_str(), e.getDescription());
+          return proxy_.timer_.afterDelay(100 * kj::MILLISECONDS).then([this] { return Accept(); });
+        });
+  }
+
+  void Audit(Conn& c, bool allowed, std::string reason) {
+    c.event.allowed = allowed;
+    c.event.reason = std::move(reason);
+    proxy_.audit_(c.event);
+  }
+
+  kj::Promise<void> Serve(Conn& c) {
+    auto original = proxy_.options_.original_destination
+                        ? proxy_.options_.original_destination(*c.client)
+                        : OriginalDestination(*c.client);
+    if (!original) {
+      Audit(c, false, "no original destination");
+      return kj::READY_NOW;
+    }
+    c.original_addr = original->first;
+    c.event.port = original->second;
+    // The first byte within first_byte_timeout, the whole head within head_timeout.
+    auto first = proxy_.timer_.timeoutAfter(proxy_.options_.first_byte_timeout,
+                                            c.client->tryRead(c.buffer.data(), 1, kReadCap));
+    auto head = first.then([this, &c](size_t n) { return ReadHead(c, n); });
+    return proxy_.timer_.timeoutAfter(proxy_.options_.head_timeout, kj::mv(head))
+        .then(
+            [this, &c](std::optional<Refusal> refused) -> kj::Promise<void> {
+              if (refused) {
+                Audit(c, false, refused->reason);
+                return kj::READY_NOW;
+              }
+              return Dial(c);
+            },
+            [this, &c](kj::Exception&& e) -> kj::Promise<void> {
+              Audit(c, false,
+                    e.getType() == kj::Exception::Type::OVERLOADED
+                        ? "named no host in time"
+                        : "the connection failed before naming a host");
+              return kj::READY_NOW;
+            });
+  }
+
+  // Reads until the first bytes name a host (or cannot); `n` bytes just arrived.
+  kj::Promise<std::optional<Refusal>> ReadHead(Conn& c, size_t n) {
+    if (n == 0) return std::optional<Refusal>(Refusal{"closed before naming a host"});
+    c.buffered += n;
+    auto bytes = absl::MakeConstSpan(c.buffer.data(), c.buffered);
+    c.tls = bytes[0] == kTlsHandshake;
+    std::string name;
+    if (c.tls) {
+      auto hello = ParseClientHello(bytes);
+      if (!hello.ok()) return std::optional<Refusal>(Refusal{std::string(hello.status().message())});
+      if (!hello->has_value()) return More(c);
+      name = (*hello)->server_name;
+      if (name.empty()) return std::optional<Refusal>(Refusal{"the ClientHello names no server"});
+    } else {
+      auto head = ParseRequestHead(bytes);
+      if (!head.ok()) return std::optional<Refusal>(Refusal{std::string(head.status().message())});
+      if (!head->has_value()) return More(c);
+      name = (*head)->host;
+      c.host_port = (*head)->port;
+      if (c.host_port && *c.host_port != c.event.port)
+        return std::optional<Refusal>(Refusal{absl::StrCat("Host names port ", *c.host_port,
+                                                           ", the connection is to ", c.event.port)});
+    }
+    c.event.name = name;
+    if (FindEgressRule(sandbox_.rules, name, c.event.port) == nullptr)
+      return std::optional<Refusal>(
+          Refusal{absl::StrCat("no allowNames rule allows ", name, " on port ", c.event.port)});
+    return std::optional<Refusal>();
+  }
+
+  kj::Promise<std::optional<Refusal>> More(Conn& c) {
+    if (c.buffered == kReadCap)
+      return std::optional<Refusal>(Refusal{"the first bytes are longer than the proxy reads"});
+    return c.client->tryRead(c.buffer.data() + c.buffered, 1, kReadCap - c.buffered)
+        .then([this, &c](size_t n) { return ReadHead(c, n); });
+  }
+
+  // Resolves the name itself and connects to one of its addresses: the one the sandbox asked
+  // for if the name has it (the sandbox's own DNS answer), else the first.
+  kj::Promise<void> Dial(Conn& c) {
+    return proxy_.resolver_.Resolve(c.event.name)
+        .then([this, &c](std::vector<uint32_t> addrs) -> kj::Promise<void> {
+          addrs.erase(std::remove_if(addrs.begin(), addrs.end(),
+                                     [this](uint32_t a) { return Denied(a); }),
+                      addrs.end());
+          if (addrs.empty()) {
+            Audit(c, false, absl::StrCat(c.event.name, " resolves to no address the proxy dials"));
+            return kj::READY_NOW;
+          }
+          uint32_t addr = addrs[0];
+          if (std::find(addrs.begin(), addrs.end(), c.original_addr) != addrs.end())
+            addr = c.original_addr;
+          c.event.upstream = absl::StrCat(Ipv4(addr), ":", c.event.port);
+          auto connected = proxy_.io_.getNetwork()
+                               .parseAddress(Ipv4(addr), c.event.port)
+                               .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); });
+          return proxy_.timer_.timeoutAfter(proxy_.options_.connect_timeout, kj::mv(connected))
+              .then(
+                  [this, &c](kj::Own<kj::AsyncIoStream> upstream) -> kj::Promise<void> {
+                    c.upstream = kj::mv(upstream);
+                    Audit(c, true, "");
+                    return Relay(c);
+                  },
+                  [this, &c](kj::Exception&&) -> kj::Promise<void> {
+                    Audit(c, false, absl::StrCat("could not connect to ", c.event.upstream));
+                    return kj::READY_NOW;
+                  });
+        });
+  }
+
+  bool Denied(uint32_t addr) const {
+    return proxy_.options_.denied ? proxy_.options_.denied(addr) : false;
+  }
+
+  // Both directions until both have ended, or until either fails. Each runs on its own
+  // (kj 0.9's joinPromises of the two never saw a branch's failure here).
+  kj::Promise<void> Relay(Conn& c) {
+    auto ended = kj::newPromiseAndFulfiller<void>();
+    c.ended = kj::mv(ended.fulfiller);
+    c.up = (c.tls ? PassOn(c) : ForwardRequests(c))
+               .then([&c] { Ended(c, false); }, [&c](kj::Exception&&) { Ended(c, true); })
+               .eagerlyEvaluate(nullptr);
+    c.down = Copy(*c.upstream, *c.client)
+                 .then([&c] { Ended(c, false); }, [&c](kj::Exception&&) { Ended(c, true); })
+                 .eagerlyEvaluate(nullptr);
+    return kj::mv(ended.promise);
+  }
+  static void Ended(Conn& c, bool failed) {
+    if ((failed || --c.open == 0) && c.ended->isWaiting()) c.ended->fulfill();
+  }
+
+  // Everything `from` sends, to `to`, then its end (kj 0.9's pumpTo between two sockets did
+  // not see the end of the stream here).
+  static kj::Promise<void> Copy(kj::AsyncIoStream& from, kj::AsyncIoStream& to) {
+    auto buffer = kj::heapArray<uint8_t>(kCopyBuffer);
+    uint8_t* data = buffer.begin();  // the array moves into attach(); its bytes stay put
+    return from.tryRead(data, 1, kCopyBuffer)
+        .then([&from, &to, data](size_t n) -> kj::Promise<void> {
+          if (n == 0) {
+            to.shutdownWrite();
+            return kj::READY_NOW;
+          }
+          return to.write(data, n).then([&from, &to] { return Copy(from, to); });
+        })
+        .attach(kj::mv(buffer));
+  }
+  // `amount` bytes of `from` to `to`: true if all came, false at an early end.
+  static kj::Promise<bool> Copy(kj::AsyncIoStream& from, kj::AsyncIoStream& to, uint64_t amount) {
+    if (amount == 0) return true;
+    auto buffer = kj::heapArray<uint8_t>(kCopyBuffer);
+    uint8_t* data = buffer.begin();
+    size_t want = static_cast<size_t>(std::min<uint64_t>(amount, kCopyBuffer));
+    return from.tryRead(data, 1, want)
+        .then([&from, &to, data, amount](size_t n) -> kj::Promise<bool> {
+          if (n == 0) return false;
+          return to.write(data, n).then([&from, &to, rest = amount - n] {
+            return Copy(from, to, rest);
+          });
+        })
+        .attach(kj::mv(buffer));
+  }
+
+  // TLS: the hello and whatever followed it, then everything as it comes.
+  kj::Promise<void> PassOn(Conn& c) {
+    return c.upstream->write(c.buffer.data(), c.buffered).then([&c] {
+      c.buffered = 0;
+      return Copy(*c.client, *c.upstream);
+    });
+  }
+
+  // Plain HTTP: request by request, each head checked again (the same host and port as the
+  // first) and its body passed on as framed, so no request goes out unread.
+  kj::Promise<void> ForwardRequests(Conn& c) {
+    auto head = ParseRequestHead(absl::MakeConstSpan(c.buffer.data(), c.buffered));
+    if (!head.ok()) return Cut(c, std::string(head.status().message()));
+    if (!head->has_value()) {
+      if (c.buffered == kReadCap) return Cut(c, "a request head longer than the proxy reads");
+      return c.client->tryRead(c.buffer.data() + c.buffered, 1, kReadCap - c.buffered)
+          .then([this, &c](size_t n) -> kj::Promise<void> {
+            if (n == 0) {
+              if (c.buffered > 0) return Cut(c, "closed inside a request head");
+              c.upstream->shutdownWrite();
+              return kj::READY_NOW;
+            }
+            c.buffered += n;
+            return ForwardRequests(c);
+          });
+    }
+    const RequestHead& h = **head;
+    if (h.host != c.event.name || h.port != c.host_port)
+      return Cut(c, absl::StrCat("a later request names ", h.host, " on a connection to ", c.event.name));
+    if (h.upgrade) return Cut(c, "an Upgrade is not proxied on plain HTTP");
+    size_t head_size = h.head_size;
+    bool chunked = h.chunked;
+    uint64_t length = h.content_length;
+    return Send(c, head_size).then([this, &c, chunked, length]() -> kj::Promise<void> {
+      if (chunked) return ForwardChunked(c, kj::heap<ChunkedBody>());
+      return ForwardLength(c, length);
+    });
+  }
+
+  // Passes on the first `n` buffered bytes and keeps the rest.
+  kj::Promise<void> Send(Conn& c, size_t n) {
+    return c.upstream->write(c.buffer.data(), n).then([&c, n] {
+      std::copy(c.buffer.begin() + n, c.buffer.begin() + c.buffered, c.buffer.begin());
+      c.buffered -= n;
+    });
+  }
+
+  kj::Promise<void> ForwardLength(Conn& c, uint64_t remaining) {
+    size_t from_buffer = static_cast<size_t>(std::min<uint64_t>(remaining, c.buffered));
+    return Send(c, from_buffer).then([this, &c, rest = remaining - from_buffer]() -> kj::Promise<void> {
+      if (rest == 0) return ForwardRequests(c);
+      return Copy(*c.client, *c.upstream, rest).then([this, &c](bool whole) -> kj::Promise<void> {
+        if (!whole) return Cut(c, "closed inside a request body");
+        return ForwardRequests(c);
+      });
+    });
+  }
+
+  kj::Promise<void> ForwardChunked(Conn& c, kj::Own<ChunkedBody> body) {
+    auto took = body->Feed(absl::MakeConstSpan(c.buffer.data(), c.buffered));
+    if (!took.ok()) return Cut(c, std::string(took.status().message()));
+    bool done = body->done();
+    return Send(c, *took).then([this, &c, done, body = kj::mv(body)]() mutable -> kj::Promise<void> {
+      if (done) return ForwardRequests(c);
+      return c.client->tryRead(c.buffer.data(), 1, kReadCap)
+          .then([this, &c, body = kj::mv(body)](size_t n) mutable -> kj::Promise<void> {
+            if (n == 0) return Cut(c, "closed inside a chunked body");
+            c.buffered = n;
+            return ForwardChunked(c, kj::mv(body));
+          });
+    });
+  }
+
+  // Ends a connection that was allowed at first: audited, and both directions end.
+  kj::Promise<void> Cut(Conn& c, std::string reason) {
+    Audit(c, false, std::move(reason));
+    return KJ_EXCEPTION(DISCONNECTED, "egress: request refused");
+  }
+
+  EgressProxy& proxy_;
+  EgressSandbox sandbox_;
+  kj::Own<kj::ConnectionReceiver> listener_;
+  size_t connections_ = 0;
+  ErrorHandler errors_;
+  kj::TaskSet tasks_;  // last: destroyed first, cancelling every connection
+};
+
+EgressProxy::EgressProxy(kj::AsyncIoProvider& io, kj::Timer& timer, NameResolver& resolver,
+                         std::function<void(const EgressEvent&)> audit, EgressOptions options)
+    : io_(io), timer_(timer), resolver_(resolver), audit_(std::move(audit)), options_(std::move(options)) {}
+
+EgressProxy::~EgressProxy() = default;
+
+absl::Status EgressProxy::AddSandbox(EgressSandbox sandbox, kj::Own<kj::ConnectionReceiver> listener) {
+  if (sandboxes_.count(sandbox.id))
+    return absl::AlreadyExistsError(absl::StrCat("egress: ", sandbox.id, " is served already"));
+  std::string id = sandbox.id;
+  sandboxes_.emplace(id, kj::heap<Served>(*this, std::move(sandbox), kj::mv(listener)));
+  return absl::OkStatus();
+}
+
+void EgressProxy::RemoveSandbox(const std::string& id) { sandboxes_.erase(id); }
+
+size_t EgressProxy::connections(const std::string& id) const {
+  auto it = sandboxes_.find(id);
+  return it == sandboxes_.end() ? 0 : it->second->connections();
+}
+
+}  // namespace paseo::egress

@@ -1,0 +1,289 @@
+// EgressProxy on real loopback sockets: a "sandbox" client connects to the proxy's listener, an
+// upstream server listens at the one address both test names resolve to (a CDN's shared
+// address), and the original destination is the upstream's. What must reach the upstream, and
+// what must not, is read on the upstream's side.
+#include "egress/egress_proxy.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <openssl/bio.h>
+#include <openssl/ssl.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <kj/async-io.h>
+
+#include "gtest/gtest.h"
+
+namespace paseo::egress {
+namespace {
+
+constexpr uint32_t kLoopback = 0x7f000001;
+
+std::string OpenSslHello(const std::string& sni) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* in = BIO_new(BIO_s_mem());
+  BIO* out = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, in, out);
+  if (!sni.empty()) SSL_set_tlsext_host_name(ssl, sni.c_str());
+  SSL_connect(ssl);
+  char* data = nullptr;
+  long n = BIO_get_mem_data(out, &data);
+  std::string hello(data, static_cast<size_t>(n));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return hello;
+}
+
+class FakeResolver : public NameResolver {
+ public:
+  std::map<std::string, std::vector<uint32_t>> names;
+  std::vector<std::string> asked;
+  kj::Promise<std::vector<uint32_t>> Resolve(const std::string& name) override {
+    asked.push_back(name);
+    auto it = names.find(name);
+    return it == names.end() ? std::vector<uint32_t>{} : it->second;
+  }
+};
+
+class EgressProxyTest : public ::testing::Test {
+ protected:
+  // Behind a pointer: kj's destructors may throw, gtest's fixture destructor may not.
+  struct Io {
+    kj::AsyncIoContext io = kj::setupAsyncIo();
+  };
+  std::unique_ptr<Io> io_ = std::make_unique<Io>();
+  kj::WaitScope& ws_ = io_->io.waitScope;
+  kj::Network& net_ = io_->io.provider->getNetwork();
+  FakeResolver resolver_;
+  std::vector<EgressEvent> events_;
+  int upstream_fd_ = -1;  // the upstream's listener, a plain socket
+  uint16_t upstream_port_ = 0;
+  uint16_t proxy_port_ = 0;
+  std::unique_ptr<EgressProxy> proxy_;
+
+  void SetUp() override {
+    upstream_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(kLoopback);
+    ASSERT_EQ(bind(upstream_fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ASSERT_EQ(listen(upstream_fd_, 16), 0);
+    socklen_t len = sizeof(a);
+    getsockname(upstream_fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    upstream_port_ = ntohs(a.sin_port);
+    resolver_.names["allowed.example.com"] = {kLoopback};
+    resolver_.names["other.example.com"] = {kLoopback};  // the same address
+    resolver_.names["denied-address.example.com"] = {0xa9fea9fe};  // 169.254.169.254
+  }
+  void TearDown() override {
+    proxy_.reset();
+    io_.reset();
+    if (upstream_fd_ >= 0) close(upstream_fd_);
+  }
+
+  void Start(EgressOptions options = {}, uint32_t sandbox_addr = kLoopback) {
+    uint16_t port = upstream_port_;
+    if (!options.original_destination)
+      options.original_destination = [port](kj::AsyncIoStream&) {
+        return std::make_optional(std::make_pair(kLoopback, port));
+      };
+    options.denied = [](uint32_t a) { return (a >> 16) == 0xa9fe; };  // link-local only
+    proxy_ = std::make_unique<EgressProxy>(*io_->io.provider, io_->io.provider->getTimer(), resolver_,
+                                           [this](const EgressEvent& e) { events_.push_back(e); },
+                                           options);
+    auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
+    proxy_port_ = static_cast<uint16_t>(listener->getPort());
+    EgressSandbox sb{"sb-test", sandbox_addr, {{"allowed.example.com", {upstream_port_}}}};
+    ASSERT_TRUE(proxy_->AddSandbox(std::move(sb), kj::mv(listener)).ok());
+  }
+
+  kj::Own<kj::AsyncIoStream> Connect() {
+    return net_.parseAddress("127.0.0.1", proxy_port_).wait(ws_)->connect().wait(ws_);
+  }
+
+  // Everything `s` sends until it ends, or until `limit` passes.
+  std::string ReadAll(kj::AsyncIoStream& s, kj::Duration limit = 5 * kj::SECONDS) {
+    std::string got;
+    char buf[4096];
+    auto& timer = io_->io.provider->getTimer();
+    for (;;) {
+      auto read = s.tryRead(buf, 1, sizeof(buf))
+                      .then([](size_t n) -> long { return static_cast<long>(n); },
+                            [](kj::Exception&&) -> long { return -1; });  // reset: ended too
+      auto n = read.exclusiveJoin(timer.afterDelay(limit).then([]() -> long { return -1; })).wait(ws_);
+      if (n <= 0) return got;
+      got.append(buf, static_cast<size_t>(n));
+    }
+  }
+
+  // The upstream's next connection, or null if none comes within `limit`.
+  kj::Own<kj::AsyncIoStream> UpstreamAccept(kj::Duration limit = 2 * kj::SECONDS) {
+    auto& timer = io_->io.provider->getTimer();
+    // Polled while the loop runs (cancelling a kj accept here trips kj 0.9's "unreachable").
+    auto until = timer.now() + limit;
+    while (timer.now() < until) {
+      int fd = accept4(upstream_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0)
+        return io_->io.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+      timer.afterDelay(5 * kj::MILLISECONDS).wait(ws_);
+    }
+    return kj::Own<kj::AsyncIoStream>();
+  }
+
+  void Send(kj::AsyncIoStream& s, const std::string& bytes) { s.write(bytes.data(), bytes.size()).wait(ws_); }
+
+  const EgressEvent& LastEvent() {
+    static EgressEvent none;
+    return events_.empty() ? none : events_.back();
+  }
+};
+
+TEST_F(EgressProxyTest, AnAllowedServerNameIsDialledByNameAndPassedOnWhole) {
+  Start();
+  auto client = Connect();
+  std::string hello = OpenSslHello("allowed.example.com");
+  Send(*client, hello + "after the hello");
+  auto up = UpstreamAccept();
+  ASSERT_NE(up.get(), nullptr) << "the proxy never dialled";
+  std::string got;
+  char buf[8192];
+  while (got.size() < hello.size() + 15) got.append(buf, up->tryRead(buf, 1, sizeof(buf)).wait(ws_));
+  EXPECT_EQ(got, hello + "after the hello");
+  Send(*up, "from upstream");
+  up->shutdownWrite();
+  EXPECT_EQ(ReadAll(*client), "from upstream");
+  ASSERT_FALSE(events_.empty());
+  EXPECT_TRUE(LastEvent().allowed) << LastEvent().reason;
+  EXPECT_EQ(LastEvent().name, "allowed.example.com");
+  EXPECT_EQ(LastEvent().port, upstream_port_);
+  EXPECT_EQ(resolver_.asked, (std::vector<std::string>{"allowed.example.com"}));
+}
+
+// One address serves both names: only the allowed one gets through, and the refused one is
+// never asked of the resolver nor dialled.
+TEST_F(EgressProxyTest, AnotherNameAtTheSameAddressIsRefused) {
+  Start();
+  for (const std::string& first :
+       {OpenSslHello("other.example.com"), std::string("GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n")}) {
+    auto client = Connect();
+    Send(*client, first);
+    EXPECT_EQ(ReadAll(*client), "");
+    EXPECT_EQ(UpstreamAccept(200 * kj::MILLISECONDS).get(), nullptr) << "a refused name was dialled";
+    EXPECT_FALSE(LastEvent().allowed);
+    EXPECT_EQ(LastEvent().name, "other.example.com");
+    EXPECT_NE(LastEvent().reason.find("no allowNames rule allows other.example.com"), std::string::npos)
+        << LastEvent().reason;
+  }
+  EXPECT_TRUE(resolver_.asked.empty());
+}
+
+TEST_F(EgressProxyTest, PlainHttpIsCheckedRequestByRequest) {
+  Start();
+  auto client = Connect();
+  std::string first = "POST /a HTTP/1.1\r\nHost: allowed.example.com\r\nContent-Length: 5\r\n\r\nhello";
+  std::string second =
+      "POST /b HTTP/1.1\r\nHost: allowed.example.com\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+  std::string third = "GET /c HTTP/1.1\r\nHost: other.example.com\r\n\r\n";
+  Send(*client, first + second + third);
+  auto up = UpstreamAccept();
+  ASSERT_NE(up.get(), nullptr);
+  // The first two reach the upstream; the third, naming another host, ends the connection.
+  EXPECT_EQ(ReadAll(*up), first + second);
+  EXPECT_EQ(ReadAll(*client), "");
+  EXPECT_FALSE(LastEvent().allowed);
+  EXPECT_NE(LastEvent().reason.find("a later request names other.example.com"), std::string::npos)
+      << LastEvent().reason;
+}
+
+TEST_F(EgressProxyTest, HostileFirstBytesAreRefusedWithinTheBounds) {
+  EgressOptions options;
+  options.first_byte_timeout = 300 * kj::MILLISECONDS;
+  options.head_timeout = 600 * kj::MILLISECONDS;
+  Start(options);
+  std::string hello = OpenSslHello("allowed.example.com");
+  struct Case {
+    const char* what;
+    std::string bytes;
+    bool close_after;
+    const char* reason;
+  } cases[] = {
+      {"no server name", OpenSslHello(""), false, "names no server"},
+      {"a truncated hello, then EOF", hello.substr(0, hello.size() / 2), true, "closed before naming"},
+      {"a slowloris hello", hello.substr(0, 10), false, "named no host in time"},
+      {"nothing at all", "", false, "named no host in time"},
+      {"an oversized record", std::string("\x16\x03\x01\x40\x01", 5), false, "malformed TLS ClientHello"},
+      {"garbage", std::string("\x00\x01\x02\x03", 4), false, "malformed HTTP request"},
+      {"a Host with another port", "GET / HTTP/1.1\r\nHost: allowed.example.com:1\r\n\r\n", false,
+       "Host names port 1"},
+      {"an IP literal", "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", false, "not a DNS host name"},
+  };
+  for (const Case& c : cases) {
+    auto client = Connect();
+    if (!c.bytes.empty()) Send(*client, c.bytes);
+    if (c.close_after) client->shutdownWrite();
+    EXPECT_EQ(ReadAll(*client), "") << c.what;
+    EXPECT_FALSE(LastEvent().allowed) << c.what;
+    EXPECT_NE(LastEvent().reason.find(c.reason), std::string::npos) << c.what << ": " << LastEvent().reason;
+  }
+  EXPECT_EQ(UpstreamAccept(100 * kj::MILLISECONDS).get(), nullptr);
+  EXPECT_TRUE(resolver_.asked.empty());
+}
+
+TEST_F(EgressProxyTest, ConnectionsBeyondTheBoundAreRefusedAndHeldOnesCountDown) {
+  EgressOptions options;
+  options.max_connections = 3;
+  Start(options);
+  std::vector<kj::Own<kj::AsyncIoStream>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(Connect());
+  // Let the proxy accept them (they send nothing, so they wait for a first byte).
+  io_->io.provider->getTimer().afterDelay(100 * kj::MILLISECONDS).wait(ws_);
+  EXPECT_EQ(proxy_->connections("sb-test"), 3u);
+  auto extra = Connect();
+  EXPECT_EQ(ReadAll(*extra), "");
+  EXPECT_NE(LastEvent().reason.find("more than 3 connections"), std::string::npos) << LastEvent().reason;
+  held.clear();
+  for (int i = 0; i < 50 && proxy_->connections("sb-test") > 0; ++i)
+    io_->io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS).wait(ws_);
+  EXPECT_EQ(proxy_->connections("sb-test"), 0u);
+}
+
+TEST_F(EgressProxyTest, OnlyTheSandboxsAddressIsServed) {
+  Start({}, /*sandbox_addr=*/0x7f000002);
+  auto client = Connect();
+  Send(*client, OpenSslHello("allowed.example.com"));
+  EXPECT_EQ(ReadAll(*client), "");
+  EXPECT_EQ(LastEvent().reason, "not from the sandbox's address");
+  EXPECT_EQ(UpstreamAccept(100 * kj::MILLISECONDS).get(), nullptr);
+}
+
+TEST_F(EgressProxyTest, ANameResolvingOnlyToDeniedAddressesIsNotDialled) {
+  Start();
+  proxy_->RemoveSandbox("sb-test");
+  auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
+  proxy_port_ = static_cast<uint16_t>(listener->getPort());
+  ASSERT_TRUE(proxy_->AddSandbox({"sb-test", kLoopback, {{"*.example.com", {}}}}, kj::mv(listener)).ok());
+  auto client = Connect();
+  Send(*client, OpenSslHello("denied-address.example.com"));
+  EXPECT_EQ(ReadAll(*client), "");
+  EXPECT_NE(LastEvent().reason.find("resolves to no address the proxy dials"), std::string::npos)
+      << LastEvent().reason;
+}
+
+TEST(EgressRuleTest, NamesAndPorts) {
+  std::vector<EgressRule> rules = {{"api.example.com", {443}}, {"*.cdn.example.com", {}}};
+  EXPECT_NE(FindEgressRule(rules, "api.example.com", 443), nullptr);
+  EXPECT_EQ(FindEgressRule(rules, "api.example.com", 80), nullptr);
+  EXPECT_EQ(FindEgressRule(rules, "x.api.example.com", 443), nullptr);
+  EXPECT_NE(FindEgressRule(rules, "a.cdn.example.com", 8443), nullptr);
+  EXPECT_NE(FindEgressRule(rules, "a.b.cdn.example.com", 1), nullptr);
+  EXPECT_EQ(FindEgressRule(rules, "cdn.example.com", 443), nullptr);
+  EXPECT_EQ(FindEgressRule(rules, "evilcdn.example.com", 443), nullptr);
+}
+
+}  // namespace
+}  // namespace paseo::egress
