@@ -1,0 +1,44 @@
+// The egress proxy's own name resolution: A queries to the same upstream resolvers the
+// sandboxes' DNS forwarder asks (HelperNetwork.dnsUpstreams, or the host's resolv.conf), so the
+// proxy dials what the name resolves to now, never an address a sandbox supplied.
+//
+//   UpstreamResolver resolver(io.provider->getNetwork(), io.provider->getTimer(), upstreams);
+//   resolver.Resolve("api.example.com").then([](std::vector<uint32_t> addrs) { ... });
+//
+// Each query goes from a fresh UDP port (a random source port and id), and only a reply from
+// the upstream asked, with that id and question, is read (dns::ParseResponse); a truncated reply
+// is asked again over TCP. The first upstream, then the next (or the same one again) within
+// `timeout` in all. NXDOMAIN, no answer or no upstream answering: no address. The CNAME chain is
+// followed as the forwarder does (dns::FollowChain).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <kj/async-io.h>
+#include <kj/timer.h>
+
+#include "egress/egress_proxy.h"
+#include "privhelper/network/dns_upstreams.h"
+
+namespace paseo::egress {
+
+class UpstreamResolver final : public NameResolver {
+ public:
+  UpstreamResolver(kj::Network& network, kj::Timer& timer, std::vector<network::DnsUpstream> upstreams,
+                   kj::Duration timeout = 2 * kj::SECONDS);
+  kj::Promise<std::vector<uint32_t>> Resolve(const std::string& name) override;
+
+ private:
+  // One upstream's answer, or nullopt (no usable answer in time).
+  kj::Promise<std::optional<std::vector<uint32_t>>> Ask(network::DnsUpstream up, std::string name,
+                                                        kj::Duration timeout);
+
+  kj::Network& network_;
+  kj::Timer& timer_;
+  std::vector<network::DnsUpstream> upstreams_;
+  kj::Duration timeout_;
+};
+
+}  // namespace paseo::egress
