@@ -2,7 +2,11 @@
 #include "privhelper/capabilities.h"
 
 #include <linux/capability.h>
+#include <grp.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/keyctl.h>
 
 #include <algorithm>
 
@@ -55,6 +59,26 @@ absl::Status KeepOnlyCapabilities(const std::vector<cap_value_t>& keep) {
   cap_free(caps);
   if (rc != 0) return ErrnoStatus("cap_set_proc", "");
   return absl::OkStatus();
+}
+
+int BecomeUnprivileged(uid_t uid, gid_t gid) {
+  // A fresh anonymous session keyring: possessing the privhelper's would grant its keys.
+  if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0) return errno;
+  if (chdir("/") != 0) return errno;
+  for (int cap = 0; cap <= 63; ++cap) {
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+  }
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
+  if (setgroups(1, &gid) != 0) return errno;
+  if (setresgid(gid, gid, gid) != 0) return errno;
+  if (setresuid(uid, uid, uid) != 0) return errno;
+  cap_t empty = cap_init();
+  if (empty == nullptr) return ENOMEM;
+  int rc = cap_set_proc(empty);
+  cap_free(empty);
+  if (rc != 0) return errno;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  return 0;
 }
 
 }  // namespace paseo

@@ -270,6 +270,9 @@ absl::Status ValidateHelper(const std::string& file, config::HelperConfig::Reade
   if (h.hasBrokerBinary() && h.getBrokerBinary().size() > 0 &&
       !IsNormalizedAbsolutePath(h.getBrokerBinary().cStr()))
     return Bad(file, "brokerBinary", "must be a normalized absolute path");
+  if (h.getNetwork().getEgressBinary().size() > 0 &&
+      !IsNormalizedAbsolutePath(h.getNetwork().getEgressBinary().cStr()))
+    return Bad(file, "network.egressBinary", "must be a normalized absolute path");
   if (h.hasSandboxShim() && h.getSandboxShim().size() > 0 &&
       !IsNormalizedAbsolutePath(h.getSandboxShim().cStr()))
     return Bad(file, "sandboxShim", "must be a normalized absolute path");
@@ -561,6 +564,12 @@ std::string Config::BrokerBinary(absl::string_view privhelper_path) const {
   if (helper_.getBrokerBinary().size() > 0) return helper_.getBrokerBinary();
   absl::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
   return absl::StrCat(dir, "paseo-sandbox-broker");
+}
+
+std::string Config::EgressBinary(absl::string_view privhelper_path) const {
+  if (helper_.getNetwork().getEgressBinary().size() > 0) return helper_.getNetwork().getEgressBinary();
+  absl::string_view dir = privhelper_path.substr(0, privhelper_path.rfind('/') + 1);
+  return absl::StrCat(dir, "paseo-sandbox-egress");
 }
 
 std::string Config::SandboxShimBinary(absl::string_view privhelper_path) const {

@@ -47,6 +47,7 @@ class Config {
   // host-derived default.
   const ServiceBounds& service() const { return service_; }
   std::string BrokerBinary(absl::string_view privhelper_path) const;
+  std::string EgressBinary(absl::string_view privhelper_path) const;
   std::string SandboxShimBinary(absl::string_view privhelper_path) const;
   // The audit log's current file (audit.path, or <stateDir>/audit/audit.log when empty); only
   // meaningful with audit.destination "file".

@@ -54,6 +54,7 @@
 #include "privhelper/runsc_probe.h"
 #include "privhelper/runsc_platform.h"
 #include "privhelper/sandbox_host.h"
+#include "privhelper/egress_link.h"
 #include "privhelper/service_cgroup.h"
 
 namespace paseo {
@@ -233,23 +234,44 @@ absl::StatusOr<int> InheritedListener(const std::string& path, gid_t group) {
 // no_new_privs so nothing it execs can gain any.
 int BecomeBroker(uid_t uid, gid_t gid) {
   if (unshare(CLONE_NEWNET) != 0) return errno;
-  // A fresh anonymous session keyring: possessing the privhelper's would grant its keys.
-  if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0) return errno;
-  if (chdir("/") != 0) return errno;
-  for (int cap = 0; cap <= 63; ++cap) {
-    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return errno;
+  return BecomeUnprivileged(uid, gid);
+}
+
+// The egress proxy, started as helper.json's network.egressUser; null (logged) if it cannot be.
+std::unique_ptr<EgressLink> StartEgress(const Config& config, const std::string& self_path,
+                                        kj::UnixEventPort& events, kj::LowLevelAsyncIoProvider& io,
+                                        kj::Timer& timer, int host_net, int host_mounts,
+                                        std::vector<std::string> upstreams, std::string pool) {
+  auto net = config.helper().getNetwork();
+  passwd* pw = getpwnam(net.getEgressUser().cStr());
+  if (pw == nullptr || pw->pw_uid == 0) {
+    Log(absl::StrCat("no egress proxy: user \"", net.getEgressUser().cStr(),
+                     "\" does not exist (or is root); profiles with allowNames rules are refused"));
+    return nullptr;
   }
-  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
-  if (setgroups(1, &gid) != 0) return errno;
-  if (setresgid(gid, gid, gid) != 0) return errno;
-  if (setresuid(uid, uid, uid) != 0) return errno;
-  cap_t empty = cap_init();
-  if (empty == nullptr) return ENOMEM;
-  int rc = cap_set_proc(empty);
-  cap_free(empty);
-  if (rc != 0) return errno;
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
-  return 0;
+  EgressLink::Options options;
+  options.path = config.EgressBinary(self_path);
+  auto fd = OpenRootOwnedExecutable(options.path);
+  if (!fd.ok()) {
+    Log(absl::StrCat("no egress proxy: ", fd.status().message(),
+                     "; profiles with allowNames rules are refused"));
+    return nullptr;
+  }
+  options.exec_fd = *fd;
+  options.uid = pw->pw_uid;
+  options.gid = pw->pw_gid;
+  options.host_net_fd = host_net;
+  options.host_mounts_fd = host_mounts;
+  options.upstreams = std::move(upstreams);
+  options.pool = std::move(pool);
+  auto egress = std::make_unique<EgressLink>(events, io, timer, std::move(options));
+  absl::Status started = egress->Start();
+  if (!started.ok()) {
+    Log(absl::StrCat("no egress proxy: ", started.message(),
+                     "; profiles with allowNames rules are refused"));
+    return nullptr;
+  }
+  return egress;
 }
 
 // Staging binds live in the privhelper's own mount namespace (a slave of the host's): they
@@ -590,6 +612,7 @@ int Serve(const Options& options, const std::string& program) {
   // Network mode "sandbox": only if a profile uses it is anything changed on the host.
   std::unique_ptr<network::SandboxNetworks> networks;
   std::unique_ptr<network::DnsResolver> dns;  // destroyed before the firewall it feeds
+  std::unique_ptr<EgressLink> egress;
   if ((*config)->UsesSandboxNetwork()) {
     auto pool = network::ParseCidr(helper.getNetwork().getPool().cStr());  // validated
     networks = std::make_unique<network::SandboxNetworks>(host_net, run_dir, *pool,
@@ -619,6 +642,16 @@ int Serve(const Options& options, const std::string& program) {
                                                      networks->firewall(), dns_options);
         host.SetDns(dns.get());
         networks->set_serves_dns(true);
+        // Names go through the egress proxy (decision 58): without it, profiles with allowNames
+        // rules are refused rather than given their addresses.
+        networks->set_egress_port(kEgressPort);
+        std::vector<std::string> upstream_text;
+        for (const auto& u : *upstreams)
+          upstream_text.push_back(absl::StrCat(network::FormatIpv4(u.addr), ":", u.port));
+        egress = StartEgress(**config, self_path, events, *io.lowLevelProvider, events.getTimer(),
+                             networks->host_ns_fd(), host_mounts, upstream_text,
+                             helper.getNetwork().getPool().cStr());
+        if (egress) host.SetEgress(egress.get());
       } else {
         Log(absl::StrCat("no DNS upstream; creates with network mode \"sandbox\" are refused: ",
                          upstreams.status().message()));

@@ -209,6 +209,13 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     return absl::FailedPreconditionError("network mode \"sandbox\" is not set up on this host");
   // Without the privhelper's resolver a sandbox would have no DNS, and its host end's port 53
   // nobody we know of to answer: refused, as when networking is not set up.
+  // Names go through the egress proxy once it runs (SetEgress): without it, they open their
+  // addresses as before.
+  if (sandbox_network && policy.getAllowNames().size() > 0 && networks_->egress_port() != 0 &&
+      egress_ == nullptr)
+    return absl::FailedPreconditionError(
+        "allowNames rules need the egress proxy, which is not running on this host (see the "
+        "privhelper's log)");
   if (sandbox_network && dns_ == nullptr)
     return absl::FailedPreconditionError(
         "network mode \"sandbox\" has no DNS resolver on this host: set network.dnsUpstreams in "
@@ -240,6 +247,9 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     for (uint16_t port : policy.getInboundPorts()) sb.inbound_ports.push_back(port);
     RETURN_IF_ERROR(dns_->AddSandbox(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
                                      network::AllowedNamesFrom(policy)));
+    if (networks_->egress_port() != 0 && policy.getAllowNames().size() > 0)
+      RETURN_IF_ERROR(egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                                   network::AllowedNamesFrom(policy)));
   }
   RETURN_IF_ERROR(WriteBundle(sb, request, plan));
   std::move(forget).Cancel();

@@ -48,6 +48,7 @@
 #include "privhelper/request_validation.h"
 #include "privhelper/runsc.h"
 #include "privhelper/cpu_priority.h"
+#include "privhelper/egress_link.h"
 #include "privhelper/service_cgroup.h"
 #include "privhelper/spawner_channel.h"
 #include "schema/config.capnp.h"
@@ -85,6 +86,9 @@ class SandboxHost {
   // The resolver every sandbox with network mode "sandbox" gets at its link's host end (main.cc
   // sets it with the networks). Without one, their names do not resolve.
   void SetDns(network::DnsResolver* dns) { dns_ = dns; }
+  // The egress proxy (decision 58), with SandboxNetworks' egress port set: sandboxes with
+  // allowNames rules are served by it.
+  void SetEgress(EgressLink* egress) { egress_ = egress; }
   // Processes start through a spawner inside each sandbox (sandbox/spawner.cc) rather than a
   // `runsc exec` each (main.cc enables it unless helper.json says `"spawner": false`). Without
   // this call every process is a `runsc exec`.
@@ -431,6 +435,7 @@ class SandboxHost {
   const ServiceCgroup* service_ = nullptr;
   std::unique_ptr<CpuPriority> priority_;  // with service_
   network::DnsResolver* dns_ = nullptr;
+  EgressLink* egress_ = nullptr;
   RunscRunner& runsc_;
   ProcessWatcher& watcher_;
   kj::Timer& timer_;

@@ -297,6 +297,13 @@ void SandboxHost::AdoptNetwork(Sandbox& sb) {
     if (!served.ok())
       KJ_LOG(ERROR, "cannot serve an adopted sandbox's DNS", sb.id, served.ToString());
   }
+  if (adopted.ok() && egress_ != nullptr && networks_->egress_port() != 0 &&
+      policy.getAllowNames().size() > 0) {
+    absl::Status served = egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                                       network::AllowedNamesFrom(policy));
+    if (!served.ok())
+      KJ_LOG(ERROR, "cannot serve an adopted sandbox's egress", sb.id, served.ToString());
+  }
 }
 
 void SandboxHost::CollectUnowned() {

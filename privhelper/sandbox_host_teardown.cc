@@ -252,6 +252,7 @@ void SandboxHost::Forget(Sandbox& sandbox) {
   // After runsc is done with it (Destroy deleted the container first).
   if (sandbox.link) {
     if (dns_ != nullptr) dns_->RemoveSandbox(sandbox.id);
+    if (egress_ != nullptr) egress_->Remove(sandbox.id);
     if (networks_ != nullptr) networks_->Remove(*sandbox.link);
     else KJ_LOG(ERROR, "cannot remove a sandbox's network: networking is not set up", sandbox.id);
   }

@@ -100,6 +100,11 @@ struct HelperNetwork {
   uplink @2 :Text;
   # The host interface sandbox traffic leaves through (masqueraded to its address); empty = any
   # interface that is not a sandbox link.
+  egressUser @3 :Text = "paseo-sandbox-egress";
+  # Unprivileged system user the egress proxy runs as (decision 58): it checks the name of each
+  # connection to an allowNames rule's port and dials that name itself.
+  egressBinary @4 :Text;
+  # Absolute path of the egress proxy; empty means "paseo-sandbox-egress" beside the privhelper.
 }
 
 enum RestartPolicy {

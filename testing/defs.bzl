@@ -4,6 +4,7 @@
 SERVICE_DATA = [
     "//broker:paseo-sandbox-broker",
     "//client:paseo-sandbox",
+    "//egress:paseo-sandbox-egress",
     "//privhelper:paseo-sandbox-privhelper",
     "//rootfs:build-rootfs",
     "//sandbox:paseo-sandbox-shim",

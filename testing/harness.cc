@@ -125,6 +125,7 @@ void Service::Start() {
   CopyExecutable(Runfile(options_.broker_runfile.empty() ? "broker/paseo-sandbox-broker"
                                                          : options_.broker_runfile),
                  base_ + "/bin/paseo-sandbox-broker");
+  CopyExecutable(Runfile("egress/paseo-sandbox-egress"), base_ + "/bin/paseo-sandbox-egress");
   CopyExecutable(Runfile("client/paseo-sandbox"), base_ + "/bin/paseo-sandbox");
   CopyExecutable(Runfile("sandbox/paseo-sandbox-shim"), base_ + "/bin/paseo-sandbox-shim");
   rootfs_version_ =

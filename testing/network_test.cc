@@ -55,12 +55,14 @@ ServiceOptions NetworkOptions() {
 }
 
 // The body of an HTTP GET from inside `sandbox` to host:port (busybox nc, 3 s: Debian's static
-// busybox wget crashes), or "FAILED".
+// busybox wget crashes), naming `name` as its Host if given, or "FAILED".
 std::string Fetch(const Service& svc, const std::string& sandbox, const std::string& host,
-                  int port) {
+                  int port, const std::string& name = "") {
+  std::string head = name.empty() ? "GET / HTTP/1.0\\r\\n\\r\\n"
+                                  : absl::StrCat("GET / HTTP/1.0\\r\\nHost: ", name, "\\r\\n\\r\\n");
   auto r = svc.Cli(Net(svc), {"exec", sandbox, "--", "sh", "-c",
-                              absl::StrCat("printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc -w 3 ", host,
-                                           " ", port, " 2>/dev/null || echo FAILED")});
+                              absl::StrCat("printf '", head, "' | nc -w 3 ", host, " ", port,
+                                           " 2>/dev/null || echo FAILED")});
   std::string out(absl::StripTrailingAsciiWhitespace(r.out));
   size_t body = out.find("\r\n\r\n");
   return body == std::string::npos ? out : out.substr(body + 4);
@@ -152,37 +154,52 @@ TEST(NetworkTest, EgressOnlyWhereThePolicyAllows) {
 // Names: the supervisor's resolver answers only allowed names (exact, or strictly below a
 // "*." suffix), asks the upstream nothing else, and each answer opens that address on the
 // rule's ports for the sandbox that asked, only.
-TEST(NetworkTest, AllowedNamesResolveAndOpenOnlyTheirAddresses) {
+// Decision 58: an allowNames rule is a name, not an address. The sandbox's TCP to a rule's
+// port goes through the egress proxy, which reads the request's Host, allows only the rules'
+// names and dials the name itself: another name at the same address (a CDN's), a request
+// naming nothing, and other ports stay closed; the resolver answers names without opening
+// their addresses.
+TEST(NetworkTest, AllowedNamesAreCheckedByNameNotByAddress) {
   Service& svc = *g_service;
   ASSERT_TRUE(BuildInternet().ok()) << BuildInternet();
   std::string a = CreateNetSandbox(svc);
-  std::string b = CreateNetSandbox(svc);
   auto lookup = [&](const std::string& sandbox, const std::string& name) {
     return svc.Cli(Net(svc), {"exec", sandbox, "--", "sh", "-c", "nslookup " + name + " 2>&1"}).out;
   };
-  // Not resolved yet: its address is closed.
-  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80), "FAILED");
   std::string allowed = lookup(a, "allowed.example");
   EXPECT_TRUE(absl::StrContains(allowed, "203.0.113.20")) << allowed << svc.Log();
-  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80), "internet-80") << Nft();
-  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 8080), "FAILED");
-  // Opened for the sandbox that asked, not for another.
-  EXPECT_EQ(Fetch(svc, b, "203.0.113.20", 80), "FAILED");
-  // A name not on the list: no answer, never asked upstream, its address closed by IP too.
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80, "allowed.example"), "internet-80") << svc.Log();
+  // Its port only: 8080 is not redirected and not open.
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 8080, "allowed.example"), "FAILED");
+  // The address it resolved to does not open it for anything else: no Host, another name, or
+  // bytes that are not HTTP.
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80), "FAILED");
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 80, "other.example"), "FAILED");
+  auto raw = svc.Cli(Net(svc), {"exec", a, "--", "sh", "-c",
+                                "printf 'SSH-2.0-x\\r\\n' | nc -w 3 203.0.113.20 80 || echo FAILED"});
+  EXPECT_TRUE(absl::StrContains(raw.out, "FAILED") || raw.out.empty()) << raw.out;
+  // A name not on the list: no answer, never asked upstream, and no Host opens it anywhere.
   std::string other = lookup(a, "other.example");
   EXPECT_FALSE(absl::StrContains(other, "203.0.113.21")) << other;
-  EXPECT_EQ(Fetch(svc, a, "203.0.113.21", 80), "FAILED");
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.21", 80, "other.example"), "FAILED");
+  // The proxy dials the name, not the address asked for: allowed.example through any address.
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.21", 80, "allowed.example"), "internet-80");
   // "*.wild.example": a name below it, not the apex.
-  EXPECT_TRUE(absl::StrContains(lookup(a, "x.wild.example"), "203.0.113.22"));
-  EXPECT_EQ(Fetch(svc, a, "203.0.113.22", 80), "internet-80");
-  EXPECT_FALSE(absl::StrContains(lookup(a, "wild.example"), "203.0.113.23"));
-  EXPECT_EQ(Fetch(svc, a, "203.0.113.23", 80), "FAILED");
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.22", 80, "x.wild.example"), "internet-80");
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.23", 80, "wild.example"), "FAILED");
   for (const auto& name : Asked()) {
     EXPECT_NE(name, "other.example");
     EXPECT_NE(name, "wild.example");
   }
   EXPECT_FALSE(Asked().empty());
-  for (const auto& id : {a, b}) EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
+  // Nothing a name resolved to is in the sandbox's allow set (only address rules pass the
+  // firewall directly).
+  std::string tag = network::SandboxTag(a);
+  std::string set = Nft();
+  size_t at = set.find("set sb_" + tag + "_allow");
+  ASSERT_NE(at, std::string::npos) << set;
+  EXPECT_FALSE(absl::StrContains(set.substr(at, set.find('}', at) - at), "203.0.113.20")) << set;
+  EXPECT_EQ(svc.Cli(Net(svc), {"rm", a}).exit_code, 0);
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
@@ -242,10 +259,10 @@ TEST(NetworkTest, ZzKeepPolicyKeepsAnAdoptedSandboxsNetwork) {
   EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 80), "internet-80") << Nft();
   EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 8080), "FAILED");
   EXPECT_EQ(Fetch(svc, id, "169.254.169.254", 80), "FAILED");
-  // Its resolver is served again, and what it resolves opens for it.
+  // Its resolver and its egress proxy are served again.
   auto looked = svc.Cli(Net(svc), {"exec", id, "--", "sh", "-c", "nslookup x.wild.example 2>&1"});
   EXPECT_TRUE(absl::StrContains(looked.out, "203.0.113.22")) << looked.out << svc.Log();
-  EXPECT_EQ(Fetch(svc, id, "203.0.113.22", 80), "internet-80") << Nft();
+  EXPECT_EQ(Fetch(svc, id, "203.0.113.22", 80, "x.wild.example"), "internet-80") << Nft() << svc.Log();
   EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
   svc.Stop();

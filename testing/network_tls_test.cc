@@ -213,6 +213,29 @@ TEST_F(NetworkTlsTest, NameNotAllowedNeitherResolvesNorConnectsByAddress) {
   for (const auto& name : Asked()) EXPECT_NE(name, "other.example");
 }
 
+// Decision 58: one address, two names. Once allowed.example has resolved, its address used to
+// be open to any name it serves (domain fronting's way in); through the egress proxy only the
+// allowed server name gets through, whatever address the connection was made to.
+TEST_F(NetworkTlsTest, AnotherNameAtTheAllowedNamesAddressIsRefusedBySni) {
+  Curl fetched = Run("--cacert /workspace/ca.pem https://allowed.example/");
+  ASSERT_EQ(fetched.rc, 0) << fetched.out << svc.Log();
+  // other.example at allowed.example's address: the certificate would verify (it names both).
+  Curl fronted = Run("--cacert /workspace/ca.pem --resolve other.example:443:203.0.113.20 "
+                     "https://other.example/");
+  EXPECT_NE(fronted.rc, 0) << fronted.out;
+  EXPECT_FALSE(absl::StrContains(fronted.out, kBody)) << fronted.out;
+  // allowed.example at other.example's address: the proxy dials the name, so it works.
+  Curl moved = Run("--cacert /workspace/ca.pem --resolve allowed.example:443:203.0.113.21 "
+                   "https://allowed.example/");
+  EXPECT_EQ(moved.rc, 0) << moved.out << svc.Log();
+  EXPECT_EQ(moved.out, std::string(kBody) + "\n");
+  // The refusal is in the privhelper's log, with its reason.
+  std::string log = svc.Log();
+  EXPECT_TRUE(absl::StrContains(log, "\"name\":\"other.example\",\"port\":443,\"allowed\":false"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "no allowNames rule allows other.example on port 443")) << log;
+}
+
 }  // namespace
 }  // namespace paseo::testing
 

@@ -35,6 +35,7 @@ absl::Status Firewall::Run(const std::string& text, std::string* listing) {
 
 absl::Status Firewall::Reset() {
   opened_.clear();  // every set goes with the table
+  proxied_.clear();
   return Run(RenderTable(pool_, uplink_));
 }
 
@@ -44,13 +45,19 @@ absl::Status Firewall::RemoveTable() {
 }
 
 absl::Status Firewall::AddSandbox(const FirewallSandbox& sandbox) {
-  opened_.erase(SandboxTag(sandbox.sandbox_id));  // its set starts empty
-  return Run(RenderSandbox(sandbox, pool_));
+  std::string tag = SandboxTag(sandbox.sandbox_id);
+  opened_.erase(tag);  // its set starts empty
+  absl::Status added = Run(RenderSandbox(sandbox, pool_));
+  bool egress = sandbox.egress_port != 0 && (sandbox.egress_all_ports || !sandbox.egress_ports.empty());
+  if (added.ok() && egress) proxied_.insert(tag);
+  else proxied_.erase(tag);
+  return added;
 }
 
 absl::Status Firewall::RemoveSandbox(const std::string& tag) {
   opened_.erase(tag);
-  if (Run(RenderSandboxRemoval(tag)).ok()) return absl::OkStatus();
+  bool egress = proxied_.erase(tag) > 0;
+  if (Run(RenderSandboxRemoval(tag, egress)).ok()) return absl::OkStatus();
   // Something was missing (a half-removed sandbox): each piece on its own.
   absl::Status last = absl::OkStatus();
   for (const auto& step : RenderSandboxRemovalSteps(tag)) (void)Run(step);
@@ -91,6 +98,8 @@ std::chrono::seconds Firewall::AllowResolved(const std::string& sandbox_id,
                                              const std::vector<uint16_t>& ports,
                                              std::chrono::seconds ttl) {
   ttl = std::clamp(ttl, kMinTtl, kMaxTtl);
+  // Its names are checked and dialled by the egress proxy: an answer opens nothing.
+  if (proxied_.count(SandboxTag(sandbox_id))) return ttl;
   TimePoint now = clock_();
   Opened& opened = opened_[SandboxTag(sandbox_id)];
   // An element that stays open for more than half the TTL is left alone: refreshing it would

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,9 @@ class Firewall final : public ResolvedAddressSink {
   Cidr pool_;
   std::string uplink_;
   std::map<std::string, Opened> opened_;  // by SandboxTag
+  // Sandboxes whose names go through the egress proxy (FirewallSandbox.egress_port), by tag:
+  // their resolved names open nothing here (decision 58).
+  std::set<std::string> proxied_;
   Clock clock_ = [] { return std::chrono::steady_clock::now(); };
   Runner resolved_runner_;
   size_t resolved_transactions_ = 0;

@@ -63,7 +63,24 @@ std::string RenderTable(const Cidr& pool, const std::string& uplink) {
                                       : absl::StrCat("oifname \"", uplink, "\"");
   absl::StrAppend(&out, "add rule ", t, " postrouting ip saddr ", pool.ToString(), " ", out_if,
                   " masquerade\n");
+  absl::StrAppend(&out, "add map ", t, " natlinks { type ifname : verdict; }\n");
+  absl::StrAppend(&out, "add chain ", t,
+                  " prerouting { type nat hook prerouting priority dstnat; policy accept; }\n");
+  absl::StrAppend(&out, "add rule ", t, " prerouting iifname ", kLinks, " iifname vmap @natlinks\n");
   return out;
+}
+
+void EgressPortsOf(const std::vector<std::vector<uint16_t>>& rule_ports, std::vector<uint16_t>* ports,
+                   bool* all) {
+  *all = false;
+  ports->clear();
+  for (const auto& rule : rule_ports) {
+    if (rule.empty()) *all = true;
+    ports->insert(ports->end(), rule.begin(), rule.end());
+  }
+  std::sort(ports->begin(), ports->end());
+  ports->erase(std::unique(ports->begin(), ports->end()), ports->end());
+  if (*all) ports->clear();
 }
 
 std::string RenderTableRemoval() { return absl::StrCat("delete table ", Prefix(), "\n"); }
@@ -104,7 +121,29 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
   if (sb.dns)
     absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
                     " meta l4proto { tcp, udp } th dport 53 accept\n");
+  bool egress = sb.egress_port != 0 && (sb.egress_all_ports || !sb.egress_ports.empty());
+  if (egress)
+    absl::StrAppend(&out, "add rule ", t, " ", in, " ip daddr ", FormatIpv4(sb.host_addr),
+                    " tcp dport ", sb.egress_port, " ct state new accept\n");
   absl::StrAppend(&out, "add rule ", t, " ", in, " drop\n");
+  if (egress) {
+    // Name-checked TCP goes to the proxy on the link's host end; the sandbox's own host end
+    // (its resolver) and its address rules' destinations are left as they are.
+    std::string nat = chain + "_nat";
+    absl::StrAppend(&out, "add chain ", t, " ", nat, "\n");
+    absl::StrAppend(&out, "add rule ", t, " ", nat, " ip saddr != ", own, " return\n");
+    absl::StrAppend(&out, "add rule ", t, " ", nat, " ip daddr ", FormatIpv4(sb.host_addr), " return\n");
+    for (const auto& a : sb.allow) {
+      absl::StrAppend(&out, "add rule ", t, " ", nat, " ip daddr ", a.cidr.ToString(), " meta l4proto tcp");
+      if (!a.ports.empty()) absl::StrAppend(&out, " th dport ", PortSet(a.ports));
+      absl::StrAppend(&out, " return\n");
+    }
+    absl::StrAppend(&out, "add rule ", t, " ", nat, " meta l4proto tcp");
+    if (!sb.egress_all_ports) absl::StrAppend(&out, " th dport ", PortSet(sb.egress_ports));
+    absl::StrAppend(&out, " redirect to :", sb.egress_port, "\n");
+    absl::StrAppend(&out, "add element ", t, " natlinks { \"", sb.host_ifname, "\" : jump ", nat,
+                    " }\n");
+  }
   absl::StrAppend(&out, "add element ", t, " links { \"", sb.host_ifname, "\" : jump ", chain,
                   " }\n");
   absl::StrAppend(&out, "add element ", t, " inlinks { \"", sb.host_ifname, "\" : jump ", in,
@@ -112,12 +151,12 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
   return out;
 }
 
-std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag) {
+std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag, bool egress) {
   std::string t = Prefix();
   std::string chain = absl::StrCat("sb_", tag);
   std::string ifname = absl::StrCat(kHostIfnamePrefix, tag);
   // The map entries first: a chain cannot go while a jump to it exists.
-  return {
+  std::vector<std::string> steps = {
       absl::StrCat("delete element ", t, " links { \"", ifname, "\" }\n"),
       absl::StrCat("delete element ", t, " inlinks { \"", ifname, "\" }\n"),
       absl::StrCat("flush chain ", t, " ", chain, "\n", "delete chain ", t, " ", chain, "\n"),
@@ -125,10 +164,18 @@ std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag) {
                    "_in\n"),
       absl::StrCat("delete set ", t, " ", chain, "_allow\n"),
   };
+  if (egress) {
+    // The map entry before its chain, as above.
+    steps.insert(steps.begin() + 2,
+                 absl::StrCat("delete element ", t, " natlinks { \"", ifname, "\" }\n"));
+    steps.push_back(
+        absl::StrCat("flush chain ", t, " ", chain, "_nat\n", "delete chain ", t, " ", chain, "_nat\n"));
+  }
+  return steps;
 }
 
-std::string RenderSandboxRemoval(const std::string& tag) {
-  return absl::StrJoin(RenderSandboxRemovalSteps(tag), "");
+std::string RenderSandboxRemoval(const std::string& tag, bool egress) {
+  return absl::StrJoin(RenderSandboxRemovalSteps(tag, egress), "");
 }
 
 std::vector<ResolvedKey> ResolvedKeys(const std::vector<uint32_t>& addrs,
@@ -174,7 +221,8 @@ std::vector<std::string> SandboxTagsIn(const std::string& listing) {
     line = absl::StripLeadingAsciiWhitespace(line);
     if (!absl::ConsumePrefix(&line, "chain sb_")) continue;
     absl::string_view tag = line.substr(0, line.find_first_of(" {_"));
-    if (tag.size() == 10 && line.substr(10, 3) != "_in") tags.emplace_back(tag);
+    // The forward chain's name only: sb_<tag>_in and sb_<tag>_nat are the same sandbox's.
+    if (tag.size() == 10 && (line.size() == 10 || line[10] != '_')) tags.emplace_back(tag);
   }
   return tags;
 }

@@ -12,7 +12,10 @@
 //                everything else to the host (any of its addresses) dropped.
 //   output:      to a link only established/related (the resolver's answers).
 //   postrouting: the pool masqueraded when it leaves through the uplink (or any non-link).
-// Per sandbox (tag = SandboxTag(id)): chain sb_<tag> (forward), chain sb_<tag>_in (input), set
+//   prerouting:  from a link, through the map `natlinks` and the sandbox's nat chain: its
+//                name-checked TCP redirected to the egress proxy (decision 58).
+// Per sandbox (tag = SandboxTag(id)): chain sb_<tag> (forward), chain sb_<tag>_in (input),
+// chain sb_<tag>_nat (prerouting; only with the egress proxy), set
 // sb_<tag>_allow (ipv4_addr . inet_service, interval + timeout: what its resolved names opened).
 // sb_<tag>: any source but the sandbox's own address dropped; always-denied destinations
 // dropped (link-local and metadata, carrier-grade NAT, loopback, multicast, broadcast and
@@ -52,7 +55,18 @@ struct FirewallSandbox {
   uint32_t sandbox_addr = 0;  // the only source address its link may send from
   bool dns = false;           // port 53 on host_addr open (a resolver listens there)
   std::vector<CidrAllow> allow;
+  // Name-checked egress (decision 58): when egress_port is set, the sandbox's TCP to
+  // `egress_ports` (every port if egress_all_ports) is redirected to host_addr:egress_port,
+  // where the egress proxy reads the name, except TCP to its own host end and to its CIDR
+  // rules' destinations (address rules, unchanged).
+  uint16_t egress_port = 0;
+  std::vector<uint16_t> egress_ports;
+  bool egress_all_ports = false;
 };
+// The ports a profile's allowNames rules name, for FirewallSandbox's egress fields: `all` if
+// any rule allows every port.
+void EgressPortsOf(const std::vector<std::vector<uint16_t>>& rule_ports, std::vector<uint16_t>* ports,
+                   bool* all);
 
 // Deletes any previous table and creates the base one (one transaction; the `add table` first
 // makes the delete succeed when there was none). `uplink` empty = any interface but links.
@@ -63,9 +77,10 @@ std::string RenderTableRemoval();
 std::string RenderSandbox(const FirewallSandbox& sandbox, const Cidr& pool);
 // Their removal by the sandbox's tag (SandboxTag; garbage collection knows no more), as one
 // transaction (fails as a whole if any piece is missing).
-std::string RenderSandboxRemoval(const std::string& tag);
+// `egress`: it has the nat chain too (FirewallSandbox.egress_port).
+std::string RenderSandboxRemoval(const std::string& tag, bool egress = false);
 // The same pieces one command each, for removing what may be partly there.
-std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag);
+std::vector<std::string> RenderSandboxRemovalSteps(const std::string& tag, bool egress = true);
 // One element of a sandbox's allow set: an address on one port, or on every port (port -1).
 struct ResolvedKey {
   uint32_t addr = 0;

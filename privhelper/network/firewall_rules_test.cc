@@ -93,7 +93,42 @@ TEST(FirewallRules, RemovalTakesMapEntriesBeforeChains) {
   EXPECT_LT(At(r, "delete element inet paseo_sandbox inlinks"),
             At(r, "delete chain inet paseo_sandbox sb_" + tag + "_in"));
   At(r, "delete set inet paseo_sandbox sb_" + tag + "_allow");
-  EXPECT_EQ(RenderSandboxRemovalSteps(tag).size(), 5u);
+  EXPECT_EQ(r.find("natlinks"), std::string::npos) << "a sandbox without egress has no nat chain";
+  // With the egress proxy: its nat map entry before its nat chain. The steps (for what may be
+  // partly there) always include them.
+  std::string e = RenderSandboxRemoval(tag, /*egress=*/true);
+  EXPECT_LT(At(e, "delete element inet paseo_sandbox natlinks { \"psb-" + tag + "\" }"),
+            At(e, "delete chain inet paseo_sandbox sb_" + tag + "_nat"));
+  EXPECT_EQ(RenderSandboxRemovalSteps(tag).size(), 7u);
+  EXPECT_EQ(RenderSandboxRemovalSteps(tag, false).size(), 5u);
+}
+
+// Decision 58: the name rules' TCP goes to the proxy; the resolver on the host end, the CIDR
+// rules' destinations and other protocols do not; the proxy's port is open on the host end only.
+TEST(FirewallRules, NameCheckedTcpIsRedirectedToTheEgressProxy) {
+  FirewallSandbox sb = Sandbox();
+  EXPECT_EQ(RenderSandbox(sb, kPool).find("redirect"), std::string::npos) << "no proxy, no redirect";
+  sb.egress_port = 15001;
+  EgressPortsOf({{443}, {80, 443}}, &sb.egress_ports, &sb.egress_all_ports);
+  EXPECT_EQ(sb.egress_ports, (std::vector<uint16_t>{80, 443}));
+  EXPECT_FALSE(sb.egress_all_ports);
+  std::string r = RenderSandbox(sb, kPool);
+  std::string nat = "inet paseo_sandbox " + SandboxChain("sb-1") + "_nat";
+  size_t own = At(r, nat + " ip saddr != 10.88.0.2 return");
+  size_t host_end = At(r, nat + " ip daddr 10.88.0.1 return");
+  size_t cidr = At(r, nat + " ip daddr 203.0.113.10/32 meta l4proto tcp th dport { 80, 443 } return");
+  size_t redirect = At(r, nat + " meta l4proto tcp th dport { 80, 443 } redirect to :15001");
+  EXPECT_LT(own, redirect);
+  EXPECT_LT(host_end, redirect);
+  EXPECT_LT(cidr, redirect);
+  At(r, "add element inet paseo_sandbox natlinks { \"" + sb.host_ifname + "\" : jump " + SandboxChain("sb-1") + "_nat }");
+  size_t accept = At(r, "_in ip daddr 10.88.0.1 tcp dport 15001 ct state new accept");
+  EXPECT_LT(accept, At(r, "_in drop"));
+  // A rule of every port: all its TCP.
+  EgressPortsOf({{443}, {}}, &sb.egress_ports, &sb.egress_all_ports);
+  EXPECT_TRUE(sb.egress_all_ports);
+  At(RenderSandbox(sb, kPool), nat + " meta l4proto tcp redirect to :15001");
+  At(RenderTable(kPool, ""), "prerouting iifname \"psb-*\" iifname vmap @natlinks");
 }
 
 TEST(FirewallRules, AllowResolvedRefreshesTheTimeout) {

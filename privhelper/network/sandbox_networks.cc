@@ -129,8 +129,7 @@ absl::StatusOr<SandboxLink> SandboxNetworks::Create(const std::string& sandbox_i
   absl::Cleanup unpin = [&link] { (void)RemoveNetns(link.netns_path); };
   RETURN_IF_ERROR(CreateLink(host_ns_fd_, link));
   absl::Cleanup unlink = [this, &link] { (void)DeleteLink(host_ns_fd_, link.host_ifname); };
-  RETURN_IF_ERROR(firewall_.AddSandbox(
-      {sandbox_id, link.host_ifname, link.host_addr, link.sandbox_addr, serves_dns_, CidrAllowsOf(policy)}));
+  RETURN_IF_ERROR(firewall_.AddSandbox(FirewallOf(link, policy)));
   std::move(unlink).Cancel();
   std::move(unpin).Cancel();
   std::move(free_block).Cancel();
@@ -141,9 +140,29 @@ absl::Status SandboxNetworks::Adopt(const SandboxLink& link, pid_t sentry_pid,
                                     config::NetworkPolicy::Reader policy) {
   RETURN_IF_ERROR(pool_.Reserve(BlockOf(link)));
   if (sentry_pid > 0) RETURN_IF_ERROR(PinNetnsOf(sentry_pid, link.netns_path));
-  return firewall_.AddSandbox(
-      {link.sandbox_id, link.host_ifname, link.host_addr, link.sandbox_addr, serves_dns_,
-       CidrAllowsOf(policy)});
+  return firewall_.AddSandbox(FirewallOf(link, policy));
+}
+
+FirewallSandbox SandboxNetworks::FirewallOf(const SandboxLink& link,
+                                            config::NetworkPolicy::Reader policy) const {
+  FirewallSandbox fw;
+  fw.sandbox_id = link.sandbox_id;
+  fw.host_ifname = link.host_ifname;
+  fw.host_addr = link.host_addr;
+  fw.sandbox_addr = link.sandbox_addr;
+  fw.dns = serves_dns_;
+  fw.allow = CidrAllowsOf(policy);
+  if (egress_port_ != 0 && policy.getAllowNames().size() > 0) {
+    std::vector<std::vector<uint16_t>> rule_ports;
+    for (auto rule : policy.getAllowNames()) {
+      std::vector<uint16_t> ports;
+      for (uint16_t p : rule.getPorts()) ports.push_back(p);
+      rule_ports.push_back(std::move(ports));
+    }
+    fw.egress_port = egress_port_;
+    EgressPortsOf(rule_ports, &fw.egress_ports, &fw.egress_all_ports);
+  }
+  return fw;
 }
 
 void SandboxNetworks::Remove(const SandboxLink& link) {

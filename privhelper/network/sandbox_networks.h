@@ -77,6 +77,12 @@ class SandboxNetworks {
   // Whether a resolver serves the links' host ends (port 53 there is opened only then, for
   // sandboxes created or adopted afterwards): set once the resolver is up.
   void set_serves_dns(bool serves) { serves_dns_ = serves; }
+  // Where the egress proxy listens on each link's host end (decision 58), once it runs: a
+  // sandbox created or adopted afterwards with allowNames rules has its name-checked TCP
+  // redirected there, and its resolved names open nothing in the firewall. 0: names open
+  // their addresses (no proxy).
+  void set_egress_port(uint16_t port) { egress_port_ = port; }
+  uint16_t egress_port() const { return egress_port_; }
   Firewall& firewall() { return firewall_; }
   int host_ns_fd() const { return host_ns_fd_; }
   std::string NetnsDir() const { return run_dir_ + "/netns"; }
@@ -91,6 +97,9 @@ class SandboxNetworks {
   Firewall firewall_;
   bool hide_proc_sys_net_ = false;
   bool serves_dns_ = false;
+  uint16_t egress_port_ = 0;
+  // The firewall's view of a sandbox under `policy`.
+  FirewallSandbox FirewallOf(const SandboxLink& link, config::NetworkPolicy::Reader policy) const;
 };
 
 }  // namespace paseo::network

@@ -1,0 +1,183 @@
+// paseo-sandbox-egress: the egress proxy (decision 58). Started by the privhelper only, as its
+// own system user with no capabilities, in the host's network namespace; the privhelper's
+// socketpair is fd 3 and carries schema/egress.capnp's Control. It ends when that connection
+// ends. Each connection's outcome is one line on stderr (the privhelper's log, the journal
+// under systemd): "paseo-sandbox-egress: " and a JSON object.
+#include <sys/capability.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/debug.h>
+#include <kj/main.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/json_writer.h"
+#include "egress/egress_proxy.h"
+#include "egress/upstream_resolver.h"
+#include "privhelper/network/dns_upstreams.h"
+#include "privhelper/network/sandbox_network.h"
+#include "schema/egress.capnp.h"
+
+namespace paseo::egress {
+namespace {
+
+void Log(const std::string& line) {
+  std::string out = "paseo-sandbox-egress: " + line + "\n";
+  (void)!write(STDERR_FILENO, out.data(), out.size());
+}
+
+void AuditLine(const EgressEvent& e) {
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("sandbox");
+  w.String(e.sandbox_id);
+  w.Key("name");
+  w.String(e.name);
+  w.Key("port");
+  w.Int(e.port);
+  w.Key("allowed");
+  w.Bool(e.allowed);
+  if (!e.reason.empty()) {
+    w.Key("reason");
+    w.String(e.reason);
+  }
+  if (e.allowed) {
+    w.Key("upstream");
+    w.String(e.upstream);
+  }
+  w.EndObject();
+  Log(w.Take());
+}
+
+bool HasAnyCapability() {
+  cap_t caps = cap_get_proc();
+  if (caps == nullptr) return true;
+  cap_t none = cap_init();
+  bool any = cap_compare(caps, none) != 0;
+  cap_free(none);
+  cap_free(caps);
+  return any;
+}
+
+class ControlServer final : public rpc::Control::Server {
+ public:
+  ControlServer(EgressProxy& proxy, kj::LowLevelAsyncIoProvider& io) : proxy_(proxy), io_(io) {}
+
+ protected:
+  kj::Promise<void> addSandbox(AddSandboxContext context) override {
+    auto params = context.getParams();
+    EgressSandbox sandbox;
+    sandbox.id = params.getId().cStr();
+    sandbox.sandbox_addr = params.getSandboxAddr();
+    for (auto rule : params.getRules()) {
+      EgressRule r{rule.getName().cStr(), {}};
+      for (uint16_t p : rule.getPorts()) r.ports.push_back(p);
+      sandbox.rules.push_back(std::move(r));
+    }
+    auto listener = params.getListener();
+    return listener.getFd().then([this, listener, sandbox = std::move(sandbox)](kj::Maybe<int> fd) mutable {
+      int got = -1;
+      KJ_IF_MAYBE(f, fd) { got = fcntl(*f, F_DUPFD_CLOEXEC, 3); }
+      KJ_REQUIRE(got >= 0, "no listening socket came with addSandbox");
+      auto receiver = io_.wrapListenSocketFd(got, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
+                                                      kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC);
+      absl::Status added = proxy_.AddSandbox(std::move(sandbox), kj::mv(receiver));
+      KJ_REQUIRE(added.ok(), std::string(added.message()));
+    });
+  }
+
+  kj::Promise<void> removeSandbox(RemoveSandboxContext context) override {
+    proxy_.RemoveSandbox(context.getParams().getId().cStr());
+    return kj::READY_NOW;
+  }
+
+ private:
+  EgressProxy& proxy_;
+  kj::LowLevelAsyncIoProvider& io_;
+};
+
+struct Options {
+  std::vector<std::string> upstreams;
+  std::string pool;
+};
+
+int Main(int argc, char** argv) {
+  Options options;
+  {
+    kj::TopLevelProcessContext context(argv[0]);
+    auto parse =
+        kj::MainBuilder(context, "paseo-sandbox-egress",
+                        "The egress proxy of paseo-sandbox: checks the name of each connection "
+                        "a sandbox makes to an allowNames rule's port and dials that name itself. "
+                        "Started by paseo-sandbox-privhelper (control on fd 3), not by hand.")
+            .addOptionWithArg({"upstream"},
+                              [&](kj::StringPtr v) -> kj::MainBuilder::Validity {
+                                if (!network::ParseDnsUpstream(v.cStr()).ok()) return "not IPv4[:port]";
+                                options.upstreams.push_back(v.cStr());
+                                return true;
+                              },
+                              "<ip[:port]>", "a DNS upstream (repeatable)")
+            .addOptionWithArg({"pool"},
+                              [&](kj::StringPtr v) -> kj::MainBuilder::Validity {
+                                if (!network::ParseCidr(v.cStr())) return "not a CIDR";
+                                options.pool = v.cStr();
+                                return true;
+                              },
+                              "<cidr>", "the sandboxes' address pool (never dialled)")
+            .callAfterParsing([&]() -> kj::MainBuilder::Validity {
+              if (options.upstreams.empty() || options.pool.empty())
+                return "--upstream and --pool are required";
+              return true;
+            })
+            .build();
+    kj::Vector<kj::StringPtr> params;
+    for (int i = 1; i < argc; ++i) params.add(argv[i]);
+    parse(argv[0], params.asPtr());
+  }
+  struct stat st;
+  if (fstat(3, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    Log("fd 3 must be the privhelper's socketpair");
+    return 2;
+  }
+  if (geteuid() == 0 || getuid() == 0 || getegid() == 0 || getgid() == 0 || HasAnyCapability()) {
+    Log("refusing to run as root or with capabilities");
+    return 1;
+  }
+  // Nothing of this process's memory in a core file (decision 58: secrets will pass here).
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::vector<network::DnsUpstream> upstreams;
+  for (const std::string& u : options.upstreams) upstreams.push_back(*network::ParseDnsUpstream(u));
+  network::Cidr pool = *network::ParseCidr(options.pool);
+
+  auto io = kj::setupAsyncIo();
+  UpstreamResolver resolver(io.provider->getNetwork(), io.provider->getTimer(), upstreams);
+  EgressOptions proxy_options;
+  proxy_options.denied = [pool](uint32_t a) { return network::IsAlwaysDenied(a) || pool.Contains(a); };
+  EgressProxy proxy(*io.provider, io.provider->getTimer(), resolver, AuditLine, proxy_options);
+
+  auto stream = io.lowLevelProvider->wrapUnixSocketFd(3, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  // One fd per message: addSandbox's listener (capnp 0.9.2 passes none at 0).
+  capnp::TwoPartyVatNetwork network(*stream, /*maxFdsPerMessage=*/1, capnp::rpc::twoparty::Side::SERVER);
+  auto rpc = capnp::makeRpcServer(network, kj::heap<ControlServer>(proxy, *io.lowLevelProvider));
+  Log(absl::StrCat("serving (", upstreams.size(), " DNS upstreams, pool ", pool.ToString(), ")"));
+  network.onDisconnect().wait(io.waitScope);
+  Log("the privhelper's connection ended; exiting");
+  return 0;
+}
+
+}  // namespace
+}  // namespace paseo::egress
+
+int main(int argc, char** argv) { return paseo::egress::Main(argc, argv); }

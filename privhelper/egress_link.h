@@ -1,0 +1,97 @@
+// The privhelper's end of the egress proxy (decision 58): starts paseo-sandbox-egress as its own
+// user, with no capabilities, in the host's network namespace, on a fresh socketpair carrying
+// schema/egress.capnp's Control; restarts it when it ends (1 s, doubling to 30 s); and serves
+// each sandbox that has allowNames rules with a listening socket on its link's host end
+// (kEgressPort) that the privhelper makes and keeps, so a restarted proxy gets every sandbox back
+// and connections made meanwhile wait in the socket's backlog.
+//
+//   EgressLink egress(events, *io.lowLevelProvider, timer, options);
+//   RETURN_IF_ERROR(egress.Start());
+//   RETURN_IF_ERROR(egress.Add("sb-1", link.host_addr, link.sandbox_addr, names));
+//   egress.Remove("sb-1");
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <kj/timer.h>
+
+#include "absl/status/status.h"
+#include "privhelper/network/dns_resolver.h"
+#include "schema/egress.capnp.h"
+
+namespace paseo {
+
+// The port on each link's host end that the firewall redirects a sandbox's name-checked TCP to.
+inline constexpr uint16_t kEgressPort = 15001;
+
+class EgressLink {
+ public:
+  struct Options {
+    int exec_fd = -1;          // the proxy binary, opened root-owned (OpenRootOwnedExecutable)
+    std::string path;          // its path, for argv[0] and logs
+    uid_t uid = 0;             // its user (helper.json egressUser)
+    gid_t gid = 0;
+    int host_net_fd = -1;      // the host's network namespace
+    int host_mounts_fd = -1;   // the host's mount namespace
+    std::vector<std::string> upstreams;  // "a.b.c.d[:port]", the forwarder's
+    std::string pool;                    // the sandboxes' pool, never dialled
+    uint16_t port = kEgressPort;
+  };
+
+  EgressLink(kj::UnixEventPort& events, kj::LowLevelAsyncIoProvider& io, kj::Timer& timer,
+             Options options);
+  ~EgressLink();
+
+  // Starts the proxy; an error if it cannot be started (then names cannot be served).
+  absl::Status Start();
+  // Serves a sandbox: makes its listener on `host_addr`:port (in the host's namespace) and
+  // tells the proxy (now, or when it is back). An error if the socket cannot be made.
+  absl::Status Add(const std::string& id, uint32_t host_addr, uint32_t sandbox_addr,
+                   std::vector<network::AllowedName> names);
+  // Stops serving it: the proxy is told, and the kept listener is closed.
+  void Remove(const std::string& id);
+  bool serves(const std::string& id) const { return served_.count(id) > 0; }
+  pid_t pid() const { return running_ ? running_->pid : -1; }
+
+ private:
+  struct Served {
+    uint32_t sandbox_addr = 0;
+    std::vector<network::AllowedName> names;
+    kj::AutoCloseFd listener;
+  };
+  struct Running {
+    pid_t pid = -1;
+    kj::Own<kj::AsyncCapabilityStream> stream;
+    kj::Own<capnp::TwoPartyVatNetwork> network;
+    kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
+    egress::rpc::Control::Client control = nullptr;
+  };
+  struct ErrorHandler : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override;
+  };
+
+  absl::Status Spawn();
+  kj::Promise<void> Supervise(kj::Promise<int> exit);
+  void Send(const std::string& id, const Served& served);
+
+  kj::UnixEventPort& events_;
+  kj::LowLevelAsyncIoProvider& io_;
+  kj::Timer& timer_;
+  Options options_;
+  int dev_null_ = -1;
+  std::map<std::string, Served> served_;
+  kj::Own<Running> running_;
+  kj::Duration backoff_ = 1 * kj::SECONDS;
+  ErrorHandler errors_;
+  kj::TaskSet tasks_;  // last: destroyed first
+};
+
+}  // namespace paseo
