@@ -17,6 +17,10 @@ constexpr size_t kMaxRecordPayload = 16384;  // 2^14 (RFC 8446 5.1)
 constexpr uint16_t kServerNameExtension = 0;
 constexpr uint16_t kAlpnExtension = 16;
 constexpr uint8_t kHostNameType = 0;
+// Encrypted ClientHello (draft-ietf-tls-esni: 0xfe0d) and its predecessor ESNI (0xffce): the
+// name they carry is hidden from the proxy, and an ECH-enabled CDN serves the inner one.
+constexpr uint16_t kEchExtension = 0xfe0d;
+constexpr uint16_t kEsniExtension = 0xffce;
 
 absl::Status Malformed(absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("malformed TLS ClientHello: ", why));
@@ -123,6 +127,9 @@ absl::Status ParseBody(Reader body, ClientHello* hello) {
     Reader ext(absl::Span<const uint8_t>{});
     if (!extensions.U16(&type) || !extensions.Vector(2, &ext)) return Malformed("bad extension");
     if (!seen.insert(type).second) return Malformed("an extension appears twice");
+    if (type == kEchExtension || type == kEsniExtension)
+      return absl::InvalidArgumentError(
+          "TLS ClientHello refused: an encrypted ClientHello hides the server name");
     if (type == kServerNameExtension) {
       if (absl::Status s = ParseServerName(ext, &hello->server_name); !s.ok()) return s;
     } else if (type == kAlpnExtension) {

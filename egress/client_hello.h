@@ -10,7 +10,8 @@
 // Everything here comes from an untrusted sandbox. The parse is strict (RFC 8446 4.1.2 and
 // 4.2, RFC 6066 3, RFC 7301 3.1): every length must agree with its container, an extension may
 // appear once, the server_name list holds exactly one host_name, which must be a DNS host name
-// (an IP literal or a name with a trailing dot is refused, not matched). The message may span
+// (an IP literal or a name with a trailing dot is refused, not matched). An encrypted ClientHello
+// (ECH, or the older ESNI) is refused: the name it hides is the one an ECH-enabled CDN serves. The message may span
 // several handshake records (large post-quantum key shares do) but never more than
 // kMaxClientHello bytes; nothing but handshake records may come before it.
 #pragma once
@@ -37,7 +38,8 @@ struct ClientHello {
 };
 
 // nullopt: the bytes so far are a valid start, and more are needed. An error (InvalidArgument,
-// with a stable reason): not a TLS ClientHello, or a malformed one, or over kMaxClientHello.
+// with a stable reason): not a TLS ClientHello, or a malformed one, or over kMaxClientHello, or
+// one with ECH.
 absl::StatusOr<std::optional<ClientHello>> ParseClientHello(absl::Span<const uint8_t> data);
 
 // True if `name` is a DNS host name as the proxy accepts one: 1..253 bytes of dot-separated

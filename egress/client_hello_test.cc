@@ -237,6 +237,15 @@ TEST(ClientHelloTest, MalformedHellosAreRefused) {
   }
 }
 
+// ECH: an allowed outer name could carry another in the encrypted inner hello.
+TEST(ClientHelloTest, AnEncryptedClientHelloIsRefused) {
+  for (uint16_t type : {0xfe0d, 0xffce}) {
+    auto r = ParseClientHello(Hello({Sni("allowed.example.com"), Ext{type, Bytes(40, 7)}}));
+    ASSERT_FALSE(r.ok()) << type;
+    EXPECT_NE(r.status().message().find("encrypted ClientHello"), std::string::npos);
+  }
+}
+
 // A client that keeps sending handshake records never makes the parser wait past the bound.
 TEST(ClientHelloTest, RecordsPastTheBoundAreRefusedNotAwaited) {
   Bytes message = Handshake(Body({Ext{21, Bytes(kMaxClientHello, 0)}}));  // a padding extension

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include <kj/debug.h>
 
@@ -92,9 +93,14 @@ class EgressProxy::Served {
   kj::Promise<void> Accept() {
     return listener_->accept().then(
         [this](kj::Own<kj::AsyncIoStream> stream) {
+          // A connection reset before it was accepted has no peer (ENOTCONN): it is dropped,
+          // and the loop goes on (an exception here would end this sandbox's accepting).
           sockaddr_in peer = {};
           kj::uint len = sizeof(peer);
-          stream->getpeername(reinterpret_cast<sockaddr*>(&peer), &len);
+          if (kj::runCatchingExceptions([&] {
+                stream->getpeername(reinterpret_cast<sockaddr*>(&peer), &len);
+              }) != nullptr)
+            return Accept();
           EgressEvent event;
           event.sandbox_id = sandbox_.id;
           if (peer.sin_family != AF_INET || ntohl(peer.sin_addr.s_addr) != sandbox_.sandbox_addr) {
@@ -178,6 +184,8 @@ class EgressProxy::Served {
       if (!head->has_value()) return More(c);
       name = (*head)->host;
       c.host_port = (*head)->port;
+      if ((*head)->upgrade)
+        return std::optional<Refusal>(Refusal{"an Upgrade is not proxied on plain HTTP"});
       if (c.host_port && *c.host_port != c.event.port)
         return std::optional<Refusal>(Refusal{absl::StrCat("Host names port ", *c.host_port,
                                                            ", the connection is to ", c.event.port)});
@@ -199,7 +207,10 @@ class EgressProxy::Served {
   // Resolves the name itself and connects to one of its addresses: the one the sandbox asked
   // for if the name has it (the sandbox's own DNS answer), else the first.
   kj::Promise<void> Dial(Conn& c) {
-    return proxy_.resolver_.Resolve(c.event.name)
+    auto resolved = proxy_.resolver_.Resolve(c.event.name).catch_([](kj::Exception&&) {
+      return std::vector<uint32_t>{};  // audited below as resolving to nothing
+    });
+    return resolved
         .then([this, &c](std::vector<uint32_t> addrs) -> kj::Promise<void> {
           addrs.erase(std::remove_if(addrs.begin(), addrs.end(),
                                      [this](uint32_t a) { return Denied(a); }),
@@ -323,7 +334,7 @@ class EgressProxy::Served {
   // Passes on the first `n` buffered bytes and keeps the rest.
   kj::Promise<void> Send(Conn& c, size_t n) {
     return c.upstream->write(c.buffer.data(), n).then([&c, n] {
-      std::copy(c.buffer.begin() + n, c.buffer.begin() + c.buffered, c.buffer.begin());
+      memmove(c.buffer.data(), c.buffer.data() + n, c.buffered - n);
       c.buffered -= n;
     });
   }

@@ -252,6 +252,28 @@ TEST_F(EgressProxyTest, ConnectionsBeyondTheBoundAreRefusedAndHeldOnesCountDown)
   EXPECT_EQ(proxy_->connections("sb-test"), 0u);
 }
 
+// Regression (review): a connection reset before the proxy accepted it has no peer address,
+// and that used to end the sandbox's accept loop for good.
+TEST_F(EgressProxyTest, AConnectionResetBeforeItIsAcceptedDoesNotStopTheListener) {
+  Start();
+  for (int i = 0; i < 3; ++i) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(kLoopback);
+    a.sin_port = htons(proxy_port_);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    linger reset = {1, 0};  // close sends RST
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    close(fd);
+  }
+  io_->io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS).wait(ws_);
+  auto client = Connect();
+  Send(*client, OpenSslHello("allowed.example.com"));
+  auto up = UpstreamAccept();
+  EXPECT_NE(up.get(), nullptr) << "the listener stopped accepting after the resets";
+}
+
 TEST_F(EgressProxyTest, OnlyTheSandboxsAddressIsServed) {
   Start({}, /*sandbox_addr=*/0x7f000002);
   auto client = Connect();

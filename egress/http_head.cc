@@ -1,6 +1,7 @@
 // See http_head.h.
 #include "egress/http_head.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -72,6 +73,8 @@ absl::Status CheckPrefix(absl::string_view data) {
   for (size_t i = 0; i < data.size(); ++i) {
     if (data[i] == '\0') return Malformed("a NUL byte");
     if (data[i] == '\n' && (i == 0 || data[i - 1] != '\r')) return Malformed("a bare LF");
+    // A CR is a line's end only with its LF (one still to come at the end of the bytes so far).
+    if (data[i] == '\r' && i + 1 < data.size() && data[i + 1] != '\n') return Malformed("a bare CR");
   }
   return absl::OkStatus();
 }
@@ -112,7 +115,18 @@ absl::StatusOr<std::optional<RequestHead>> ParseRequestHead(absl::Span<const uin
     if (colon == absl::string_view::npos || !IsToken(line.substr(0, colon)))
       return Malformed("bad header name");
     absl::string_view name = line.substr(0, colon);
-    absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    // Only SP and HTAB around a value (RFC 9110 5.5): a vertical tab or form feed is kept, and
+    // refused below as a control character, rather than trimmed away as absl would.
+    absl::string_view value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    // A server that maps '_' to '-' (CGI) would read "Content_Length" as a framing header.
+    if (name.find('_') != absl::string_view::npos) {
+      std::string dashed(name);
+      std::replace(dashed.begin(), dashed.end(), '_', '-');
+      for (const char* framing : {"host", "content-length", "transfer-encoding", "upgrade"})
+        if (absl::EqualsIgnoreCase(dashed, framing)) return Malformed("an underscore in a framing header's name");
+    }
     if (!IsFieldValue(value)) return Malformed("bad header value");
     if (absl::EqualsIgnoreCase(name, "host")) {
       if (++hosts > 1) return Malformed("more than one Host");
@@ -165,7 +179,9 @@ absl::StatusOr<size_t> ChunkedBody::Feed(absl::Span<const uint8_t> data) {
     switch (state_) {
       case State::kSize:
         if (absl::ascii_isxdigit(c)) {
-          if (++digits_ > 16) return Malformed("a chunk size of more than 16 digits");
+          // At most 2^31 - 1: a server that keeps chunk sizes in 32 bits must read them as we do.
+          if (++digits_ > 8 || (digits_ == 8 && remaining_ > 0x7ffffff))
+            return Malformed("a chunk size of 2 GiB or more");
           remaining_ = remaining_ << 4 |
                        static_cast<uint64_t>(absl::ascii_isdigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
         } else if (digits_ > 0 && c == ';') {

@@ -9,8 +9,9 @@
 //   else check((*head)->host), then pass on head_size bytes and the body as framed.
 //
 // Strict, because a proxy that reads a request differently from the server behind it is the
-// classic smuggling hole (RFC 9112 and its security considerations): CRLF line ends only, no
-// whitespace before a header's colon, no folded lines, exactly one Host, a request target in
+// classic smuggling hole (RFC 9112 and its security considerations): CRLF line ends only (no bare
+// CR or LF), no whitespace before a header's colon, only SP and HTAB around a value, no folded
+// lines, no underscore in a framing header's name, exactly one Host, a request target in
 // origin form ("/path") or in absolute form only for http://<the same host>, Content-Length
 // and Transfer-Encoding never together, Transfer-Encoding only "chunked", one Content-Length.
 // HTTP/1.0 and HTTP/1.1 only (a Host is required of both here).
@@ -48,7 +49,7 @@ absl::StatusOr<std::optional<RequestHead>> ParseRequestHead(absl::Span<const uin
 // Where a chunked body ends, read as it arrives: Feed each piece of the body (after the head)
 // and it says how many of those bytes belong to the body; once done(), the rest is the next
 // request. Chunk extensions are skipped, trailers are allowed (each line at most 4 KiB), and a
-// chunk size is at most 16 hex digits.
+// chunk is smaller than 2 GiB.
 class ChunkedBody {
  public:
   // How many of `data`'s bytes are this body's (all of them unless it ends inside), or an error

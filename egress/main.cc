@@ -84,16 +84,18 @@ class ControlServer final : public rpc::Control::Server {
       for (uint16_t p : rule.getPorts()) r.ports.push_back(p);
       sandbox.rules.push_back(std::move(r));
     }
-    auto listener = params.getListener();
-    return listener.getFd().then([this, listener, sandbox = std::move(sandbox)](kj::Maybe<int> fd) mutable {
-      int got = -1;
-      KJ_IF_MAYBE(f, fd) { got = fcntl(*f, F_DUPFD_CLOEXEC, 3); }
-      KJ_REQUIRE(got >= 0, "no listening socket came with addSandbox");
-      auto receiver = io_.wrapListenSocketFd(got, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
-                                                      kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC);
-      absl::Status added = proxy_.AddSandbox(std::move(sandbox), kj::mv(receiver));
-      KJ_REQUIRE(added.ok(), std::string(added.message()));
-    });
+    // The fd came with this message: taken now, so the sandbox is served before the next call
+    // (a removeSandbox right after) is handled.
+    int got = -1;
+    KJ_IF_MAYBE(f, capnp::ClientHook::from(params.getListener())->getFd()) {
+      got = fcntl(*f, F_DUPFD_CLOEXEC, 3);
+    }
+    KJ_REQUIRE(got >= 0, "no listening socket came with addSandbox");
+    auto receiver = io_.wrapListenSocketFd(got, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
+                                                    kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC);
+    absl::Status added = proxy_.AddSandbox(std::move(sandbox), kj::mv(receiver));
+    KJ_REQUIRE(added.ok(), std::string(added.message()));
+    return kj::READY_NOW;
   }
 
   kj::Promise<void> removeSandbox(RemoveSandboxContext context) override {

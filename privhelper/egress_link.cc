@@ -101,8 +101,14 @@ absl::Status EgressLink::Spawn() {
   run->pid = *pid;
   run->stream = io_.wrapUnixSocketFd(pair[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   // One fd per message: each addSandbox's listener.
+  // capnp 0.9.2 sends fds only on a network whose maxFdsPerMessage is non-zero (decision 3);
+  // one the proxy sent back would be closed with its message (no answer carries a capability).
+  // Its answers are empty: a small traversal limit.
+  capnp::ReaderOptions answers;
+  answers.traversalLimitInWords = 64 * 1024;
+  answers.nestingLimit = 16;
   run->network = kj::heap<capnp::TwoPartyVatNetwork>(*run->stream, /*maxFdsPerMessage=*/1,
-                                                     capnp::rpc::twoparty::Side::CLIENT);
+                                                     capnp::rpc::twoparty::Side::CLIENT, answers);
   run->rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(capnp::makeRpcClient(*run->network));
   capnp::word scratch[4];
   memset(scratch, 0, sizeof(scratch));

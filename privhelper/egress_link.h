@@ -29,8 +29,10 @@
 
 namespace paseo {
 
-// The port on each link's host end that the firewall redirects a sandbox's name-checked TCP to.
-inline constexpr uint16_t kEgressPort = 15001;
+// The port on each link's host end that the firewall redirects a sandbox's name-checked TCP to:
+// below 1024, so no unprivileged host user can bind it first (CAP_NET_BIND_SERVICE, which the
+// privhelper has for port 53).
+inline constexpr uint16_t kEgressPort = 1001;
 
 class EgressLink {
  public:

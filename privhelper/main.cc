@@ -241,14 +241,33 @@ int BecomeBroker(uid_t uid, gid_t gid) {
 std::unique_ptr<EgressLink> StartEgress(const Config& config, const std::string& self_path,
                                         kj::UnixEventPort& events, kj::LowLevelAsyncIoProvider& io,
                                         kj::Timer& timer, int host_net, int host_mounts,
-                                        std::vector<std::string> upstreams, std::string pool) {
+                                        network::Firewall& firewall,
+                                        const std::vector<network::DnsUpstream>& dns_upstreams,
+                                        uid_t broker_uid, gid_t socket_gid) {
   auto net = config.helper().getNetwork();
   passwd* pw = getpwnam(net.getEgressUser().cStr());
-  if (pw == nullptr || pw->pw_uid == 0) {
+  // Its own user, in no group that opens the API socket or the broker's files: a proxy a
+  // sandbox took over gets nothing of the service's.
+  if (pw == nullptr || pw->pw_uid == 0 || pw->pw_uid == broker_uid || pw->pw_gid == socket_gid) {
     Log(absl::StrCat("no egress proxy: user \"", net.getEgressUser().cStr(),
-                     "\" does not exist (or is root); profiles with allowNames rules are refused"));
+                     "\" does not exist, or is root, the broker's user or in the socket's group; "
+                     "profiles with allowNames rules are refused"));
     return nullptr;
   }
+  std::vector<std::string> upstreams;
+  std::vector<network::Endpoint> endpoints;
+  for (const auto& u : dns_upstreams) {
+    upstreams.push_back(absl::StrCat(network::FormatIpv4(u.addr), ":", u.port));
+    endpoints.push_back({u.addr, u.port});
+  }
+  // Before it runs: what it may connect to, in the kernel (the host's own addresses never).
+  absl::Status restricted = firewall.RestrictEgressUser(pw->pw_uid, endpoints);
+  if (!restricted.ok()) {
+    Log(absl::StrCat("no egress proxy: cannot bound its connections: ", restricted.message(),
+                     "; profiles with allowNames rules are refused"));
+    return nullptr;
+  }
+  std::string pool = net.getPool().cStr();
   EgressLink::Options options;
   options.path = config.EgressBinary(self_path);
   auto fd = OpenRootOwnedExecutable(options.path);
@@ -263,7 +282,7 @@ std::unique_ptr<EgressLink> StartEgress(const Config& config, const std::string&
   options.host_net_fd = host_net;
   options.host_mounts_fd = host_mounts;
   options.upstreams = std::move(upstreams);
-  options.pool = std::move(pool);
+  options.pool = pool;
   auto egress = std::make_unique<EgressLink>(events, io, timer, std::move(options));
   absl::Status started = egress->Start();
   if (!started.ok()) {
@@ -645,12 +664,9 @@ int Serve(const Options& options, const std::string& program) {
         // Names go through the egress proxy (decision 58): without it, profiles with allowNames
         // rules are refused rather than given their addresses.
         networks->set_egress_port(kEgressPort);
-        std::vector<std::string> upstream_text;
-        for (const auto& u : *upstreams)
-          upstream_text.push_back(absl::StrCat(network::FormatIpv4(u.addr), ":", u.port));
         egress = StartEgress(**config, self_path, events, *io.lowLevelProvider, events.getTimer(),
-                             networks->host_ns_fd(), host_mounts, upstream_text,
-                             helper.getNetwork().getPool().cStr());
+                             networks->host_ns_fd(), host_mounts, networks->firewall(), *upstreams,
+                             broker_uid, socket_gid);
         if (egress) host.SetEgress(egress.get());
       } else {
         Log(absl::StrCat("no DNS upstream; creates with network mode \"sandbox\" are refused: ",

@@ -209,8 +209,8 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     return absl::FailedPreconditionError("network mode \"sandbox\" is not set up on this host");
   // Without the privhelper's resolver a sandbox would have no DNS, and its host end's port 53
   // nobody we know of to answer: refused, as when networking is not set up.
-  // Names go through the egress proxy once it runs (SetEgress): without it, they open their
-  // addresses as before.
+  // Names go through the egress proxy (SetEgress): without it a profile with allowNames rules
+  // is refused, never given its names' addresses.
   if (sandbox_network && policy.getAllowNames().size() > 0 && networks_->egress_port() != 0 &&
       egress_ == nullptr)
     return absl::FailedPreconditionError(

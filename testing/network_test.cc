@@ -44,7 +44,8 @@ ServiceOptions NetworkOptions() {
               R"({"name": "net", "network": {"mode": "sandbox",
                   "allowCidrs": [{"cidr": "203.0.113.10/32", "ports": [80]}],
                   "allowNames": [{"name": "allowed.example", "ports": [80]},
-                                 {"name": "*.wild.example", "ports": [80]}],
+                                 {"name": "*.wild.example", "ports": [80]},
+                                 {"name": "host.example", "ports": [8082]}],
                   "inboundPorts": [9000]}})");
     WriteText(base + "/etc/deployments/net.json",
               absl::StrCat(R"({"id": "net", "allowedUids": [4646], "profiles": ["net", "default"],
@@ -188,6 +189,10 @@ TEST(NetworkTest, AllowedNamesAreCheckedByNameNotByAddress) {
   EXPECT_EQ(Fetch(svc, a, "203.0.113.21", 80, "other.example"), "FAILED");
   // The proxy dials the name, not the address asked for: allowed.example through any address.
   EXPECT_EQ(Fetch(svc, a, "203.0.113.21", 80, "allowed.example"), "internet-80");
+  // An allowed name that resolves to the host: the proxy dials from the host, and the firewall
+  // keeps its user off the host's own addresses as it keeps sandboxes off them.
+  EXPECT_EQ(Fetch(svc, a, "203.0.113.20", 8082, "host.example"), "FAILED") << svc.Log();
+  EXPECT_TRUE(absl::StrContains(svc.Log(), "could not connect to 192.0.2.1:8082")) << svc.Log();
   // "*.wild.example": a name below it, not the apex.
   EXPECT_EQ(Fetch(svc, a, "203.0.113.22", 80, "x.wild.example"), "internet-80");
   EXPECT_EQ(Fetch(svc, a, "203.0.113.23", 80, "wild.example"), "FAILED");

@@ -25,6 +25,9 @@ const std::map<std::string, uint32_t> kZone = {
     {"other.example", 0xcb007115},    // 203.0.113.21
     {"x.wild.example", 0xcb007116},   // 203.0.113.22
     {"wild.example", 0xcb007117},     // 203.0.113.23
+    // The test's own namespace, which stands for the privhelper's host: a name that resolves to
+    // the host must not reach it (the egress proxy dials from there).
+    {"host.example", 0xc0000201},     // 192.0.2.1
     // Servers a suite starts itself (InNetnsFile / RunIn with InternetPin()): a git server,
     // and the fake model APIs (testing/fake-model-api) under the names the agent CLIs use.
     {"git.example", 0xcb00711e},        // 203.0.113.30

@@ -40,8 +40,13 @@ absl::Status Firewall::Reset() {
 }
 
 absl::Status Firewall::RemoveTable() {
+  proxied_.clear();
   opened_.clear();
   return Run(RenderTableRemoval());
+}
+
+absl::Status Firewall::RestrictEgressUser(uint32_t uid, const std::vector<Endpoint>& upstreams) {
+  return Run(RenderEgressUser(uid, upstreams, pool_, uplink_));
 }
 
 absl::Status Firewall::AddSandbox(const FirewallSandbox& sandbox) {

@@ -40,6 +40,8 @@ class Firewall final : public ResolvedAddressSink {
   absl::Status Reset();
   // Removes the table (clean shutdown, no sandbox left).
   absl::Status RemoveTable();
+  // Bounds what the egress proxy's user may connect to (RenderEgressUser), until the next Reset.
+  absl::Status RestrictEgressUser(uint32_t uid, const std::vector<Endpoint>& upstreams);
   // Adds a sandbox's chains, set and map entries in one transaction: all or nothing.
   absl::Status AddSandbox(const FirewallSandbox& sandbox);
   // Removes them (by the sandbox's tag, SandboxTag); pieces already gone are skipped.

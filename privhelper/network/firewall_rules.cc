@@ -70,6 +70,25 @@ std::string RenderTable(const Cidr& pool, const std::string& uplink) {
   return out;
 }
 
+std::string RenderEgressUser(uint32_t uid, const std::vector<Endpoint>& upstreams, const Cidr& pool,
+                             const std::string& uplink) {
+  std::string t = Prefix();
+  std::string c = absl::StrCat(t, " egress_out");
+  std::string out = absl::StrCat("add chain ", c, "\n", "flush chain ", c, "\n");
+  absl::StrAppend(&out, "add rule ", c, " ct state established,related accept\n");
+  for (const Endpoint& u : upstreams)
+    absl::StrAppend(&out, "add rule ", c, " ip daddr ", FormatIpv4(u.addr),
+                    " meta l4proto { tcp, udp } th dport ", u.port, " accept\n");
+  absl::StrAppend(&out, "add rule ", c, " meta nfproto ipv6 reject\n");
+  absl::StrAppend(&out, "add rule ", c, " fib daddr type local reject\n");
+  std::vector<Cidr> denied = AlwaysDenied();
+  denied.push_back(pool);
+  for (const Cidr& d : denied) absl::StrAppend(&out, "add rule ", c, " ip daddr ", d.ToString(), " reject\n");
+  if (!uplink.empty()) absl::StrAppend(&out, "add rule ", c, " oifname != \"", uplink, "\" reject\n");
+  absl::StrAppend(&out, "insert rule ", t, " output meta skuid ", uid, " jump egress_out\n");
+  return out;
+}
+
 void EgressPortsOf(const std::vector<std::vector<uint16_t>>& rule_ports, std::vector<uint16_t>* ports,
                    bool* all) {
   *all = false;
@@ -138,7 +157,7 @@ std::string RenderSandbox(const FirewallSandbox& sb, const Cidr& pool) {
       if (!a.ports.empty()) absl::StrAppend(&out, " th dport ", PortSet(a.ports));
       absl::StrAppend(&out, " return\n");
     }
-    absl::StrAppend(&out, "add rule ", t, " ", nat, " meta l4proto tcp");
+    absl::StrAppend(&out, "add rule ", t, " ", nat, " meta nfproto ipv4 meta l4proto tcp");
     if (!sb.egress_all_ports) absl::StrAppend(&out, " th dport ", PortSet(sb.egress_ports));
     absl::StrAppend(&out, " redirect to :", sb.egress_port, "\n");
     absl::StrAppend(&out, "add element ", t, " natlinks { \"", sb.host_ifname, "\" : jump ", nat,

@@ -63,6 +63,14 @@ struct FirewallSandbox {
   std::vector<uint16_t> egress_ports;
   bool egress_all_ports = false;
 };
+// What the egress proxy's user (`uid`) may start from the host (decision 58): its DNS queries to
+// `upstreams`, and connections to anything but the host's own addresses (fib type local),
+// the always-denied destinations, the pool, IPv6, and (with `uplink`) other interfaces. The
+// same bounds a sandbox's forwarded traffic has, enforced in the kernel for the proxy too, so
+// neither a name that resolves to the host nor a compromised proxy reaches the host's
+// services. One transaction: the chain `egress_out` and its jump at the head of `output`.
+std::string RenderEgressUser(uint32_t uid, const std::vector<Endpoint>& upstreams, const Cidr& pool,
+                             const std::string& uplink);
 // The ports a profile's allowNames rules name, for FirewallSandbox's egress fields: `all` if
 // any rule allows every port.
 void EgressPortsOf(const std::vector<std::vector<uint16_t>>& rule_ports, std::vector<uint16_t>* ports,

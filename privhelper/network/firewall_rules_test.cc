@@ -117,7 +117,7 @@ TEST(FirewallRules, NameCheckedTcpIsRedirectedToTheEgressProxy) {
   size_t own = At(r, nat + " ip saddr != 10.88.0.2 return");
   size_t host_end = At(r, nat + " ip daddr 10.88.0.1 return");
   size_t cidr = At(r, nat + " ip daddr 203.0.113.10/32 meta l4proto tcp th dport { 80, 443 } return");
-  size_t redirect = At(r, nat + " meta l4proto tcp th dport { 80, 443 } redirect to :15001");
+  size_t redirect = At(r, nat + " meta nfproto ipv4 meta l4proto tcp th dport { 80, 443 } redirect to :15001");
   EXPECT_LT(own, redirect);
   EXPECT_LT(host_end, redirect);
   EXPECT_LT(cidr, redirect);
@@ -127,8 +127,26 @@ TEST(FirewallRules, NameCheckedTcpIsRedirectedToTheEgressProxy) {
   // A rule of every port: all its TCP.
   EgressPortsOf({{443}, {}}, &sb.egress_ports, &sb.egress_all_ports);
   EXPECT_TRUE(sb.egress_all_ports);
-  At(RenderSandbox(sb, kPool), nat + " meta l4proto tcp redirect to :15001");
+  At(RenderSandbox(sb, kPool), nat + " meta nfproto ipv4 meta l4proto tcp redirect to :15001");
   At(RenderTable(kPool, ""), "prerouting iifname \"psb-*\" iifname vmap @natlinks");
+}
+
+// The egress proxy's own connections (review): its DNS upstreams, then never the host's own
+// addresses, the always-denied ones, the pool or IPv6; only through the uplink when one is set.
+TEST(FirewallRules, TheEgressUserReachesNeitherTheHostNorTheDeniedAddresses) {
+  std::string r = RenderEgressUser(995, {{*ParseIpv4("203.0.113.53"), 53}}, kPool, "eth1");
+  std::string c = "inet paseo_sandbox egress_out";
+  size_t dns = At(r, c + " ip daddr 203.0.113.53 meta l4proto { tcp, udp } th dport 53 accept");
+  size_t local = At(r, c + " fib daddr type local reject");
+  EXPECT_LT(dns, local);
+  EXPECT_LT(At(r, c + " ct state established,related accept"), local);
+  At(r, c + " meta nfproto ipv6 reject");
+  At(r, c + " ip daddr 169.254.0.0/16 reject");
+  At(r, c + " ip daddr 127.0.0.0/8 reject");
+  At(r, c + " ip daddr 10.88.0.0/16 reject");
+  At(r, c + " oifname != \"eth1\" reject");
+  At(r, "insert rule inet paseo_sandbox output meta skuid 995 jump egress_out");
+  EXPECT_EQ(RenderEgressUser(995, {}, kPool, "").find("oifname"), std::string::npos);
 }
 
 TEST(FirewallRules, AllowResolvedRefreshesTheTimeout) {

@@ -1781,6 +1781,11 @@ void RuntimeExec(Env& env) {
 constexpr char kNetProfile[] = "bench-net";
 constexpr char kBulkHost[] = "203.0.113.10";
 constexpr uint16_t kBulkPort = 8081;
+// The same server by name: the bench internet's allowed.example (203.0.113.20), where the bulk
+// listener (on every address there) answers too.
+constexpr char kNamesProfile[] = "bench-names";
+constexpr char kBulkName[] = "allowed.example";
+constexpr char kBulkNameHost[] = "203.0.113.20";
 
 // Create-to-first-byte of a sandbox with network mode "sandbox" against the same with "none",
 // alternating; both through the API.
@@ -1918,6 +1923,67 @@ void NetBulk(Env& env, const std::string& dir) {
   env.DeleteSandbox(sandbox);
   unlink((env.ws + "/fetch").c_str());
   r.extra.push_back({"bytes", std::to_string(bytes)});
+  g_results.push_back(r);
+  Report(r);
+}
+
+// net_names: the same bulk download and a first-byte latency, by name through the egress proxy
+// (profile bench-names: the name's TCP is redirected to the proxy, which reads the Host,
+// resolves the name and dials it) against the direct path to the same server (profile
+// bench-net: an address rule, no proxy), both sandboxes of ours. NetBulk's server must be up.
+void NetNames(Env& env) {
+  uint64_t bytes = env.opts.quick ? 64 * kMiB : 512 * kMiB;
+  int n = env.opts.quick ? 3 : 5;
+  int first_bytes = env.opts.quick ? 20 : 100;
+  Progress("net_names: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
+           " samples per side, and " + std::to_string(first_bytes) + " first bytes");
+  CopyExecutable(Runfile("testing/bench/fetch"), env.ws + "/fetch");
+  std::string total = std::to_string(BulkHeader(bytes).size() + bytes);
+  std::string port = std::to_string(kBulkPort);
+  Result r{"net_names", "MiB/s",
+           "fetch (HTTP GET naming allowed.example) by name through the egress proxy",
+           "the same by address, an allowCidrs rule (no proxy)", {}, {}, ">= 0.80",
+           [](double ratio, double, double) { return ratio >= 0.8; }, {}};
+  auto named = env.CreateSandbox(kNamesProfile);
+  auto direct = env.CreateSandbox(kNetProfile);
+  auto& ws = env.ws_();
+  auto run = [&](api::Sandbox::Client& sb, std::vector<std::string> argv) {
+    auto start = sb.startProcessRequest();
+    FillArgv(start.initSpec(), argv);
+    auto waited = start.send().getProcess().waitRequest().send().wait(ws);
+    if (waited.getStatus().which() != api::ExitStatus::EXIT_CODE ||
+        waited.getStatus().getExitCode() != 0)
+      Die("net_names: " + argv.back() + " failed in a sandbox");
+  };
+  for (int i = 0; i < n; ++i) {
+    double t0 = Now();
+    run(named, {"/workspace/fetch", kBulkNameHost, port, total, kBulkName});
+    double t1 = Now();
+    r.ours.push_back(static_cast<double>(bytes) / kMiB / (t1 - t0));
+    t0 = Now();
+    run(direct, {"/workspace/fetch", kBulkHost, port, total});
+    t1 = Now();
+    r.baseline.push_back(static_cast<double>(bytes) / kMiB / (t1 - t0));
+  }
+  // First byte of a small request's answer, median inside the sandbox (connect() to the byte).
+  std::string count = std::to_string(first_bytes);
+  run(named, {"sh", "-c",
+              "/workspace/fetch --first-byte " + count + " " + kBulkNameHost + " " + port + " " +
+                  kBulkName + " > /workspace/first-byte-proxy"});
+  run(direct, {"sh", "-c",
+               "/workspace/fetch --first-byte " + count + " " + kBulkHost + " " + port +
+                   " > /workspace/first-byte-direct"});
+  double via_us = std::atof(ReadFile(env.ws + "/first-byte-proxy").c_str());
+  double straight_us = std::atof(ReadFile(env.ws + "/first-byte-direct").c_str());
+  unlink((env.ws + "/first-byte-proxy").c_str());
+  unlink((env.ws + "/first-byte-direct").c_str());
+  r.extra.push_back({"first_byte_us_median_proxy", Num(via_us)});
+  r.extra.push_back({"first_byte_us_median_direct", Num(straight_us)});
+  r.extra.push_back({"first_byte_added_ms", Num((via_us - straight_us) / 1000)});
+  r.extra.push_back({"bytes", std::to_string(bytes)});
+  env.DeleteSandbox(named);
+  env.DeleteSandbox(direct);
+  unlink((env.ws + "/fetch").c_str());
   g_results.push_back(r);
   Report(r);
 }
@@ -2178,7 +2244,7 @@ void WriteBenchConfig(const std::string& base) {
             "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
                 Quote(base + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
                 ", \"gid\": " + std::to_string(kAgentGid) +
-                "}, \"profiles\": [\"bench\", \"bench-net\"], \"maxSandboxes\": 160}");
+                "}, \"profiles\": [\"bench\", \"bench-net\", \"bench-names\"], \"maxSandboxes\": 160}");
   WriteText(base + "/etc/profiles/bench.json",
             "{\"name\": \"bench\", \"outputBufferBytes\": " +
                 std::to_string(kOutputBufferBytes) + "}");
@@ -2186,7 +2252,12 @@ void WriteBenchConfig(const std::string& base) {
             "{\"name\": \"bench-net\", \"outputBufferBytes\": " +
                 std::to_string(kOutputBufferBytes) +
                 ", \"network\": {\"mode\": \"sandbox\", \"allowCidrs\": [{\"cidr\": \"" +
-                kBulkHost + "/32\", \"ports\": [" + std::to_string(kBulkPort) + "]}]}}");
+                kBulkHost + "/32\", \"ports\": [" + std::to_string(kBulkPort) + "]}]}}");  // The same server by name, through the egress proxy (decision 58).
+  WriteText(base + "/etc/profiles/bench-names.json",
+            "{\"name\": \"bench-names\", \"outputBufferBytes\": " +
+                std::to_string(kOutputBufferBytes) +
+                ", \"network\": {\"mode\": \"sandbox\", \"allowNames\": [{\"name\": \"" +
+                kBulkName + "\", \"ports\": [" + std::to_string(kBulkPort) + "]}]}}");
 }
 
 Options ParseArgs(int argc, char** argv) {
@@ -2207,7 +2278,7 @@ Options ParseArgs(int argc, char** argv) {
                    "usage: bench [--quick] [--perf DIR] "
                    "[--only cold,exec,throughput,replay,density,fanout,stuck_subscriber,runtime_exec,"
                    "session_exec_report,"
-                   "net_cold,net_bulk,workload]\n");
+                   "net_cold,net_bulk,net_names,workload]\n");
       std::exit(2);
     }
   }
@@ -2343,6 +2414,10 @@ int Main(int argc, char** argv) {
         Check(internet.ok(), "the bench internet: " + internet.ToString());
         NetBulk(env, dir);
         checkpoint("net_bulk");
+        if (opts.Wants("net_names")) {
+          NetNames(env);
+          checkpoint("net_names");
+        }
         (void)network::RemoveNetns(testing::InternetPin());
         rmdir(dir);
       }
