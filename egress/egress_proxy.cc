@@ -20,7 +20,7 @@ namespace {
 
 constexpr size_t kReadCap = std::max(kMaxClientHello, kMaxRequestHead);
 constexpr uint8_t kTlsHandshake = 22;
-constexpr size_t kCopyBuffer = 65536;  // per direction of a connection while it copies
+constexpr size_t kCopyBuffer = 131072;  // per direction of a connection
 
 std::string Ipv4(uint32_t addr) {
   return absl::StrCat(addr >> 24, ".", (addr >> 16) & 255, ".", (addr >> 8) & 255, ".", addr & 255);
@@ -262,34 +262,37 @@ class EgressProxy::Served {
   }
 
   // Everything `from` sends, to `to`, then its end (kj 0.9's pumpTo between two sockets did
-  // not see the end of the stream here).
+  // not see the end of the stream here). One buffer per direction, for the connection's life.
   static kj::Promise<void> Copy(kj::AsyncIoStream& from, kj::AsyncIoStream& to) {
     auto buffer = kj::heapArray<uint8_t>(kCopyBuffer);
     uint8_t* data = buffer.begin();  // the array moves into attach(); its bytes stay put
-    return from.tryRead(data, 1, kCopyBuffer)
-        .then([&from, &to, data](size_t n) -> kj::Promise<void> {
-          if (n == 0) {
-            to.shutdownWrite();
-            return kj::READY_NOW;
-          }
-          return to.write(data, n).then([&from, &to] { return Copy(from, to); });
-        })
-        .attach(kj::mv(buffer));
+    return CopyLoop(from, to, data).attach(kj::mv(buffer));
+  }
+  static kj::Promise<void> CopyLoop(kj::AsyncIoStream& from, kj::AsyncIoStream& to, uint8_t* data) {
+    return from.tryRead(data, 1, kCopyBuffer).then([&from, &to, data](size_t n) -> kj::Promise<void> {
+      if (n == 0) {
+        to.shutdownWrite();
+        return kj::READY_NOW;
+      }
+      return to.write(data, n).then([&from, &to, data] { return CopyLoop(from, to, data); });
+    });
   }
   // `amount` bytes of `from` to `to`: true if all came, false at an early end.
   static kj::Promise<bool> Copy(kj::AsyncIoStream& from, kj::AsyncIoStream& to, uint64_t amount) {
-    if (amount == 0) return true;
     auto buffer = kj::heapArray<uint8_t>(kCopyBuffer);
     uint8_t* data = buffer.begin();
+    return CopyLoop(from, to, data, amount).attach(kj::mv(buffer));
+  }
+  static kj::Promise<bool> CopyLoop(kj::AsyncIoStream& from, kj::AsyncIoStream& to, uint8_t* data,
+                                    uint64_t amount) {
+    if (amount == 0) return true;
     size_t want = static_cast<size_t>(std::min<uint64_t>(amount, kCopyBuffer));
-    return from.tryRead(data, 1, want)
-        .then([&from, &to, data, amount](size_t n) -> kj::Promise<bool> {
-          if (n == 0) return false;
-          return to.write(data, n).then([&from, &to, rest = amount - n] {
-            return Copy(from, to, rest);
-          });
-        })
-        .attach(kj::mv(buffer));
+    return from.tryRead(data, 1, want).then([&from, &to, data, amount](size_t n) -> kj::Promise<bool> {
+      if (n == 0) return false;
+      return to.write(data, n).then([&from, &to, data, rest = amount - n] {
+        return CopyLoop(from, to, data, rest);
+      });
+    });
   }
 
   // TLS: the hello and whatever followed it, then everything as it comes.
