@@ -23,10 +23,11 @@ uint16_t RandomId() {
 }
 
 // The addresses of a usable reply (NOERROR or NXDOMAIN), or nullopt for any other rcode.
-std::optional<std::vector<uint32_t>> Addresses(const dns::Response& r, const dns::Name& name) {
-  if (r.rcode == dns::kNxDomain) return std::vector<uint32_t>{};
+std::optional<UpstreamResolver::Answer> Addresses(const dns::Response& r, const dns::Name& name) {
+  if (r.rcode == dns::kNxDomain) return UpstreamResolver::Answer{};
   if (r.rcode != dns::kNoError) return std::nullopt;
-  return dns::FollowChain(name, r.answers).addrs;
+  dns::Chain chain = dns::FollowChain(name, r.answers);
+  return UpstreamResolver::Answer{chain.addrs, chain.ttl};
 }
 
 struct Exchange {
@@ -78,25 +79,42 @@ UpstreamResolver::UpstreamResolver(kj::Network& network, kj::Timer& timer,
     : network_(network), timer_(timer), upstreams_(std::move(upstreams)), timeout_(timeout) {}
 
 kj::Promise<std::vector<uint32_t>> UpstreamResolver::Resolve(const std::string& name) {
+  auto cached = cache_.find(name);
+  if (cached != cache_.end()) {
+    if (cached->second.until > timer_.now()) return cached->second.addrs;
+    cache_.erase(cached);
+  }
   if (upstreams_.empty()) return std::vector<uint32_t>{};
+  ++lookups_;
   kj::Duration attempt = timeout_ / 2;
   network::DnsUpstream second = upstreams_[upstreams_.size() > 1 ? 1 : 0];
   return Ask(upstreams_[0], name, attempt)
-      .then([this, second, name, attempt](std::optional<std::vector<uint32_t>> got)
-                -> kj::Promise<std::optional<std::vector<uint32_t>>> {
+      .then([this, second, name, attempt](std::optional<Answer> got) -> kj::Promise<std::optional<Answer>> {
         if (got) return kj::mv(got);
         return Ask(second, name, attempt);
       })
-      .then([](std::optional<std::vector<uint32_t>> got) {
-        return got ? *got : std::vector<uint32_t>{};
+      .then([this, name](std::optional<Answer> got) {
+        if (!got) return std::vector<uint32_t>{};
+        Keep(name, *got);
+        return got->addrs;
       });
 }
 
-kj::Promise<std::optional<std::vector<uint32_t>>> UpstreamResolver::Ask(network::DnsUpstream up,
-                                                                        std::string name,
-                                                                        kj::Duration timeout) {
+void UpstreamResolver::Keep(const std::string& name, const Answer& answer) {
+  if (answer.addrs.empty() || answer.ttl == 0) return;
+  kj::TimePoint now = timer_.now();
+  if (cache_.size() >= kMaxCached) {
+    for (auto it = cache_.begin(); it != cache_.end();) it = it->second.until <= now ? cache_.erase(it) : ++it;
+    if (cache_.size() >= kMaxCached) return;
+  }
+  cache_.insert_or_assign(name, Cached{answer.addrs, now + std::min(answer.ttl, kMaxCacheTtl) * kj::SECONDS});
+}
+
+kj::Promise<std::optional<UpstreamResolver::Answer>> UpstreamResolver::Ask(network::DnsUpstream up,
+                                                                           std::string name,
+                                                                           kj::Duration timeout) {
   auto parsed = dns::NameFromDotted(name);
-  if (!parsed.ok()) return std::optional<std::vector<uint32_t>>();
+  if (!parsed.ok()) return std::optional<Answer>();
   auto x = kj::heap<Exchange>();
   x->question = dns::Question{*parsed, dns::kTypeA, dns::kClassIn};
   x->query = dns::BuildQuery(x->id, x->question, dns::kMaxEdnsUdpSize);
@@ -118,13 +136,13 @@ kj::Promise<std::optional<std::vector<uint32_t>>> UpstreamResolver::Ask(network:
             if (r && r->truncated) return AskTcp(e);
             return kj::mv(r);
           })
-          .then([&e](std::optional<dns::Response> r) -> std::optional<std::vector<uint32_t>> {
+          .then([&e](std::optional<dns::Response> r) -> std::optional<Answer> {
             if (!r) return std::nullopt;
             return Addresses(*r, e.question.name);
           });
   return timer_.timeoutAfter(timeout, kj::mv(answer))
-      .then([](std::optional<std::vector<uint32_t>> a) { return a; },
-            [](kj::Exception&&) { return std::optional<std::vector<uint32_t>>(); })
+      .then([](std::optional<Answer> a) { return a; },
+            [](kj::Exception&&) { return std::optional<Answer>(); })
       .attach(kj::mv(x));
 }
 

@@ -9,10 +9,14 @@
 // the upstream asked, with that id and question, is read (dns::ParseResponse); a truncated reply
 // is asked again over TCP. The first upstream, then the next (or the same one again) within
 // `timeout` in all. NXDOMAIN, no answer or no upstream answering: no address. The CNAME chain is
-// followed as the forwarder does (dns::FollowChain).
+// followed as the forwarder does (dns::FollowChain). An answer with addresses is kept for its
+// TTL (at most kMaxCacheTtl, at most kMaxCached names): a connection to a name the proxy
+// dialled a moment ago does not wait for a lookup.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,10 +34,27 @@ class UpstreamResolver final : public NameResolver {
                    kj::Duration timeout = 2 * kj::SECONDS);
   kj::Promise<std::vector<uint32_t>> Resolve(const std::string& name) override;
 
+  static constexpr uint32_t kMaxCacheTtl = 300;  // seconds
+  static constexpr size_t kMaxCached = 1024;
+  size_t lookups() const { return lookups_; }  // answers asked of an upstream (tests)
+
+  struct Answer {
+    std::vector<uint32_t> addrs;
+    uint32_t ttl = 0;
+  };
+
  private:
   // One upstream's answer, or nullopt (no usable answer in time).
-  kj::Promise<std::optional<std::vector<uint32_t>>> Ask(network::DnsUpstream up, std::string name,
-                                                        kj::Duration timeout);
+  kj::Promise<std::optional<Answer>> Ask(network::DnsUpstream up, std::string name,
+                                         kj::Duration timeout);
+  void Keep(const std::string& name, const Answer& answer);
+
+  struct Cached {
+    std::vector<uint32_t> addrs;
+    kj::TimePoint until;
+  };
+  std::map<std::string, Cached> cache_;
+  size_t lookups_ = 0;
 
   kj::Network& network_;
   kj::Timer& timer_;

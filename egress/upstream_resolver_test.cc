@@ -122,6 +122,24 @@ TEST_F(UpstreamResolverTest, AnAnswersAddressesAreReturned) {
   EXPECT_EQ(Resolve({up.upstream()}, "api.example.com"), (std::vector<uint32_t>{0xc0000201, 0xc0000202}));
 }
 
+// An answer is kept for its TTL: the next connection to the name asks no upstream.
+TEST_F(UpstreamResolverTest, AnAnswerIsKeptForItsTtl) {
+  FakeUpstream up(FakeUpstream::Mode::kAnswer, {0xc0000201});
+  UpstreamResolver r(io_->io.provider->getNetwork(), io_->io.provider->getTimer(), {up.upstream()},
+                     400 * kj::MILLISECONDS);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(r.Resolve("api.example.com").wait(io_->io.waitScope), (std::vector<uint32_t>{0xc0000201}));
+  EXPECT_EQ(r.lookups(), 1u);
+  EXPECT_EQ(up.queries(), 1);
+  // Another name is its own lookup; a name with no address is not kept.
+  FakeUpstream nx(FakeUpstream::Mode::kNxDomain, {});
+  UpstreamResolver n(io_->io.provider->getNetwork(), io_->io.provider->getTimer(), {nx.upstream()},
+                     400 * kj::MILLISECONDS);
+  n.Resolve("none.example.com").wait(io_->io.waitScope);
+  n.Resolve("none.example.com").wait(io_->io.waitScope);
+  EXPECT_EQ(n.lookups(), 2u);
+}
+
 TEST_F(UpstreamResolverTest, ASpoofedReplyIsNotTakenForTheAnswer) {
   FakeUpstream up(FakeUpstream::Mode::kSpoofFirst, {0xc0000201});
   EXPECT_EQ(Resolve({up.upstream()}, "api.example.com"), (std::vector<uint32_t>{0xc0000201}));
