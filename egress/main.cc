@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json_writer.h"
+#include "egress/audit_limiter.h"
 #include "egress/egress_proxy.h"
 #include "egress/upstream_resolver.h"
 #include "privhelper/network/dns_upstreams.h"
@@ -36,7 +38,37 @@ void Log(const std::string& line) {
   (void)!write(STDERR_FILENO, out.data(), out.size());
 }
 
+// One line per connection, at most AuditLimiter's rate per sandbox (the rest coalesced).
+AuditLimiter g_limiter;
+
+double NowSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + t.tv_nsec / 1e9;
+}
+
+void WriteCoalesced() {
+  for (const auto& [id, n] : g_limiter.TakeSuppressed()) {
+    JsonWriter w;
+    w.BeginObject();
+    w.Key("sandbox");
+    w.String(id);
+    w.Key("coalesced");
+    w.Int(static_cast<int64_t>(n));
+    w.EndObject();
+    Log(w.Take());
+  }
+}
+
+kj::Promise<void> CoalesceEverySecond(kj::Timer& timer) {
+  return timer.afterDelay(1 * kj::SECONDS).then([&timer] {
+    WriteCoalesced();
+    return CoalesceEverySecond(timer);
+  });
+}
+
 void AuditLine(const EgressEvent& e) {
+  if (!g_limiter.Allow(e.sandbox_id, NowSeconds())) return;
   JsonWriter w;
   w.BeginObject();
   w.Key("sandbox");
@@ -100,6 +132,8 @@ class ControlServer final : public rpc::Control::Server {
 
   kj::Promise<void> removeSandbox(RemoveSandboxContext context) override {
     proxy_.RemoveSandbox(context.getParams().getId().cStr());
+    WriteCoalesced();
+    g_limiter.Forget(context.getParams().getId().cStr());
     return kj::READY_NOW;
   }
 
@@ -174,6 +208,7 @@ int Main(int argc, char** argv) {
   capnp::TwoPartyVatNetwork network(*stream, /*maxFdsPerMessage=*/1, capnp::rpc::twoparty::Side::SERVER);
   auto rpc = capnp::makeRpcServer(network, kj::heap<ControlServer>(proxy, *io.lowLevelProvider));
   Log(absl::StrCat("serving (", upstreams.size(), " DNS upstreams, pool ", pool.ToString(), ")"));
+  auto coalescing = CoalesceEverySecond(io.provider->getTimer()).eagerlyEvaluate(nullptr);
   network.onDisconnect().wait(io.waitScope);
   Log("the privhelper's connection ended; exiting");
   return 0;
