@@ -2,43 +2,16 @@
 // hand-built malformed ones, as a hostile sandbox would send them.
 #include "egress/client_hello.h"
 
-#include <openssl/bio.h>
-#include <openssl/ssl.h>
-
 #include <string>
 #include <vector>
 
+#include "egress/openssl_hello.h"
 #include "gtest/gtest.h"
 
 namespace paseo::egress {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-// What OpenSSL's client sends first, with `sni` (none if empty) and `alpn` offered.
-Bytes OpenSslHello(const std::string& sni, const std::vector<std::string>& alpn = {}) {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  SSL* ssl = SSL_new(ctx);
-  BIO* in = BIO_new(BIO_s_mem());
-  BIO* out = BIO_new(BIO_s_mem());
-  SSL_set_bio(ssl, in, out);
-  if (!sni.empty()) SSL_set_tlsext_host_name(ssl, sni.c_str());
-  if (!alpn.empty()) {
-    Bytes wire;
-    for (const std::string& p : alpn) {
-      wire.push_back(static_cast<uint8_t>(p.size()));
-      wire.insert(wire.end(), p.begin(), p.end());
-    }
-    SSL_set_alpn_protos(ssl, wire.data(), static_cast<unsigned>(wire.size()));
-  }
-  SSL_connect(ssl);  // wants to read the server's answer: the hello is in `out`
-  char* data = nullptr;
-  long n = BIO_get_mem_data(out, &data);
-  Bytes hello(data, data + n);
-  SSL_free(ssl);
-  SSL_CTX_free(ctx);
-  return hello;
-}
 
 // A hand-built hello: the body's fields, then `extensions` (each type and data) in one or
 // more records of at most `record_size` payload bytes.

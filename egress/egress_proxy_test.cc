@@ -7,8 +7,6 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <openssl/bio.h>
-#include <openssl/ssl.h>
 
 #include <map>
 #include <string>
@@ -16,6 +14,7 @@
 
 #include <kj/async-io.h>
 
+#include "egress/openssl_hello.h"
 #include "gtest/gtest.h"
 
 namespace paseo::egress {
@@ -23,20 +22,10 @@ namespace {
 
 constexpr uint32_t kLoopback = 0x7f000001;
 
-std::string OpenSslHello(const std::string& sni) {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  SSL* ssl = SSL_new(ctx);
-  BIO* in = BIO_new(BIO_s_mem());
-  BIO* out = BIO_new(BIO_s_mem());
-  SSL_set_bio(ssl, in, out);
-  if (!sni.empty()) SSL_set_tlsext_host_name(ssl, sni.c_str());
-  SSL_connect(ssl);
-  char* data = nullptr;
-  long n = BIO_get_mem_data(out, &data);
-  std::string hello(data, static_cast<size_t>(n));
-  SSL_free(ssl);
-  SSL_CTX_free(ctx);
-  return hello;
+// OpenSSL's ClientHello as the bytes a sandbox would send.
+std::string Hello(const std::string& sni) {
+  std::vector<uint8_t> h = OpenSslHello(sni);
+  return std::string(h.begin(), h.end());
 }
 
 class FakeResolver : public NameResolver {
@@ -106,19 +95,22 @@ class EgressProxyTest : public ::testing::Test {
     return net_.parseAddress("127.0.0.1", proxy_port_).wait(ws_)->connect().wait(ws_);
   }
 
+  // What `s` sends next: "" at its end, on an error, or when nothing came within `limit`.
+  std::string ReadSome(kj::AsyncIoStream& s, kj::Duration limit = 5 * kj::SECONDS) {
+    char buf[4096];
+    auto read = s.tryRead(buf, 1, sizeof(buf))
+                    .then([](size_t n) -> long { return static_cast<long>(n); },
+                          [](kj::Exception&&) -> long { return -1; });
+    auto& timer = io_->io.provider->getTimer();
+    long n = read.exclusiveJoin(timer.afterDelay(limit).then([]() -> long { return -1; })).wait(ws_);
+    return n <= 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
+  }
+
   // Everything `s` sends until it ends, or until `limit` passes.
   std::string ReadAll(kj::AsyncIoStream& s, kj::Duration limit = 5 * kj::SECONDS) {
     std::string got;
-    char buf[4096];
-    auto& timer = io_->io.provider->getTimer();
-    for (;;) {
-      auto read = s.tryRead(buf, 1, sizeof(buf))
-                      .then([](size_t n) -> long { return static_cast<long>(n); },
-                            [](kj::Exception&&) -> long { return -1; });  // reset: ended too
-      auto n = read.exclusiveJoin(timer.afterDelay(limit).then([]() -> long { return -1; })).wait(ws_);
-      if (n <= 0) return got;
-      got.append(buf, static_cast<size_t>(n));
-    }
+    for (std::string more = ReadSome(s, limit); !more.empty(); more = ReadSome(s, limit)) got += more;
+    return got;
   }
 
   // The upstream's next connection, or null if none comes within `limit`.
@@ -146,13 +138,17 @@ class EgressProxyTest : public ::testing::Test {
 TEST_F(EgressProxyTest, AnAllowedServerNameIsDialledByNameAndPassedOnWhole) {
   Start();
   auto client = Connect();
-  std::string hello = OpenSslHello("allowed.example.com");
+  std::string hello = Hello("allowed.example.com");
   Send(*client, hello + "after the hello");
   auto up = UpstreamAccept();
   ASSERT_NE(up.get(), nullptr) << "the proxy never dialled";
+  // Until the client's bytes are all there (each read bounded by ReadSome's deadline).
   std::string got;
-  char buf[8192];
-  while (got.size() < hello.size() + 15) got.append(buf, up->tryRead(buf, 1, sizeof(buf)).wait(ws_));
+  while (got.size() < hello.size() + 15) {
+    std::string more = ReadSome(*up);
+    if (more.empty()) break;
+    got += more;
+  }
   EXPECT_EQ(got, hello + "after the hello");
   Send(*up, "from upstream");
   up->shutdownWrite();
@@ -169,7 +165,7 @@ TEST_F(EgressProxyTest, AnAllowedServerNameIsDialledByNameAndPassedOnWhole) {
 TEST_F(EgressProxyTest, AnotherNameAtTheSameAddressIsRefused) {
   Start();
   for (const std::string& first :
-       {OpenSslHello("other.example.com"), std::string("GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n")}) {
+       {Hello("other.example.com"), std::string("GET / HTTP/1.1\r\nHost: other.example.com\r\n\r\n")}) {
     auto client = Connect();
     Send(*client, first);
     EXPECT_EQ(ReadAll(*client), "");
@@ -205,14 +201,14 @@ TEST_F(EgressProxyTest, HostileFirstBytesAreRefusedWithinTheBounds) {
   options.first_byte_timeout = 300 * kj::MILLISECONDS;
   options.head_timeout = 600 * kj::MILLISECONDS;
   Start(options);
-  std::string hello = OpenSslHello("allowed.example.com");
+  std::string hello = Hello("allowed.example.com");
   struct Case {
     const char* what;
     std::string bytes;
     bool close_after;
     const char* reason;
   } cases[] = {
-      {"no server name", OpenSslHello(""), false, "names no server"},
+      {"no server name", Hello(""), false, "names no server"},
       {"a truncated hello, then EOF", hello.substr(0, hello.size() / 2), true, "closed before naming"},
       {"a slowloris hello", hello.substr(0, 10), false, "named no host in time"},
       {"nothing at all", "", false, "named no host in time"},
@@ -269,7 +265,7 @@ TEST_F(EgressProxyTest, AConnectionResetBeforeItIsAcceptedDoesNotStopTheListener
   }
   io_->io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS).wait(ws_);
   auto client = Connect();
-  Send(*client, OpenSslHello("allowed.example.com"));
+  Send(*client, Hello("allowed.example.com"));
   auto up = UpstreamAccept();
   EXPECT_NE(up.get(), nullptr) << "the listener stopped accepting after the resets";
 }
@@ -277,7 +273,7 @@ TEST_F(EgressProxyTest, AConnectionResetBeforeItIsAcceptedDoesNotStopTheListener
 TEST_F(EgressProxyTest, OnlyTheSandboxsAddressIsServed) {
   Start({}, /*sandbox_addr=*/0x7f000002);
   auto client = Connect();
-  Send(*client, OpenSslHello("allowed.example.com"));
+  Send(*client, Hello("allowed.example.com"));
   EXPECT_EQ(ReadAll(*client), "");
   EXPECT_EQ(LastEvent().reason, "not from the sandbox's address");
   EXPECT_EQ(UpstreamAccept(100 * kj::MILLISECONDS).get(), nullptr);
@@ -290,7 +286,7 @@ TEST_F(EgressProxyTest, ANameResolvingOnlyToDeniedAddressesIsNotDialled) {
   proxy_port_ = static_cast<uint16_t>(listener->getPort());
   ASSERT_TRUE(proxy_->AddSandbox({"sb-test", kLoopback, {{"*.example.com", {}}}}, kj::mv(listener)).ok());
   auto client = Connect();
-  Send(*client, OpenSslHello("denied-address.example.com"));
+  Send(*client, Hello("denied-address.example.com"));
   EXPECT_EQ(ReadAll(*client), "");
   EXPECT_NE(LastEvent().reason.find("resolves to no address the proxy dials"), std::string::npos)
       << LastEvent().reason;

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -56,7 +55,6 @@ EgressLink::EgressLink(kj::UnixEventPort& events, kj::LowLevelAsyncIoProvider& i
 }
 
 EgressLink::~EgressLink() {
-  if (running_) kill(running_->pid, SIGTERM);
   if (dev_null_ >= 0) close(dev_null_);
 }
 

@@ -50,6 +50,8 @@ class EgressLink {
 
   EgressLink(kj::UnixEventPort& events, kj::LowLevelAsyncIoProvider& io, kj::Timer& timer,
              Options options);
+  // Closes the control socket: the proxy ends when it sees that (it runs as another user, and
+  // the privhelper keeps no CAP_KILL to signal it).
   ~EgressLink();
 
   // Starts the proxy; an error if it cannot be started (then names cannot be served).
@@ -60,8 +62,6 @@ class EgressLink {
                    std::vector<network::AllowedName> names);
   // Stops serving it: the proxy is told, and the kept listener is closed.
   void Remove(const std::string& id);
-  bool serves(const std::string& id) const { return served_.count(id) > 0; }
-  pid_t pid() const { return running_ ? running_->pid : -1; }
 
  private:
   struct Served {
