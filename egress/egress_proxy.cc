@@ -8,12 +8,15 @@
 #include <algorithm>
 #include <cstring>
 
+#include <kj/compat/tls.h>
 #include <kj/debug.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "egress/cert_authority.h"
 #include "egress/client_hello.h"
 #include "egress/http_head.h"
+#include "egress/secrets.h"
 
 namespace paseo::egress {
 namespace {
@@ -38,6 +41,46 @@ std::optional<std::pair<uint32_t, uint16_t>> OriginalDestination(kj::AsyncIoStre
   return std::make_pair(ntohl(dst.sin_addr.s_addr), ntohs(dst.sin_port));
 }
 
+// The client's stream with the bytes the proxy already read from it (the ClientHello) given
+// back first, for the TLS server that terminates it.
+class ReplayStream final : public kj::AsyncIoStream {
+ public:
+  ReplayStream(kj::Own<kj::AsyncIoStream> inner, std::vector<uint8_t> first)
+      : inner_(kj::mv(inner)), first_(std::move(first)) {}
+
+  kj::Promise<size_t> tryRead(void* buffer, size_t min_bytes, size_t max_bytes) override {
+    if (taken_ == first_.size()) return inner_->tryRead(buffer, min_bytes, max_bytes);
+    size_t n = std::min(max_bytes, first_.size() - taken_);
+    memcpy(buffer, first_.data() + taken_, n);
+    taken_ += n;
+    if (n >= min_bytes) return n;
+    return inner_->tryRead(static_cast<uint8_t*>(buffer) + n, min_bytes - n, max_bytes - n)
+        .then([n](size_t more) { return n + more; });
+  }
+  kj::Promise<void> write(const void* buffer, size_t size) override {
+    return inner_->write(buffer, size);
+  }
+  kj::Promise<void> write(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) override {
+    return inner_->write(pieces);
+  }
+  kj::Promise<void> whenWriteDisconnected() override { return inner_->whenWriteDisconnected(); }
+  void shutdownWrite() override { inner_->shutdownWrite(); }
+  void abortRead() override { inner_->abortRead(); }
+  void getsockopt(int level, int option, void* value, kj::uint* length) override {
+    inner_->getsockopt(level, option, value, length);
+  }
+  void setsockopt(int level, int option, const void* value, kj::uint length) override {
+    inner_->setsockopt(level, option, value, length);
+  }
+  void getsockname(sockaddr* addr, kj::uint* length) override { inner_->getsockname(addr, length); }
+  void getpeername(sockaddr* addr, kj::uint* length) override { inner_->getpeername(addr, length); }
+
+ private:
+  kj::Own<kj::AsyncIoStream> inner_;
+  std::vector<uint8_t> first_;
+  size_t taken_ = 0;
+};
+
 // Why a refused connection was refused: the audit's reason and the end of the connection.
 struct Refusal {
   std::string reason;
@@ -45,14 +88,17 @@ struct Refusal {
 
 }  // namespace
 
+bool RuleNames(const EgressRule& rule, const std::string& name) {
+  return absl::StartsWith(rule.name, "*.")
+             ? name.size() > rule.name.size() - 1 &&
+                   absl::EndsWith(name, absl::string_view(rule.name).substr(1))
+             : name == rule.name;
+}
+
 const EgressRule* FindEgressRule(const std::vector<EgressRule>& rules, const std::string& name,
                                  uint16_t port) {
   for (const EgressRule& rule : rules) {
-    bool names = absl::StartsWith(rule.name, "*.")
-                     ? name.size() > rule.name.size() - 1 &&
-                           absl::EndsWith(name, absl::string_view(rule.name).substr(1))
-                     : name == rule.name;
-    if (!names) continue;
+    if (!RuleNames(rule, name)) continue;
     if (rule.ports.empty() || std::find(rule.ports.begin(), rule.ports.end(), port) != rule.ports.end())
       return &rule;
   }
@@ -64,14 +110,50 @@ const EgressRule* FindEgressRule(const std::vector<EgressRule>& rules, const std
 class EgressProxy::Served {
  public:
   Served(EgressProxy& proxy, EgressSandbox sandbox, kj::Own<kj::ConnectionReceiver> listener)
-      : proxy_(proxy), sandbox_(std::move(sandbox)), listener_(kj::mv(listener)), tasks_(errors_) {
-    tasks_.add(Accept());
-  }
+      : proxy_(proxy), sandbox_(std::move(sandbox)), listener_(kj::mv(listener)), tasks_(errors_) {}
   size_t connections() const { return connections_; }
+
+  // Makes the CA and the TLS server for its secrets' hosts (if any), then starts accepting.
+  absl::StatusOr<std::string> Start() {
+    std::vector<std::string> hosts;
+    for (const BoundSecret& s : sandbox_.secrets)
+      for (const std::string& h : s.hosts)
+        if (std::find(hosts.begin(), hosts.end(), h) == hosts.end()) hosts.push_back(h);
+    std::string ca_pem;
+    if (!hosts.empty()) {
+      auto ca = CertAuthority::Create(sandbox_.id, hosts);
+      if (!ca.ok()) return ca.status();
+      ca_ = std::move(*ca);
+      ca_pem = ca_->certificate_pem();
+      auto first = ca_->LeafFor(hosts[0]);
+      if (!first.ok()) return first.status();
+      kj::TlsContext::Options options;
+      default_key_ = kj::heap<kj::TlsKeypair>(kj::TlsKeypair{
+          kj::TlsPrivateKey((*first)->key_pem.c_str()),
+          kj::TlsCertificate((*first)->certificate_pem.c_str())});
+      options.defaultKeypair = *default_key_;
+      options.sniCallback = sni_;
+      sni_.served = this;
+      server_tls_ = kj::heap<kj::TlsContext>(kj::mv(options));
+    }
+    tasks_.add(Accept());
+    return ca_pem;
+  }
 
  private:
   struct ErrorHandler : kj::TaskSet::ErrorHandler {
     void taskFailed(kj::Exception&&) override {}  // a connection's end, already audited
+  };
+
+  // The leaf for the name a terminated ClientHello gave (only secrets' hosts get here).
+  struct Sni : kj::TlsSniCallback {
+    Served* served = nullptr;
+    kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr hostname) override {
+      auto leaf = served->ca_->LeafFor(hostname.cStr());
+      if (!leaf.ok()) return nullptr;
+      return kj::TlsKeypair{kj::TlsPrivateKey((*leaf)->key_pem.c_str()),
+                            kj::TlsCertificate((*leaf)->certificate_pem.c_str())};
+    }
   };
 
   // One connection's state, owned by its promise chain.
@@ -83,6 +165,9 @@ class EgressProxy::Served {
     EgressEvent event;
     uint32_t original_addr = 0;
     bool tls = false;
+    // TLS to a secret's host: terminated here, then re-made to the host (decision 59).
+    std::vector<const BoundSecret*> bound;
+    bool terminated = false;
     std::optional<uint16_t> host_port;  // plain HTTP: the first request's Host port
     // Relay's two directions and its end: both ended, or either failed.
     kj::Promise<void> up = kj::READY_NOW, down = kj::READY_NOW;
@@ -194,6 +279,10 @@ class EgressProxy::Served {
     if (FindEgressRule(sandbox_.rules, name, c.event.port) == nullptr)
       return std::optional<Refusal>(
           Refusal{absl::StrCat("no allowNames rule allows ", name, " on port ", c.event.port)});
+    if (c.tls && server_tls_) {
+      c.bound = SecretsFor(sandbox_.secrets, name);
+      for (const BoundSecret* s : c.bound) c.event.secrets.push_back(s->name);
+    }
     return std::optional<Refusal>();
   }
 
@@ -230,6 +319,7 @@ class EgressProxy::Served {
               .then(
                   [this, &c](kj::Own<kj::AsyncIoStream> upstream) -> kj::Promise<void> {
                     c.upstream = kj::mv(upstream);
+                    if (!c.bound.empty()) return Terminate(c);
                     Audit(c, true, "");
                     return Relay(c);
                   },
@@ -238,6 +328,37 @@ class EgressProxy::Served {
                     return kj::READY_NOW;
                   });
         });
+  }
+
+  // TLS to a secret's host: the sandbox's handshake with this sandbox's CA (its ClientHello
+  // given back first), then the proxy's own to the host, verified against the host's name; each
+  // within head_timeout. Then request by request, as plain HTTP is.
+  kj::Promise<void> Terminate(Conn& c) {
+    std::vector<uint8_t> hello(c.buffer.begin(), c.buffer.begin() + c.buffered);
+    c.buffered = 0;
+    auto client = kj::heap<ReplayStream>(kj::mv(c.client), std::move(hello));
+    auto handshakes =
+        server_tls_->wrapServer(kj::mv(client)).then([this, &c](kj::Own<kj::AsyncIoStream> inner) {
+          c.client = kj::mv(inner);
+          return proxy_.upstream_tls_->wrapClient(kj::mv(c.upstream), c.event.name);
+        });
+    return proxy_.timer_.timeoutAfter(proxy_.options_.head_timeout, kj::mv(handshakes))
+        .then(
+            [this, &c](kj::Own<kj::AsyncIoStream> upstream) -> kj::Promise<void> {
+              c.upstream = kj::mv(upstream);
+              c.terminated = true;
+              Audit(c, true, "");
+              return Relay(c);
+            },
+            [this, &c](kj::Exception&& e) -> kj::Promise<void> {
+              // Which side failed: the sandbox's handshake leaves c.upstream in place.
+              Audit(c, false,
+                    c.upstream.get() != nullptr
+                        ? "the sandbox's TLS handshake with the proxy failed"
+                        : absl::StrCat(c.event.name, "'s TLS handshake or certificate failed: ",
+                                       e.getDescription().cStr()));
+              return kj::READY_NOW;
+            });
   }
 
   bool Denied(uint32_t addr) const {
@@ -249,7 +370,7 @@ class EgressProxy::Served {
   kj::Promise<void> Relay(Conn& c) {
     auto ended = kj::newPromiseAndFulfiller<void>();
     c.ended = kj::mv(ended.fulfiller);
-    c.up = (c.tls ? PassOn(c) : ForwardRequests(c))
+    c.up = (c.tls && !c.terminated ? PassOn(c) : ForwardRequests(c))
                .then([&c] { Ended(c, false); }, [&c](kj::Exception&&) { Ended(c, true); })
                .eagerlyEvaluate(nullptr);
     c.down = Copy(*c.upstream, *c.client)
@@ -322,13 +443,29 @@ class EgressProxy::Served {
           });
     }
     const RequestHead& h = **head;
-    if (h.host != c.event.name || h.port != c.host_port)
+    // Terminated TLS: the Host the SNI named, without a port or with the connection's.
+    bool same_port = c.terminated ? !h.port || *h.port == c.event.port : h.port == c.host_port;
+    if (h.host != c.event.name || !same_port)
       return Cut(c, absl::StrCat("a later request names ", h.host, " on a connection to ", c.event.name));
-    if (h.upgrade) return Cut(c, "an Upgrade is not proxied on plain HTTP");
+    if (h.upgrade) return Cut(c, "an Upgrade is not proxied where requests are checked");
     size_t head_size = h.head_size;
     bool chunked = h.chunked;
     uint64_t length = h.content_length;
-    return Send(c, head_size).then([this, &c, chunked, length]() -> kj::Promise<void> {
+    kj::Promise<void> sent = nullptr;
+    if (c.terminated) {
+      std::vector<std::string> used;
+      auto injected = kj::heap<SecretBytes>(InjectSecrets(
+          absl::string_view(reinterpret_cast<const char*>(c.buffer.data()), head_size), c.bound,
+          &used));
+      const SecretBytes& bytes = *injected;
+      sent = c.upstream->write(bytes.data(), bytes.size()).attach(kj::mv(injected)).then([&c, head_size] {
+        memmove(c.buffer.data(), c.buffer.data() + head_size, c.buffered - head_size);
+        c.buffered -= head_size;
+      });
+    } else {
+      sent = Send(c, head_size);
+    }
+    return sent.then([this, &c, chunked, length]() -> kj::Promise<void> {
       if (chunked) return ForwardChunked(c, kj::heap<ChunkedBody>());
       return ForwardLength(c, length);
     });
@@ -377,6 +514,10 @@ class EgressProxy::Served {
   EgressProxy& proxy_;
   EgressSandbox sandbox_;
   kj::Own<kj::ConnectionReceiver> listener_;
+  std::unique_ptr<CertAuthority> ca_;
+  Sni sni_;
+  kj::Own<kj::TlsKeypair> default_key_;
+  kj::Own<kj::TlsContext> server_tls_;
   size_t connections_ = 0;
   ErrorHandler errors_;
   kj::TaskSet tasks_;  // last: destroyed first, cancelling every connection
@@ -388,12 +529,35 @@ EgressProxy::EgressProxy(kj::AsyncIoProvider& io, kj::Timer& timer, NameResolver
 
 EgressProxy::~EgressProxy() = default;
 
-absl::Status EgressProxy::AddSandbox(EgressSandbox sandbox, kj::Own<kj::ConnectionReceiver> listener) {
+absl::StatusOr<std::string> EgressProxy::AddSandbox(EgressSandbox sandbox,
+                                                    kj::Own<kj::ConnectionReceiver> listener) {
   if (sandboxes_.count(sandbox.id))
     return absl::AlreadyExistsError(absl::StrCat("egress: ", sandbox.id, " is served already"));
+  for (const BoundSecret& s : sandbox.secrets) {
+    if (s.placeholder.empty() || s.header.empty() || s.value == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("egress: secret ", s.name, " is incomplete"));
+    for (const std::string& h : s.hosts) {
+      bool allowed = false;
+      for (const EgressRule& r : sandbox.rules) allowed |= RuleNames(r, h);
+      if (!allowed)
+        return absl::InvalidArgumentError(
+            absl::StrCat("egress: secret ", s.name, "'s host ", h, " is allowed by no rule"));
+    }
+  }
+  if (!sandbox.secrets.empty() && !upstream_tls_) {
+    kj::TlsContext::Options options;
+    options.useSystemTrustStore = options_.upstream_system_trust;
+    for (const std::string& pem : options_.upstream_trusted_pem)
+      upstream_trusted_.add(kj::TlsCertificate(pem.c_str()));
+    options.trustedCertificates = upstream_trusted_.asPtr();
+    upstream_tls_ = kj::heap<kj::TlsContext>(kj::mv(options));
+  }
   std::string id = sandbox.id;
-  sandboxes_.emplace(id, kj::heap<Served>(*this, std::move(sandbox), kj::mv(listener)));
-  return absl::OkStatus();
+  auto served = kj::heap<Served>(*this, std::move(sandbox), kj::mv(listener));
+  auto started = served->Start();
+  if (!started.ok()) return started.status();
+  sandboxes_.emplace(id, kj::mv(served));
+  return started;
 }
 
 void EgressProxy::RemoveSandbox(const std::string& id) { sandboxes_.erase(id); }

@@ -25,9 +25,13 @@
 #include <vector>
 
 #include <kj/async-io.h>
+#include <kj/compat/tls.h>
 #include <kj/timer.h>
+#include <kj/vector.h>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "egress/secrets.h"
 
 namespace paseo::egress {
 
@@ -38,6 +42,9 @@ struct EgressRule {
   std::vector<uint16_t> ports;
 };
 
+// True if `rule` names `name` (lower case), on whatever port.
+bool RuleNames(const EgressRule& rule, const std::string& name);
+
 // The rule allowing `name` (lower case) on `port`, or null.
 const EgressRule* FindEgressRule(const std::vector<EgressRule>& rules, const std::string& name,
                                  uint16_t port);
@@ -46,6 +53,10 @@ struct EgressSandbox {
   std::string id;
   uint32_t sandbox_addr = 0;  // host byte order: the only peer accepted
   std::vector<EgressRule> rules;
+  // Secrets for hosts its rules allow (decision 59): TLS to such a host on any of the rules'
+  // ports is terminated here with the sandbox's own CA and re-made to the host, verified, and
+  // each request's bound header gets the value in place of the placeholder.
+  std::vector<BoundSecret> secrets;
 };
 
 // Resolves a name for the proxy: IPv4 addresses in host byte order (empty if none).
@@ -63,6 +74,9 @@ struct EgressEvent {
   bool allowed = false;
   std::string reason;      // why refused, or "" when allowed
   std::string upstream;    // "a.b.c.d:port" dialled, when allowed
+  // The secrets bound to the name, when the proxy terminated its TLS to put them in (their
+  // names only, never a value).
+  std::vector<std::string> secrets;
 };
 
 struct EgressOptions {
@@ -76,6 +90,10 @@ struct EgressOptions {
   // Addresses never dialled whatever a name resolves to (network::AlwaysDenied and the
   // sandboxes' pool). Tests that serve on loopback allow it.
   std::function<bool(uint32_t addr)> denied;
+  // Who a terminated connection's upstream must prove to be: the system's trust store and
+  // these PEM certificates (an operator's own CA, a test's).
+  bool upstream_system_trust = true;
+  std::vector<std::string> upstream_trusted_pem;
 };
 
 class EgressProxy {
@@ -86,9 +104,11 @@ class EgressProxy {
   EgressProxy(const EgressProxy&) = delete;
   EgressProxy& operator=(const EgressProxy&) = delete;
 
-  // Serves `sandbox` on `listener` (a listening TCP socket, non-blocking). An error if the id
-  // is served already.
-  absl::Status AddSandbox(EgressSandbox sandbox, kj::Own<kj::ConnectionReceiver> listener);
+  // Serves `sandbox` on `listener` (a listening TCP socket, non-blocking). With secrets, it
+  // makes the sandbox's CA (cert_authority.h) and returns its certificate (PEM), else "". An
+  // error if the id is served already or a secret's host is none its rules allow.
+  absl::StatusOr<std::string> AddSandbox(EgressSandbox sandbox,
+                                         kj::Own<kj::ConnectionReceiver> listener);
   // Closes its listener and ends its connections; a no-op for an unknown id.
   void RemoveSandbox(const std::string& id);
   // Its connections now (tests and bounds).
@@ -101,6 +121,8 @@ class EgressProxy {
   NameResolver& resolver_;
   std::function<void(const EgressEvent&)> audit_;
   EgressOptions options_;
+  kj::Own<kj::TlsContext> upstream_tls_;  // made at the first sandbox with secrets
+  kj::Vector<kj::TlsCertificate> upstream_trusted_;
   std::map<std::string, kj::Own<Served>> sandboxes_;
 };
 

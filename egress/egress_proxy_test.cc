@@ -14,7 +14,12 @@
 
 #include <kj/async-io.h>
 
+#include <kj/compat/tls.h>
+#include <kj/debug.h>
+
+#include "egress/cert_authority.h"
 #include "egress/openssl_hello.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace paseo::egress {
@@ -87,7 +92,7 @@ class EgressProxyTest : public ::testing::Test {
                                            options);
     auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
     proxy_port_ = static_cast<uint16_t>(listener->getPort());
-    EgressSandbox sb{"sb-test", sandbox_addr, {{"allowed.example.com", {upstream_port_}}}};
+    EgressSandbox sb{"sb-test", sandbox_addr, {{"allowed.example.com", {upstream_port_}}}, {}};
     ASSERT_TRUE(proxy_->AddSandbox(std::move(sb), kj::mv(listener)).ok());
   }
 
@@ -284,12 +289,171 @@ TEST_F(EgressProxyTest, ANameResolvingOnlyToDeniedAddressesIsNotDialled) {
   proxy_->RemoveSandbox("sb-test");
   auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
   proxy_port_ = static_cast<uint16_t>(listener->getPort());
-  ASSERT_TRUE(proxy_->AddSandbox({"sb-test", kLoopback, {{"*.example.com", {}}}}, kj::mv(listener)).ok());
+  ASSERT_TRUE(proxy_->AddSandbox({"sb-test", kLoopback, {{"*.example.com", {}}}, {}}, kj::mv(listener)).ok());
   auto client = Connect();
   Send(*client, Hello("denied-address.example.com"));
   EXPECT_EQ(ReadAll(*client), "");
   EXPECT_NE(LastEvent().reason.find("resolves to no address the proxy dials"), std::string::npos)
       << LastEvent().reason;
+}
+
+// Secrets (decision 59): TLS to a bound host is terminated with the sandbox's CA, the proxy's
+// own TLS to the upstream is verified against the upstream's CA, and only the bound header
+// gets the value.
+class EgressSecretsTest : public EgressProxyTest {
+ protected:
+  static constexpr char kPlaceholder[] = "paseo-placeholder-anthropic-0123456789abcdef";
+  static constexpr char kValue[] = "sk-ant-real-value-42";
+  std::unique_ptr<CertAuthority> upstream_ca_;  // the "public" CA the upstream's cert is from
+  std::string sandbox_ca_;                      // what AddSandbox returned
+
+  void StartWithSecret(std::vector<std::string> trusted = {}) {
+    auto ca = CertAuthority::Create("upstream", {"allowed.example.com", "other.example.com"});
+    ASSERT_TRUE(ca.ok());
+    upstream_ca_ = std::move(*ca);
+    EgressOptions options;
+    uint16_t port = upstream_port_;
+    options.original_destination = [port](kj::AsyncIoStream&) {
+      return std::make_optional(std::make_pair(kLoopback, port));
+    };
+    options.denied = [](uint32_t) { return false; };
+    options.upstream_system_trust = false;
+    options.upstream_trusted_pem = trusted.empty() ? std::vector<std::string>{upstream_ca_->certificate_pem()} : trusted;
+    proxy_ = std::make_unique<EgressProxy>(*io_->io.provider, io_->io.provider->getTimer(), resolver_,
+                                           [this](const EgressEvent& e) { events_.push_back(e); },
+                                           options);
+    auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
+    proxy_port_ = static_cast<uint16_t>(listener->getPort());
+    EgressSandbox sb{"sb-test", kLoopback,
+                     {{"allowed.example.com", {port}}, {"other.example.com", {port}}},
+                     {}};
+    sb.secrets.push_back({"anthropic", {"allowed.example.com"}, "x-api-key", kPlaceholder,
+                          std::make_shared<SecretBytes>(kValue)});
+    auto added = proxy_->AddSandbox(std::move(sb), kj::mv(listener));
+    ASSERT_TRUE(added.ok()) << added.status();
+    sandbox_ca_ = *added;
+    ASSERT_NE(sandbox_ca_.find("BEGIN CERTIFICATE"), std::string::npos);
+  }
+
+  // A TLS client trusting `ca` only, to `name` through the proxy.
+  kj::Promise<kj::Own<kj::AsyncIoStream>> TlsThroughProxy(kj::TlsContext& client, const std::string& name) {
+    return client.wrapClient(Connect(), name);
+  }
+
+  // The upstream's next connection as a TLS server with its own certificate for `name`.
+  kj::Promise<kj::Own<kj::AsyncIoStream>> UpstreamTls(const std::string& name) {
+    auto raw = UpstreamAccept();
+    if (raw.get() == nullptr) return KJ_EXCEPTION(FAILED, "no upstream connection");
+    auto leaf = upstream_ca_->LeafFor(name);
+    KJ_ASSERT(leaf.ok());
+    kj::TlsContext::Options options;
+    server_->key = kj::heap<kj::TlsKeypair>(kj::TlsKeypair{kj::TlsPrivateKey((*leaf)->key_pem.c_str()),
+                                                  kj::TlsCertificate((*leaf)->certificate_pem.c_str())});
+    options.defaultKeypair = *server_->key;
+    server_->context = kj::heap<kj::TlsContext>(kj::mv(options));
+    return server_->context->wrapServer(kj::mv(raw));
+  }
+  // Behind a pointer, as Io is: kj's destructors may throw.
+  struct UpstreamServer {
+    kj::Own<kj::TlsKeypair> key;
+    kj::Own<kj::TlsContext> context;
+  };
+  std::unique_ptr<UpstreamServer> server_ = std::make_unique<UpstreamServer>();
+  void TearDown() override {
+    server_.reset();
+    EgressProxyTest::TearDown();
+  }
+};
+
+TEST_F(EgressSecretsTest, TheBoundHeaderGetsTheValueAndNothingElseDoes) {
+  StartWithSecret();
+  kj::TlsCertificate trusted(sandbox_ca_.c_str());
+  kj::TlsContext::Options options;
+  options.useSystemTrustStore = false;
+  options.trustedCertificates = kj::arrayPtr(&trusted, 1);
+  kj::TlsContext client(kj::mv(options));
+  auto connecting = TlsThroughProxy(client, "allowed.example.com");
+  auto upstream_handshake = UpstreamTls("allowed.example.com");
+  auto sandbox = connecting.wait(ws_);
+  auto upstream = upstream_handshake.wait(ws_);
+  std::string body = kPlaceholder;
+  Send(*sandbox, absl::StrCat("POST /v1/messages?key=", kPlaceholder,
+                              " HTTP/1.1\r\nHost: allowed.example.com\r\nX-Api-Key: ", kPlaceholder,
+                              "\r\nx-other: ", kPlaceholder, "\r\nContent-Length: ", body.size(),
+                              "\r\n\r\n", body));
+  std::string got;
+  while (got.find(absl::StrCat("\r\n\r\n", body)) == std::string::npos) {
+    std::string more = ReadSome(*upstream);
+    if (more.empty()) break;
+    got += more;
+  }
+  EXPECT_NE(got.find(absl::StrCat("X-Api-Key: ", kValue, "\r\n")), std::string::npos) << got;
+  EXPECT_NE(got.find(absl::StrCat("x-other: ", kPlaceholder, "\r\n")), std::string::npos) << got;
+  EXPECT_NE(got.find(absl::StrCat("POST /v1/messages?key=", kPlaceholder, " ")), std::string::npos) << got;
+  EXPECT_NE(got.find(absl::StrCat("\r\n\r\n", kPlaceholder)), std::string::npos) << got;
+  EXPECT_EQ(got.find(kValue), got.find(absl::StrCat("X-Api-Key: ", kValue)) + 11) << "once only";
+  // The answer comes back through both TLS sessions.
+  Send(*upstream, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  EXPECT_NE(ReadSome(*sandbox).find("\r\n\r\nok"), std::string::npos);
+  ASSERT_FALSE(events_.empty());
+  EXPECT_TRUE(events_.back().allowed) << events_.back().reason;
+  EXPECT_EQ(events_.back().secrets, std::vector<std::string>{"anthropic"});
+  for (const EgressEvent& e : events_) EXPECT_EQ(e.reason.find(kValue), std::string::npos);
+}
+
+TEST_F(EgressSecretsTest, AnotherAllowedHostIsNotTerminatedAndGetsOnlyThePlaceholder) {
+  StartWithSecret();
+  // The client trusts the upstream's CA: the session is the upstream's own, end to end.
+  kj::TlsCertificate trusted(upstream_ca_->certificate_pem().c_str());
+  kj::TlsContext::Options options;
+  options.useSystemTrustStore = false;
+  options.trustedCertificates = kj::arrayPtr(&trusted, 1);
+  kj::TlsContext client(kj::mv(options));
+  auto connecting = TlsThroughProxy(client, "other.example.com");
+  auto upstream_handshake = UpstreamTls("other.example.com");
+  auto sandbox = connecting.wait(ws_);
+  auto upstream = upstream_handshake.wait(ws_);
+  Send(*sandbox, absl::StrCat("GET / HTTP/1.1\r\nHost: other.example.com\r\nx-api-key: ", kPlaceholder,
+                              "\r\n\r\n"));
+  std::string got = ReadSome(*upstream);
+  EXPECT_NE(got.find(absl::StrCat("x-api-key: ", kPlaceholder)), std::string::npos) << got;
+  EXPECT_EQ(got.find(kValue), std::string::npos);
+  EXPECT_TRUE(events_.back().secrets.empty());
+}
+
+TEST_F(EgressSecretsTest, AnUpstreamTheProxyCannotVerifyGetsNoRequest) {
+  // The proxy trusts another CA than the upstream's: its handshake to the upstream fails.
+  auto other = CertAuthority::Create("elsewhere", {"allowed.example.com"});
+  ASSERT_TRUE(other.ok());
+  StartWithSecret({(*other)->certificate_pem()});
+  kj::TlsCertificate trusted(sandbox_ca_.c_str());
+  kj::TlsContext::Options options;
+  options.useSystemTrustStore = false;
+  options.trustedCertificates = kj::arrayPtr(&trusted, 1);
+  kj::TlsContext client(kj::mv(options));
+  auto connecting = TlsThroughProxy(client, "allowed.example.com");
+  // The upstream's side of a TLS 1.3 handshake may complete before the proxy checks the
+  // certificate; what matters is that no request reaches it.
+  auto upstream_handshake = UpstreamTls("allowed.example.com")
+                                .then([this](kj::Own<kj::AsyncIoStream> up) { return ReadAll(*up, 2 * kj::SECONDS); },
+                                      [](kj::Exception&&) { return std::string(); });
+  auto sandbox = connecting.wait(ws_);
+  Send(*sandbox, absl::StrCat("GET / HTTP/1.1\r\nHost: allowed.example.com\r\nx-api-key: ", kPlaceholder,
+                              "\r\n\r\n"));
+  EXPECT_EQ(upstream_handshake.wait(ws_), "");
+  EXPECT_EQ(ReadAll(*sandbox, 2 * kj::SECONDS), "");
+  ASSERT_FALSE(events_.empty());
+  EXPECT_FALSE(events_.back().allowed);
+  EXPECT_NE(events_.back().reason.find("certificate"), std::string::npos) << events_.back().reason;
+}
+
+TEST_F(EgressSecretsTest, ASecretForAHostNoRuleAllowsIsRefused) {
+  StartWithSecret();
+  auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
+  EgressSandbox sb{"sb-2", kLoopback, {{"allowed.example.com", {443}}}, {}};
+  sb.secrets.push_back({"gh", {"github.com"}, "authorization", "p", std::make_shared<SecretBytes>("v")});
+  auto added = proxy_->AddSandbox(std::move(sb), kj::mv(listener));
+  EXPECT_FALSE(added.ok());
 }
 
 TEST(EgressRuleTest, NamesAndPorts) {

@@ -5,6 +5,7 @@
 // under systemd): "paseo-sandbox-egress: " and a JSON object.
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <fcntl.h>
@@ -116,6 +117,17 @@ class ControlServer final : public rpc::Control::Server {
       for (uint16_t p : rule.getPorts()) r.ports.push_back(p);
       sandbox.rules.push_back(std::move(r));
     }
+    for (auto secret : params.getSecrets()) {
+      BoundSecret b;
+      b.name = secret.getName().cStr();
+      for (auto h : secret.getHosts()) b.hosts.push_back(h.cStr());
+      b.header = secret.getHeader().cStr();
+      b.placeholder = secret.getPlaceholder().cStr();
+      auto value = secret.getValue();
+      b.value = std::make_shared<SecretBytes>(
+          absl::string_view(reinterpret_cast<const char*>(value.begin()), value.size()));
+      sandbox.secrets.push_back(std::move(b));
+    }
     // The fd came with this message: taken now, so the sandbox is served before the next call
     // (a removeSandbox right after) is handled.
     int got = -1;
@@ -125,8 +137,9 @@ class ControlServer final : public rpc::Control::Server {
     KJ_REQUIRE(got >= 0, "no listening socket came with addSandbox");
     auto receiver = io_.wrapListenSocketFd(got, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP |
                                                     kj::LowLevelAsyncIoProvider::ALREADY_CLOEXEC);
-    absl::Status added = proxy_.AddSandbox(std::move(sandbox), kj::mv(receiver));
-    KJ_REQUIRE(added.ok(), std::string(added.message()));
+    auto added = proxy_.AddSandbox(std::move(sandbox), kj::mv(receiver));
+    KJ_REQUIRE(added.ok(), std::string(added.status().message()));
+    context.getResults().setCaCertificate(*added);
     return kj::READY_NOW;
   }
 
@@ -145,7 +158,29 @@ class ControlServer final : public rpc::Control::Server {
 struct Options {
   std::vector<std::string> upstreams;
   std::string pool;
+  std::vector<std::string> upstream_ca_files;
 };
+
+// Every certificate of a PEM file, each on its own.
+bool ReadCertificates(const std::string& path, std::vector<std::string>& out) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string text;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0 && text.size() < (16u << 20)) text.append(buf, n);
+  close(fd);
+  const std::string kBegin = "-----BEGIN CERTIFICATE-----";
+  const std::string kEnd = "-----END CERTIFICATE-----";
+  size_t found = 0;
+  for (size_t at = text.find(kBegin); at != std::string::npos; at = text.find(kBegin, at + 1)) {
+    size_t end = text.find(kEnd, at);
+    if (end == std::string::npos) break;
+    out.push_back(text.substr(at, end + kEnd.size() - at) + "\n");
+    ++found;
+  }
+  return found > 0;
+}
 
 int Main(int argc, char** argv) {
   Options options;
@@ -170,6 +205,14 @@ int Main(int argc, char** argv) {
                                 return true;
                               },
                               "<cidr>", "the sandboxes' address pool (never dialled)")
+            .addOptionWithArg({"upstream-ca"},
+                              [&](kj::StringPtr v) -> kj::MainBuilder::Validity {
+                                options.upstream_ca_files.push_back(v.cStr());
+                                return true;
+                              },
+                              "<pem file>",
+                              "CA certificates trusted for a secret's host besides the system's "
+                              "(repeatable)")
             .callAfterParsing([&]() -> kj::MainBuilder::Validity {
               if (options.upstreams.empty() || options.pool.empty())
                 return "--upstream and --pool are required";
@@ -189,8 +232,11 @@ int Main(int argc, char** argv) {
     Log("refusing to run as root or with capabilities");
     return 1;
   }
-  // Nothing of this process's memory in a core file (decision 58: secrets will pass here).
+  // Nothing of this process's memory in a core file, nor readable by another process of its
+  // user (decision 59: secrets pass here).
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   signal(SIGPIPE, SIG_IGN);
 
   std::vector<network::DnsUpstream> upstreams;
@@ -200,6 +246,12 @@ int Main(int argc, char** argv) {
   auto io = kj::setupAsyncIo();
   UpstreamResolver resolver(io.provider->getNetwork(), io.provider->getTimer(), upstreams);
   EgressOptions proxy_options;
+  for (const std::string& f : options.upstream_ca_files) {
+    if (!ReadCertificates(f, proxy_options.upstream_trusted_pem)) {
+      Log(absl::StrCat("no certificate in ", f, " (it must be readable by this user)"));
+      return 2;
+    }
+  }
   proxy_options.denied = [pool](uint32_t a) { return network::IsAlwaysDenied(a) || pool.Contains(a); };
   EgressProxy proxy(*io.provider, io.provider->getTimer(), resolver, AuditLine, proxy_options);
 
