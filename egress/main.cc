@@ -88,6 +88,13 @@ void AuditLine(const EgressEvent& e) {
     w.Key("upstream");
     w.String(e.upstream);
   }
+  if (!e.secrets.empty()) {
+    // Their names: the proxy terminated this connection's TLS to put them in.
+    w.Key("secrets");
+    w.BeginArray();
+    for (const std::string& s : e.secrets) w.String(s);
+    w.EndArray();
+  }
   w.EndObject();
   Log(w.Take());
 }

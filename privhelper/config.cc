@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cctype>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -21,7 +22,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "common/ids.h"
+#include "common/request_checks.h"
 #include "common/status.h"
 
 namespace paseo {
@@ -348,6 +351,114 @@ absl::Status ValidateHelperNetwork(const std::string& file, config::HelperNetwor
   if (uplink.size() >= 16 || uplink.find_first_of("/\" \n\t*") != std::string::npos ||
       absl::StartsWith(uplink, network::kHostIfnamePrefix))
     return Bad(file, "network.uplink", "must be an interface name (not a sandbox link)");
+  if (n.getEgressTrustedCa().size() > 0 && !IsNormalizedAbsolutePath(n.getEgressTrustedCa().cStr()))
+    return Bad(file, "network.egressTrustedCa", "must be a normalized absolute path");
+  return absl::OkStatus();
+}
+
+// Secrets (decision 59). What a header may be: a lower-case token, not one that frames or
+// routes the request (the proxy's checks read those).
+bool IsSecretHeader(absl::string_view h) {
+  if (h.empty() || h.size() > 64) return false;
+  for (char c : h)
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
+  for (const char* framing : {"host", "content-length", "transfer-encoding", "connection", "upgrade",
+                              "te", "trailer", "expect", "keep-alive", "proxy-connection"})
+    if (h == framing) return false;
+  return true;
+}
+
+bool IsEnvName(absl::string_view v) {
+  if (v.empty() || v.size() > 64 || absl::ascii_isdigit(v[0])) return false;
+  for (char c : v)
+    if (!(absl::ascii_isupper(c) || absl::ascii_isdigit(c) || c == '_')) return false;
+  for (const char* taken : {"PATH", "HOME", "TERM", "NODE_EXTRA_CA_CERTS"})
+    if (v == taken) return false;
+  return !absl::StartsWith(v, kReservedEnvPrefix);
+}
+
+absl::Status ValidateSecrets(const std::string& file, config::Deployment::Reader d) {
+  if (d.getSecrets().size() > kMaxSecrets)
+    return Bad(file, "secrets", absl::StrCat("at most ", kMaxSecrets, " secrets"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < d.getSecrets().size(); ++i) {
+    auto s = d.getSecrets()[i];
+    std::string where = absl::StrCat("secrets[", i, "]");
+    if (!IsValidId(s.getName().cStr()) || !names.insert(s.getName().cStr()).second)
+      return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
+    if (!IsNormalizedAbsolutePath(s.getPath().cStr()) || s.getPath() == "/")
+      return Bad(file, where + ".path", "must be a normalized absolute path");
+    if (s.getHosts().size() == 0 || s.getHosts().size() > 16)
+      return Bad(file, where + ".hosts", "must name 1 to 16 hosts");
+    for (auto h : s.getHosts()) {
+      if (!network::IsValidNamePattern(h.cStr()) || absl::StartsWith(h.cStr(), "*."))
+        return Bad(file, where + ".hosts",
+                   absl::StrCat("\"", h.cStr(), "\" is not a lower-case DNS name (no wildcard)"));
+    }
+    if (!IsSecretHeader(s.getHeader().cStr()))
+      return Bad(file, where + ".header",
+                 "must be a lower-case header name that does not frame or route the request "
+                 "(\"x-api-key\", \"authorization\")");
+    if (!IsEnvName(s.getEnvVar().cStr()))
+      return Bad(file, where + ".envVar",
+                 "must be an environment variable name ([A-Z_][A-Z0-9_]*, not PATH, HOME, TERM, "
+                 "NODE_EXTRA_CA_CERTS or PASEO_SHIM_*)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSecretUses(const std::string& file, config::LaunchProfile::Reader p) {
+  if (p.getSecrets().size() > kMaxSecrets)
+    return Bad(file, "secrets", absl::StrCat("at most ", kMaxSecrets, " secrets"));
+  std::set<std::string> names;
+  for (size_t i = 0; i < p.getSecrets().size(); ++i) {
+    auto s = p.getSecrets()[i];
+    std::string where = absl::StrCat("secrets[", i, "]");
+    if (!IsValidId(s.getName().cStr()) || !names.insert(s.getName().cStr()).second)
+      return Bad(file, where + ".name", "must be a unique id ([a-z0-9-])");
+    if (s.getFile().size() > 0)
+      RETURN_IF_ERROR(CheckFixedDestination(file, where + ".file", s.getFile()));
+  }
+  if (p.getSecrets().size() > 0 && p.getNetwork().getMode() != config::NetworkMode::SANDBOX)
+    return Bad(file, "secrets", "need network mode \"sandbox\" (they go through the egress proxy)");
+  return absl::OkStatus();
+}
+
+// Every secret a profile the deployment may use asks for is registered by the deployment, and
+// each of its hosts is one the profile's allowNames allow (else the placeholder could go nowhere
+// the value would be put in); no two of a profile's secrets share an environment variable.
+absl::Status CheckSecretsRegistered(const std::string& file, const Config& config,
+                                    config::Deployment::Reader d) {
+  for (const auto& name : config.ProfilesOf(d)) {
+    auto profile = *config.FindProfile(name);
+    std::set<std::string> vars;
+    for (auto use : profile.getSecrets()) {
+      std::optional<config::SecretRegistration::Reader> found;
+      for (auto r : d.getSecrets())
+        if (r.getName() == use.getName()) found = r;
+      if (!found)
+        return Bad(file, "secrets",
+                   absl::StrCat("profile \"", name, "\" asks for secret \"", use.getName().cStr(),
+                                "\", which this deployment does not register"));
+      if (!vars.insert(found->getEnvVar().cStr()).second)
+        return Bad(file, "secrets",
+                   absl::StrCat("profile \"", name, "\" gets two secrets in ", found->getEnvVar().cStr()));
+      for (auto host : found->getHosts()) {
+        bool allowed = false;
+        for (auto rule : profile.getNetwork().getAllowNames()) {
+          absl::string_view pattern = rule.getName().cStr();
+          absl::string_view h = host.cStr();
+          allowed |= absl::StartsWith(pattern, "*.")
+                         ? h.size() > pattern.size() - 1 && absl::EndsWith(h, pattern.substr(1))
+                         : h == pattern;
+        }
+        if (!allowed)
+          return Bad(file, "secrets",
+                     absl::StrCat("secret \"", use.getName().cStr(), "\" is for ", host.cStr(),
+                                  ", which profile \"", name, "\"'s allowNames do not allow"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -434,6 +545,7 @@ absl::Status ValidateProfile(const std::string& file, config::LaunchProfile::Rea
   RETURN_IF_ERROR(ValidateToolMounts(file, p));
   RETURN_IF_ERROR(ValidateHome(file, p));
   RETURN_IF_ERROR(ValidateNetworkPolicy(file, p.getNetwork()));
+  RETURN_IF_ERROR(ValidateSecretUses(file, p));
   // 0 = the host-derived default; explicit values must leave a sandbox able to run.
   uint64_t memory = p.getMemoryLimitBytes();
   if (memory != 0 && (memory < (64ull << 20) || memory > (1ull << 50)))
@@ -476,6 +588,7 @@ absl::Status ValidateDeployment(const std::string& file, config::Deployment::Rea
     if (!IsNormalizedAbsolutePath(c.getHostPath().cStr()) || c.getHostPath() == "/")
       return Bad(file, where + ".hostPath", "must be a normalized absolute path other than /");
   }
+  RETURN_IF_ERROR(ValidateSecrets(file, d));
   return ValidateToolRoots(file, d);
 }
 
@@ -671,6 +784,7 @@ absl::StatusOr<std::unique_ptr<Config>> LoadConfig(const std::string& dir,
         return Bad(file, "profiles", absl::StrCat("unknown launch profile \"", name, "\""));
     }
     RETURN_IF_ERROR(CheckToolsRegistered(file, *config, d));
+    RETURN_IF_ERROR(CheckSecretsRegistered(file, *config, d));
     config->deployments_.push_back(d);
   }
   if (config->deployments_.empty())

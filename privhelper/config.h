@@ -19,6 +19,8 @@
 
 namespace paseo {
 
+// At most this many secrets per deployment and per profile (decision 59).
+inline constexpr size_t kMaxSecrets = 16;
 // At most this many tool roots per deployment and tool mounts per profile (schema/config.capnp).
 inline constexpr size_t kMaxToolMounts = 8;
 // At most this many CIDR rules, name rules, ports of one rule, inbound ports and DNS upstreams.

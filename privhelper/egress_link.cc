@@ -2,6 +2,7 @@
 #include "privhelper/egress_link.h"
 
 #include <fcntl.h>
+#include <string.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -69,6 +70,7 @@ absl::Status EgressLink::Spawn() {
   req.path = options_.path;
   req.argv = {options_.path, absl::StrCat("--pool=", options_.pool)};
   for (const std::string& u : options_.upstreams) req.argv.push_back(absl::StrCat("--upstream=", u));
+  if (!options_.trusted_ca.empty()) req.argv.push_back(absl::StrCat("--upstream-ca=", options_.trusted_ca));
   req.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.
   req.fds = {{0, dev_null_},
@@ -116,7 +118,17 @@ absl::Status EgressLink::Spawn() {
   run->control = run->rpc->bootstrap(vat).castAs<egress::rpc::Control>();
   running_ = kj::mv(run);
   Log(absl::StrCat("proxy started (pid ", *pid, ")"));
-  for (const auto& [id, served] : served_) Send(id, served);
+  for (const auto& [id, served] : served_) {
+    auto answer = Send(id, served);
+    if (served.secrets.empty()) {
+      tasks_.add(answer.ignoreResult());
+      continue;
+    }
+    tasks_.add(answer.then([this, id = id](std::string ca) {
+      Log(absl::StrCat("sandbox ", id, " got a new egress CA from the restarted proxy"));
+      if (on_new_ca_) on_new_ca_(id, ca);
+    }));
+  }
   tasks_.add(Supervise(kj::mv(exit)));
   return absl::OkStatus();
 }
@@ -144,9 +156,18 @@ kj::Promise<void> EgressLink::Supervise(kj::Promise<int> exit) {
   });
 }
 
-absl::Status EgressLink::Add(const std::string& id, uint32_t host_addr, uint32_t sandbox_addr,
-                             std::vector<network::AllowedName> names) {
+EgressLink::Served::~Served() {
+  for (auto& s : secrets) explicit_bzero(s.value.data(), s.value.size());
+}
+
+absl::StatusOr<kj::Promise<std::string>> EgressLink::Add(const std::string& id, uint32_t host_addr,
+                                                         uint32_t sandbox_addr,
+                                                         std::vector<network::AllowedName> names,
+                                                         std::vector<EgressSecret> secrets) {
   if (served_.count(id)) return absl::AlreadyExistsError(absl::StrCat("egress: ", id, " is served"));
+  if (!secrets.empty() && !running_)
+    return absl::UnavailableError(
+        "the egress proxy is not running, and secrets need it (see the privhelper's log)");
   int fd = -1;
   absl::Status made = network::InNetns(options_.host_net_fd, [&]() -> absl::Status {
     fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -179,10 +200,15 @@ absl::Status EgressLink::Add(const std::string& id, uint32_t host_addr, uint32_t
   Served served;
   served.sandbox_addr = sandbox_addr;
   served.names = std::move(names);
+  served.secrets = std::move(secrets);
   served.listener = kj::AutoCloseFd(fd);
   auto [it, inserted] = served_.emplace(id, std::move(served));
-  if (running_) Send(id, it->second);
-  return absl::OkStatus();
+  if (!running_) return kj::Promise<std::string>(std::string());
+  if (it->second.secrets.empty()) {
+    tasks_.add(Send(id, it->second).ignoreResult());
+    return kj::Promise<std::string>(std::string());
+  }
+  return Send(id, it->second);
 }
 
 void EgressLink::Remove(const std::string& id) {
@@ -195,7 +221,7 @@ void EgressLink::Remove(const std::string& id) {
   tasks_.add(req.send().ignoreResult());
 }
 
-void EgressLink::Send(const std::string& id, const Served& served) {
+kj::Promise<std::string> EgressLink::Send(const std::string& id, const Served& served) {
   auto req = running_->control.addSandboxRequest();
   req.setId(id);
   req.setSandboxAddr(served.sandbox_addr);
@@ -206,7 +232,17 @@ void EgressLink::Send(const std::string& id, const Served& served) {
     for (unsigned j = 0; j < served.names[i].ports.size(); ++j) ports.set(j, served.names[i].ports[j]);
   }
   req.setListener(kj::heap<ListenerCap>(served.listener.get()));
-  tasks_.add(req.send().ignoreResult());
+  auto secrets = req.initSecrets(static_cast<unsigned>(served.secrets.size()));
+  for (unsigned i = 0; i < served.secrets.size(); ++i) {
+    const EgressSecret& s = served.secrets[i];
+    secrets[i].setName(s.name);
+    auto hosts = secrets[i].initHosts(static_cast<unsigned>(s.hosts.size()));
+    for (unsigned j = 0; j < s.hosts.size(); ++j) hosts.set(j, s.hosts[j]);
+    secrets[i].setHeader(s.header);
+    secrets[i].setPlaceholder(s.placeholder);
+    secrets[i].setValue(kj::arrayPtr(reinterpret_cast<const kj::byte*>(s.value.data()), s.value.size()));
+  }
+  return req.send().then([](auto answer) { return std::string(answer.getCaCertificate().cStr()); });
 }
 
 }  // namespace paseo

@@ -7,13 +7,15 @@
 //
 //   EgressLink egress(events, *io.lowLevelProvider, timer, options);
 //   RETURN_IF_ERROR(egress.Start());
-//   RETURN_IF_ERROR(egress.Add("sb-1", link.host_addr, link.sandbox_addr, names));
+//   ASSIGN_OR_RETURN(auto ca, egress.Add("sb-1", link.host_addr, link.sandbox_addr, names, secrets));
+//   ca.then([](std::string pem) { /* the sandbox's CA, "" without secrets */ });
 //   egress.Remove("sb-1");
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,6 +36,15 @@ namespace paseo {
 // privhelper has for port 53).
 inline constexpr uint16_t kEgressPort = 1001;
 
+// A secret of one sandbox, as the proxy gets it (decision 59).
+struct EgressSecret {
+  std::string name;
+  std::vector<std::string> hosts;
+  std::string header;
+  std::string placeholder;
+  std::string value;  // wiped when the sandbox is removed
+};
+
 class EgressLink {
  public:
   struct Options {
@@ -46,6 +57,7 @@ class EgressLink {
     std::vector<std::string> upstreams;  // "a.b.c.d[:port]", the forwarder's
     std::string pool;                    // the sandboxes' pool, never dialled
     uint16_t port = kEgressPort;
+    std::string trusted_ca;  // helper.json network.egressTrustedCa ("" for none)
   };
 
   EgressLink(kj::UnixEventPort& events, kj::LowLevelAsyncIoProvider& io, kj::Timer& timer,
@@ -57,9 +69,19 @@ class EgressLink {
   // Starts the proxy; an error if it cannot be started (then names cannot be served).
   absl::Status Start();
   // Serves a sandbox: makes its listener on `host_addr`:port (in the host's namespace) and
-  // tells the proxy (now, or when it is back). An error if the socket cannot be made.
-  absl::Status Add(const std::string& id, uint32_t host_addr, uint32_t sandbox_addr,
-                   std::vector<network::AllowedName> names);
+  // tells the proxy (now, or when it is back). An error if the socket cannot be made, or if
+  // there are secrets and the proxy is not running. The promise: with secrets, the proxy's
+  // answer, the certificate of the CA it made for them (a rejection if it refused); without,
+  // "" at once.
+  absl::StatusOr<kj::Promise<std::string>> Add(const std::string& id, uint32_t host_addr,
+                                               uint32_t sandbox_addr,
+                                               std::vector<network::AllowedName> names,
+                                               std::vector<EgressSecret> secrets = {});
+  // Called when a restarted proxy made a new CA for a sandbox with secrets (the old key died
+  // with the old proxy).
+  void SetOnNewCa(std::function<void(const std::string& id, const std::string& ca_pem)> f) {
+    on_new_ca_ = std::move(f);
+  }
   // Stops serving it: the proxy is told, and the kept listener is closed.
   void Remove(const std::string& id);
 
@@ -67,7 +89,11 @@ class EgressLink {
   struct Served {
     uint32_t sandbox_addr = 0;
     std::vector<network::AllowedName> names;
+    std::vector<EgressSecret> secrets;
     kj::AutoCloseFd listener;
+    ~Served();
+    Served() = default;
+    Served(Served&&) = default;
   };
   struct Running {
     pid_t pid = -1;
@@ -82,7 +108,7 @@ class EgressLink {
 
   absl::Status Spawn();
   kj::Promise<void> Supervise(kj::Promise<int> exit);
-  void Send(const std::string& id, const Served& served);
+  kj::Promise<std::string> Send(const std::string& id, const Served& served);
 
   kj::UnixEventPort& events_;
   kj::LowLevelAsyncIoProvider& io_;
@@ -92,6 +118,7 @@ class EgressLink {
   std::map<std::string, Served> served_;
   kj::Own<Running> running_;
   kj::Duration backoff_ = 1 * kj::SECONDS;
+  std::function<void(const std::string&, const std::string&)> on_new_ca_;
   ErrorHandler errors_;
   kj::TaskSet tasks_;  // last: destroyed first
 };

@@ -283,6 +283,7 @@ std::unique_ptr<EgressLink> StartEgress(const Config& config, const std::string&
   options.host_mounts_fd = host_mounts;
   options.upstreams = std::move(upstreams);
   options.pool = pool;
+  options.trusted_ca = net.getEgressTrustedCa().cStr();
   auto egress = std::make_unique<EgressLink>(events, io, timer, std::move(options));
   absl::Status started = egress->Start();
   if (!started.ok()) {

@@ -33,6 +33,7 @@
 #include "privhelper/exit_status.h"
 #include "privhelper/rootfs_overlay.h"
 #include "privhelper/sandbox_identity.h"
+#include "privhelper/secret_file.h"
 #include "privhelper/workspace_resolver.h"
 #include "schema/records.capnp.h"
 
@@ -203,6 +204,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   RETURN_IF_ERROR(CheckCapacity(*request.deployment));
   RETURN_IF_ERROR(CheckServiceRoom());
   ASSIGN_OR_RETURN(CreatePlan plan, PlanCreate(request));
+  kj::Promise<std::string> ca = std::string();
   config::NetworkPolicy::Reader policy = request.profile->getNetwork();
   bool sandbox_network = policy.getMode() == config::NetworkMode::SANDBOX;
   if (sandbox_network && networks_ == nullptr)
@@ -220,6 +222,13 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     return absl::FailedPreconditionError(
         "network mode \"sandbox\" has no DNS resolver on this host: set network.dnsUpstreams in "
         "the privhelper's config (no usable nameserver in /etc/resolv.conf)");
+  // Secrets (decision 59): read now, so a file that is not root's refuses the create before
+  // anything is made; they go only to the egress proxy.
+  ASSIGN_OR_RETURN(std::vector<EgressSecret> secrets, SecretsOf(*request.deployment, *request.profile));
+  if (!secrets.empty() && (!sandbox_network || egress_ == nullptr || networks_->egress_port() == 0))
+    return absl::FailedPreconditionError(
+        "the profile's secrets need the egress proxy, which is not running on this host (see the "
+        "privhelper's log)");
 
   // The bundle dir comes first: if it exists (a crash left it), it is not this sandbox's to
   // remove, and nothing has been recorded yet.
@@ -247,13 +256,78 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
     for (uint16_t port : policy.getInboundPorts()) sb.inbound_ports.push_back(port);
     RETURN_IF_ERROR(dns_->AddSandbox(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
                                      network::AllowedNamesFrom(policy)));
-    if (networks_->egress_port() != 0 && policy.getAllowNames().size() > 0)
-      RETURN_IF_ERROR(egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
-                                   network::AllowedNamesFrom(policy)));
+    if (networks_->egress_port() != 0 && policy.getAllowNames().size() > 0) {
+      // The placeholders, in every process's environment and in the files the profile asks
+      // for; the values stay in the proxy.
+      for (size_t i = 0; i < secrets.size(); ++i) {
+        auto use = request.profile->getSecrets()[i];
+        for (auto r : request.deployment->getSecrets())
+          if (r.getName() == use.getName())
+            sb.secret_env.push_back(absl::StrCat(r.getEnvVar().cStr(), "=", secrets[i].placeholder));
+        if (use.getFile().size() > 0)
+          sb.secret_files.push_back({use.getFile().cStr(), secrets[i].placeholder});
+      }
+      if (!secrets.empty()) sb.secret_env.push_back(absl::StrCat("NODE_EXTRA_CA_CERTS=", kSandboxEgressCaPath));
+      ASSIGN_OR_RETURN(ca, egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                                        network::AllowedNamesFrom(policy), std::move(secrets)));
+    }
   }
   RETURN_IF_ERROR(WriteBundle(sb, request, plan));
   std::move(forget).Cancel();
-  return StartContainer(sb.id, sb.generation);
+  if (sb.secret_env.empty()) return StartContainer(sb.id, sb.generation);
+  // The sandbox's CA, from the proxy, into its trust store before anything runs in it.
+  std::string id = sb.id;
+  uint64_t generation = sb.generation;
+  return ca.then([this, id, generation](std::string ca_pem) -> kj::Promise<void> {
+             Sandbox* sb = Find(id, generation);
+             if (sb == nullptr || sb->deleting)
+               return StatusToException(
+                   absl::FailedPreconditionError("sandbox was deleted while being created"));
+             absl::Status trusted = ca_pem.empty()
+                                        ? absl::InternalError("the egress proxy made no CA")
+                                        : WriteSandboxTrust(sb->bundle_dir + "/rootfs", ca_pem);
+             if (!trusted.ok()) return StatusToException(trusted);
+             return StartContainer(id, generation);
+           })
+      .catch_([this, id, generation](kj::Exception&& e) -> kj::Promise<void> {
+        Sandbox* sb = Find(id, generation);
+        if (sb == nullptr || sb->running || sb->container_created) return kj::mv(e);
+        // Before runsc was asked: the proxy refused or the trust could not be written.
+        return Destroy(id, generation)
+            .catch_([](kj::Exception&& cleanup) {
+              KJ_LOG(ERROR, "cleanup after a failed create failed", cleanup);
+            })
+            .then([e = kj::mv(e)]() mutable -> kj::Promise<void> { return kj::mv(e); });
+      });
+}
+
+void SandboxHost::NewEgressCa(const std::string& id, const std::string& ca_pem) {
+  Sandbox* sb = Find(id);
+  if (sb == nullptr || sb->secret_env.empty() || ca_pem.empty()) return;
+  absl::Status wrote = WriteSandboxTrust(sb->bundle_dir + "/rootfs", ca_pem);
+  if (!wrote.ok()) KJ_LOG(ERROR, "cannot write a sandbox's new egress CA", id, wrote.ToString());
+}
+
+absl::StatusOr<std::vector<EgressSecret>> SandboxHost::SecretsOf(
+    config::Deployment::Reader deployment, config::LaunchProfile::Reader profile) const {
+  std::vector<EgressSecret> out;
+  for (auto use : profile.getSecrets()) {
+    std::optional<config::SecretRegistration::Reader> found;
+    for (auto r : deployment.getSecrets())
+      if (r.getName() == use.getName()) found = r;
+    // LoadConfig checked that every secret a deployment's profiles ask for is registered.
+    if (!found)
+      return absl::FailedPreconditionError(
+          absl::StrCat("secret \"", use.getName().cStr(), "\" is not registered for this deployment"));
+    EgressSecret secret;
+    secret.name = found->getName().cStr();
+    for (auto h : found->getHosts()) secret.hosts.push_back(h.cStr());
+    secret.header = found->getHeader().cStr();
+    secret.placeholder = NewPlaceholder(secret.name);
+    ASSIGN_OR_RETURN(secret.value, ReadSecretFile(found->getPath().cStr()));
+    out.push_back(std::move(secret));
+  }
+  return out;
 }
 
 absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& request,
@@ -274,6 +348,12 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   // Into the sandbox's own upper layer, before anything runs in it.
   RETURN_IF_ERROR(WriteSandboxIdentity(merged, {sb.uid, sb.gid, sb.home}));
   if (sb.link) RETURN_IF_ERROR(WriteSandboxResolvConf(merged, network::FormatIpv4(sb.link->host_addr)));
+  // Each placeholder file: root's, world-readable, mounted read-only where the profile asked.
+  for (size_t i = 0; i < sb.secret_files.size(); ++i) {
+    std::string path = absl::StrCat(sb.bundle_dir, "/secret-file-", i);
+    RETURN_IF_ERROR(WriteNewFile(path, sb.secret_files[i].second + "\n", 0444));
+    sb.files.push_back(path);
+  }
   BundleSpec spec;
   if (sb.link) spec.netns_path = sb.link->netns_path;
   spec.rootfs = merged;
@@ -317,6 +397,9 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
     RETURN_IF_ERROR(stage(plan.workspaces[i], staging, m.destination, m.read_only));
     if (i == 0) sb.first_workspace_dir = staging;
   }
+  for (size_t i = 0; i < sb.secret_files.size(); ++i)
+    spec.mounts.push_back({absl::StrCat(sb.bundle_dir, "/secret-file-", i), sb.secret_files[i].first,
+                           /*read_only=*/true});
   for (size_t i = 0; i < plan.credentials.size(); ++i) {
     const auto& c = request.credentials[i];
     RETURN_IF_ERROR(stage(plan.credentials[i], absl::StrCat(mounts_dir, "/credential-", c.name),

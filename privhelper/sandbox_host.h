@@ -88,7 +88,11 @@ class SandboxHost {
   void SetDns(network::DnsResolver* dns) { dns_ = dns; }
   // The egress proxy (decision 58), with SandboxNetworks' egress port set: sandboxes with
   // allowNames rules are served by it.
-  void SetEgress(EgressLink* egress) { egress_ = egress; }
+  void SetEgress(EgressLink* egress) {
+    egress_ = egress;
+    if (egress_ != nullptr)
+      egress_->SetOnNewCa([this](const std::string& id, const std::string& pem) { NewEgressCa(id, pem); });
+  }
   // Processes start through a spawner inside each sandbox (sandbox/spawner.cc) rather than a
   // `runsc exec` each (main.cc enables it unless helper.json says `"spawner": false`). Without
   // this call every process is a `runsc exec`.
@@ -246,6 +250,11 @@ class SandboxHost {
     std::string home;
     // Its read-write workspace and credential destinations (Api.SandboxPaths.kept).
     std::vector<std::string> kept;
+    // Its secrets' placeholders (decision 59): "ENV=placeholder" and NODE_EXTRA_CA_CERTS, added
+    // to every process's environment that does not set the name; and each placeholder file's
+    // destination and placeholder.
+    std::vector<std::string> secret_env;
+    std::vector<std::pair<std::string, std::string>> secret_files;
     // Network mode "sandbox": its link (namespace, veth, addresses); none for "none".
     std::optional<network::SandboxLink> link;
     std::vector<uint16_t> inbound_ports;  // its profile's network.inboundPorts
@@ -323,6 +332,12 @@ class SandboxHost {
   // Create, before anything is written: destinations checked, workspaces resolved, the uid.
   absl::StatusOr<CreatePlan> PlanCreate(const ValidatedCreate& request) const;
   // Create, after every check: the bundle, with its record, overlay and staged mounts.
+  // The profile's secrets as the deployment registers them, each value read from its root-owned
+  // file (secret_file.h) and given a fresh placeholder.
+  absl::StatusOr<std::vector<EgressSecret>> SecretsOf(config::Deployment::Reader deployment,
+                                                      config::LaunchProfile::Reader profile) const;
+  // A restarted egress proxy's new CA for a sandbox: into its trust files (WriteSandboxTrust).
+  void NewEgressCa(const std::string& id, const std::string& ca_pem);
   absl::Status WriteBundle(Sandbox& sb, const ValidatedCreate& request, const CreatePlan& plan);
   // Create, asynchronously: `runsc run --detach` (create and start in one runsc process), or
   // a teardown.

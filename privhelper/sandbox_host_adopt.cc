@@ -299,10 +299,12 @@ void SandboxHost::AdoptNetwork(Sandbox& sb) {
   }
   if (adopted.ok() && egress_ != nullptr && networks_->egress_port() != 0 &&
       policy.getAllowNames().size() > 0) {
-    absl::Status served = egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
-                                       network::AllowedNamesFrom(policy));
+    // Its secrets' placeholders died with the previous privhelper (decision 59): the proxy
+    // passes its TLS through unterminated, so a placeholder reaches the host, never a value.
+    auto served = egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
+                               network::AllowedNamesFrom(policy));
     if (!served.ok())
-      KJ_LOG(ERROR, "cannot serve an adopted sandbox's egress", sb.id, served.ToString());
+      KJ_LOG(ERROR, "cannot serve an adopted sandbox's egress", sb.id, served.status().ToString());
   }
 }
 

@@ -43,9 +43,17 @@ using namespace host_internal;  // NOLINT: this file is one of SandboxHost's
 
 absl::StatusOr<SandboxHost::Stdio> SandboxHost::StartProcess(const ValidatedStart& request) {
   const std::string& process_id = request.process.process_id;
-  const ProcessCommand& command = request.command;
   ASSIGN_OR_RETURN(Sandbox * sb, FindSandbox(request.process.sandbox_id, Need::kRunning));
   RETURN_IF_ERROR(RequireNotStopped(*sb));
+  // Its secrets' placeholders and CA path (decision 59), in every environment that does not set
+  // them itself, an exact one too: the profile promised them to whatever runs in the sandbox.
+  ProcessCommand command = request.command;
+  for (const std::string& e : sb->secret_env) {
+    std::string name = e.substr(0, e.find('=') + 1);
+    bool set = false;
+    for (const std::string& given : command.env) set |= given.rfind(name, 0) == 0;
+    if (!set) command.env.push_back(e);
+  }
   if (sb->paused)
     return absl::FailedPreconditionError(absl::StrCat("sandbox ", sb->id, " is paused"));
   if (sb->processes.count(process_id))

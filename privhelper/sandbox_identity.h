@@ -46,4 +46,13 @@ std::string ResolvConfFor(const std::string& nameserver);
 // inside it and following no symlink. A rootfs without /etc is left alone.
 absl::Status WriteSandboxResolvConf(const std::string& root, const std::string& nameserver);
 
+// Where a sandbox with secrets finds its egress CA (decision 59): NODE_EXTRA_CA_CERTS names it.
+inline constexpr char kSandboxEgressCaPath[] = "/etc/ssl/certs/paseo-sandbox-egress-ca.pem";
+
+// Secrets: the sandbox's egress CA (`ca_pem`) trusted inside it, and only there: written as
+// etc/ssl/certs/paseo-sandbox-egress-ca.pem and appended to etc/ssl/certs/ca-certificates.crt
+// (the system bundle OpenSSL, curl and git read) beneath `root` (the sandbox's merged overlay),
+// resolving only inside it and following no symlink; etc/ssl/certs is made if missing.
+absl::Status WriteSandboxTrust(const std::string& root, const std::string& ca_pem);
+
 }  // namespace paseo

@@ -105,6 +105,10 @@ struct HelperNetwork {
   # connection to an allowNames rule's port and dials that name itself.
   egressBinary @4 :Text;
   # Absolute path of the egress proxy; empty means "paseo-sandbox-egress" beside the privhelper.
+  egressTrustedCa @5 :Text;
+  # A PEM file of CA certificates the egress proxy trusts, besides the system's, when it
+  # verifies a secret's host (an operator's own CA). Read by the proxy's user, so it must be
+  # readable by egressUser. Empty: the system's store only.
 }
 
 enum RestartPolicy {
@@ -144,6 +148,40 @@ struct Deployment {
   # Read-only tool directories (for example where Paseo's helper is installed) that the
   # profiles' `tools` place in this deployment's sandboxes. Every tool a profile this
   # deployment may use places must be registered here (checked when the config loads).
+  secrets @9 :List(SecretRegistration);
+  # Secrets (API keys, tokens) this deployment's sandboxes may use without holding them
+  # (decision 59). Every secret a profile this deployment may use asks for must be registered
+  # here (checked when the config loads).
+}
+
+struct SecretRegistration {
+  # A secret that stays outside the sandbox: its value lives in a root-owned file the privhelper
+  # reads at each create and hands only to the egress proxy, which puts it into `header` on TLS
+  # requests to `hosts`. The sandbox gets a random placeholder in `envVar` instead.
+  name @0 :Text;
+  # The handle profiles ask for it by; an id ([a-z0-9-]).
+  path @1 :Text;
+  # Normalized absolute path of a regular file owned by root, mode 0600 or 0400 (no group or
+  # other bits), one link, in a root-owned directory no one else may write, no symlink on the
+  # way. Its value is the file's content without one trailing newline: one line of printable
+  # ASCII, 1..4096 bytes.
+  hosts @2 :List(Text);
+  # Lower-case DNS names (no wildcard), 1..16; each must be allowed by the allowNames of every
+  # profile asking for the secret.
+  header @3 :Text;
+  # The lower-case request header the value goes in ("x-api-key", "authorization"): wherever the
+  # placeholder appears in that header's value, and nowhere else.
+  envVar @4 :Text;
+  # The environment variable every process of the sandbox gets the placeholder in
+  # ("ANTHROPIC_API_KEY"), unless the client's environment sets it.
+}
+
+struct SecretUse {
+  name @0 :Text;
+  # A SecretRegistration name.
+  file @1 :Text;
+  # Optional: an absolute path in the sandbox where a read-only file holding the placeholder
+  # (and a newline) appears, for agents that read a key from a file.
 }
 
 struct LaunchProfile {
@@ -185,6 +223,9 @@ struct LaunchProfile {
   homeBytes @11 :UInt64 = 268435456;
   # Size of the home tmpfs (sandbox memory: it counts against memoryLimitBytes as it fills).
   network @12 :NetworkPolicy;
+  secrets @13 :List(SecretUse);
+  # Secrets its sandboxes get placeholders for (decision 59). Needs network mode "sandbox" and
+  # the egress proxy; each secret's hosts must be allowed by `network.allowNames`.
   # What the sandbox may reach (default: nothing but its own loopback).
 }
 

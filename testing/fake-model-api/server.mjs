@@ -332,7 +332,9 @@ function handle(req, res) {
       : url.pathname === '/v1/responses' ? openaiSummary(b)
       : raw.length ? { keys: Object.keys(b).slice(0, 20) } : undefined);
     log({ dir: 'request', n, api, method: req.method, path: url.pathname, query: url.search || undefined,
-      host: req.headers.host, ua: req.headers['user-agent'], encoding: enc || undefined, body: summary });
+      host: req.headers.host, ua: req.headers['user-agent'], encoding: enc || undefined, body: summary,
+      // The credential headers as they arrived (a test of injected secrets reads them).
+      apiKey: req.headers['x-api-key'], authorization: req.headers.authorization });
     // Claude takes an answer without Anthropic's request id for a proxy's.
     res.setHeader(api === 'openai' ? 'x-request-id' : 'request-id', newId('req_'));
     // A model request we could not read must not be mistaken for a side request.
