@@ -291,6 +291,26 @@ TEST_F(ConfigTest, ToolRootsAndToolMountsLoad) {
   EXPECT_EQ(docker->getToolRoots()[0].getHostPath().size(), 0u);
 }
 
+TEST_F(ConfigTest, SecretsLoad) {
+  Write("helper.json", MinimalHelper());
+  Write("profiles/default.json", R"({"name": "default",
+      "network": {"mode": "sandbox", "allowNames": [{"name": "api.anthropic.com", "ports": [443]}]},
+      "secrets": [{"name": "anthropic", "file": "/home/agent/.anthropic-key"}]})");
+  Write("deployments/main.json", R"({"id": "main", "allowedUids": [1000],
+      "workspaceRoots": [{"hostPath": "/srv/w"}],
+      "secrets": [{"name": "anthropic", "path": "/etc/paseo-sandbox/secrets/anthropic",
+                   "hosts": ["api.anthropic.com"], "header": "x-api-key",
+                   "envVar": "ANTHROPIC_API_KEY"}]})");
+  auto config = LoadConfig(dir_);
+  ASSERT_TRUE(config.ok()) << config.status();
+  const config::Deployment::Reader* d = (*config)->FindDeployment("main");
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->getSecrets().size(), 1u);
+  EXPECT_EQ(std::string(d->getSecrets()[0].getHeader().cStr()), "x-api-key");
+  EXPECT_EQ(std::string((*config)->FindProfile("default")->getSecrets()[0].getFile().cStr()),
+            "/home/agent/.anthropic-key");
+}
+
 // The development machine's figures, so the expected defaults are fixed.
 HostResources TestHost() {
   HostResources host;
@@ -480,6 +500,10 @@ std::string HelperWithSha(const std::string& sha) {
 std::string DeploymentWith(const std::string& body) { return absl::StrCat("{", body, "}"); }
 constexpr char kRoots[] = R"("workspaceRoots": [{"hostPath": "/srv/w"}])";
 constexpr char kUids[] = R"("allowedUids": [1000])";
+constexpr char kSecretRest[] =
+    R"("path": "/etc/k", "hosts": ["api.example.com"], "header": "x-api-key", "envVar": "K")";
+constexpr char kNetwork[] =
+    R"("network": {"mode": "sandbox", "allowNames": [{"name": "*.example.com", "ports": [443]}]})";
 
 std::vector<BadCase> BadCases() {
   auto dep = [](const std::string& body) { return DeploymentWith(body); };
@@ -825,6 +849,45 @@ std::vector<BadCase> BadCases() {
           {"name": "a7", "destination": "/t7"}, {"name": "a8", "destination": "/t8"},
           {"name": "a9", "destination": "/t9"}]})"}},
        "profiles/p.json", {}, "tools: "},
+
+      // Secrets (decision 59): registrations (deployments) and uses (profiles).
+      {"SecretNameInvalid",
+       {{"deployments/main.json", ok_dep_with(absl::StrCat(R"("secrets": [{"name": "A", )", kSecretRest, "}]"))}},
+       "deployments/main.json", {}, "secrets[0].name: "},
+      {"SecretPathRelative",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "etc/k", "hosts": ["api.example.com"], "header": "x-api-key", "envVar": "K"}])")}},
+       "deployments/main.json", {}, "secrets[0].path: "},
+      {"SecretWithoutHosts",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": [], "header": "x-api-key", "envVar": "K"}])")}},
+       "deployments/main.json", {}, "secrets[0].hosts: "},
+      {"SecretHostWildcard",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": ["*.example.com"], "header": "x-api-key", "envVar": "K"}])")}},
+       "deployments/main.json", {"no wildcard"}, "secrets[0].hosts: "},
+      {"SecretHeaderFramesTheRequest",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": ["api.example.com"], "header": "content-length", "envVar": "K"}])")}},
+       "deployments/main.json", {}, "secrets[0].header: "},
+      {"SecretHeaderNotLowerCase",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": ["api.example.com"], "header": "X-Api-Key", "envVar": "K"}])")}},
+       "deployments/main.json", {}, "secrets[0].header: "},
+      {"SecretEnvVarReserved",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": ["api.example.com"], "header": "x-api-key", "envVar": "PATH"}])")}},
+       "deployments/main.json", {}, "secrets[0].envVar: "},
+      {"SecretEnvVarNotAName",
+       {{"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": ["api.example.com"], "header": "x-api-key", "envVar": "A=B"}])")}},
+       "deployments/main.json", {}, "secrets[0].envVar: "},
+      {"SecretsWithoutSandboxNetwork",
+       {{"profiles/p.json", R"({"name": "p", "secrets": [{"name": "a"}]})"}},
+       "profiles/p.json", {"sandbox"}, "secrets: "},
+      {"SecretFileRelative",
+       {{"profiles/p.json", absl::StrCat(R"({"name": "p", )", kNetwork, R"(, "secrets": [{"name": "a", "file": "home/k"}]})")}},
+       "profiles/p.json", {}, "secrets[0].file: "},
+      {"SecretUnknownToTheDeployment",
+       {{"profiles/p.json", absl::StrCat(R"({"name": "default", )", kNetwork, R"(, "secrets": [{"name": "a"}]})")}},
+       "deployments/main.json", {"\"a\"", "does not register"}, "secrets: "},
+      {"SecretHostNotAllowedByTheProfile",
+       {{"profiles/p.json", absl::StrCat(R"({"name": "default", )", kNetwork, R"(, "secrets": [{"name": "a"}]})")},
+        {"deployments/main.json", ok_dep_with(R"("secrets": [{"name": "a", "path": "/etc/k", "hosts": ["api.other.com"], "header": "x-api-key", "envVar": "K"}])")}},
+       "deployments/main.json", {"api.other.com", "allowNames"}, "secrets: "},
   };
   return cases;
 }
