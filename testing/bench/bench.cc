@@ -38,8 +38,12 @@
 #include <kj/async-io.h>
 #include <kj/debug.h>
 
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+
 #include "absl/strings/strip.h"
 #include "client/client.h"
+#include "egress/cert_authority.h"
 #include "common/spawn.h"
 #include "schema/api.capnp.h"
 #include "privhelper/network/links.h"
@@ -1779,8 +1783,11 @@ void RuntimeExec(Env& env) {
 
 // The bench's profile with network mode "sandbox": egress to the bulk server only.
 constexpr char kNetProfile[] = "bench-net";
+constexpr char kSecretsProfile[] = "bench-secrets";
 constexpr char kBulkHost[] = "203.0.113.10";
 constexpr uint16_t kBulkPort = 8081;
+// net_names's TLS responder (ServeTls), for the first byte of a TLS request.
+constexpr uint16_t kTlsPort = 8443;
 // The same server by name: the bench internet's allowed.example (203.0.113.20), where the bulk
 // listener (on every address there) answers too.
 constexpr char kNamesProfile[] = "bench-names";
@@ -1835,6 +1842,35 @@ void ServeBulk(int listener, uint64_t bytes) {
         ok = n > 0;
         if (ok) left -= static_cast<uint64_t>(n);
       }
+      close(c);
+    }
+  }).detach();
+}
+
+// Answers every TLS connection on `listener` (base/bench-tls's certificate for kBulkName, from
+// WriteBenchConfig's throwaway CA) with a small HTTP response, one connection at a time, forever.
+void ServeTls(int listener, const std::string& base) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+  if (ctx == nullptr ||
+      SSL_CTX_use_certificate_chain_file(ctx, (base + "/bench-tls/leaf.pem").c_str()) != 1 ||
+      SSL_CTX_use_PrivateKey_file(ctx, (base + "/bench-tls/leaf.key").c_str(), SSL_FILETYPE_PEM) != 1)
+    Die("net_names: the TLS responder's certificate");
+  std::thread([listener, ctx] {
+    for (;;) {
+      int c = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      timeval tv{5, 0};
+      setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      SSL* ssl = SSL_new(ctx);
+      SSL_set_fd(ssl, c);
+      if (SSL_accept(ssl) == 1) {
+        char request[2048];
+        (void)SSL_read(ssl, request, sizeof(request));
+        static const char kReply[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+        (void)SSL_write(ssl, kReply, sizeof(kReply) - 1);
+        SSL_shutdown(ssl);
+      }
+      SSL_free(ssl);
       close(c);
     }
   }).detach();
@@ -1942,6 +1978,14 @@ void NetNames(Env& env) {
   Progress("net_names: " + std::to_string(bytes / kMiB) + " MiB, " + std::to_string(n) +
            " samples per side, and " + std::to_string(first_bytes) + " first bytes");
   CopyExecutable(Runfile("testing/bench/fetch"), env.ws + "/fetch");
+  std::string base = env.base;
+  Check(network::InNetnsFile(testing::InternetPin(), [base] {
+          int listener = testing::ListenAny(kTlsPort);
+          if (listener < 0) return absl::InternalError("listen tls");
+          ServeTls(listener, base);
+          return absl::OkStatus();
+        }).ok(),
+        "TLS responder");
   std::string total = std::to_string(BulkHeader(bytes).size() + bytes);
   std::string port = std::to_string(kBulkPort);
   Result r{"net_names", "MiB/s",
@@ -1980,11 +2024,35 @@ void NetNames(Env& env) {
                    " > /workspace/first-byte-direct"});
   double via_us = std::atof(ReadFile(env.ws + "/first-byte-proxy").c_str());
   double straight_us = std::atof(ReadFile(env.ws + "/first-byte-direct").c_str());
+  // The same over TLS (the issue's target: at most 2 ms added at the median), handshake
+  // included: the proxy reads the ClientHello, dials the name and passes the session through.
+  std::string tls = std::to_string(kTlsPort);
+  run(named, {"sh", "-c",
+              "/workspace/fetch --first-byte-tls " + count + " " + kBulkNameHost + " " + tls + " " +
+                  kBulkName + " > /workspace/first-byte-proxy"});
+  run(direct, {"sh", "-c",
+               "/workspace/fetch --first-byte-tls " + count + " " + kBulkHost + " " + tls + " " +
+                   kBulkName + " > /workspace/first-byte-direct"});
+  double tls_via_us = std::atof(ReadFile(env.ws + "/first-byte-proxy").c_str());
+  double tls_straight_us = std::atof(ReadFile(env.ws + "/first-byte-direct").c_str());
+  // And terminated, as for a secret's host: the proxy's handshake with the sandbox (its CA's
+  // leaf), its own verified one with the server, then the request head rewritten.
+  auto secrets = env.CreateSandbox(kSecretsProfile);
+  run(secrets, {"sh", "-c",
+                "/workspace/fetch --first-byte-tls " + count + " " + kBulkNameHost + " " + tls + " " +
+                    kBulkName + " > /workspace/first-byte-proxy"});
+  double terminated_us = std::atof(ReadFile(env.ws + "/first-byte-proxy").c_str());
+  env.DeleteSandbox(secrets);
   unlink((env.ws + "/first-byte-proxy").c_str());
   unlink((env.ws + "/first-byte-direct").c_str());
   r.extra.push_back({"first_byte_us_median_proxy", Num(via_us)});
   r.extra.push_back({"first_byte_us_median_direct", Num(straight_us)});
   r.extra.push_back({"first_byte_added_ms", Num((via_us - straight_us) / 1000)});
+  r.extra.push_back({"tls_first_byte_us_median_proxy", Num(tls_via_us)});
+  r.extra.push_back({"tls_first_byte_us_median_direct", Num(tls_straight_us)});
+  r.extra.push_back({"tls_first_byte_added_ms", Num((tls_via_us - tls_straight_us) / 1000)});
+  r.extra.push_back({"tls_terminated_first_byte_us_median", Num(terminated_us)});
+  r.extra.push_back({"tls_terminated_first_byte_added_ms", Num((terminated_us - tls_straight_us) / 1000)});
   r.extra.push_back({"bytes", std::to_string(bytes)});
   env.DeleteSandbox(named);
   env.DeleteSandbox(direct);
@@ -2249,7 +2317,10 @@ void WriteBenchConfig(const std::string& base) {
             "{\"id\": \"bench\", \"allowedUids\": [0], \"workspaceRoots\": [{\"hostPath\": " +
                 Quote(base + "/ws") + "}], \"runAs\": {\"uid\": " + std::to_string(kAgentUid) +
                 ", \"gid\": " + std::to_string(kAgentGid) +
-                "}, \"profiles\": [\"bench\", \"bench-net\", \"bench-names\"], \"maxSandboxes\": 160}");
+                "}, \"profiles\": [\"bench\", \"bench-net\", \"bench-names\", \"bench-secrets\"], "
+                "\"maxSandboxes\": 160, \"secrets\": [{\"name\": \"bench\", \"path\": " +
+                Quote(base + "/bench-secrets/key") + ", \"hosts\": [\"" + kBulkName +
+                "\"], \"header\": \"x-api-key\", \"envVar\": \"BENCH_API_KEY\"}]}");
   WriteText(base + "/etc/profiles/bench.json",
             "{\"name\": \"bench\", \"outputBufferBytes\": " +
                 std::to_string(kOutputBufferBytes) + "}");
@@ -2258,13 +2329,39 @@ void WriteBenchConfig(const std::string& base) {
                 std::to_string(kOutputBufferBytes) +
                 ", \"network\": {\"mode\": \"sandbox\", \"allowCidrs\": [{\"cidr\": \"" +
                 kBulkHost + "/32\", \"ports\": [" + std::to_string(kBulkPort) + ", " +
-                std::to_string(kSmallPort) + "]}]}}");  // The same server by name, through the egress proxy (decision 58).
+                std::to_string(kSmallPort) + ", " + std::to_string(kTlsPort) + "]}]}}");  // The same server by name, through the egress proxy (decision 58).
+  // net_names's TLS responder's certificate, from a throwaway CA the egress proxy trusts (so it
+  // can verify the upstream of a terminated connection), and a secret for its name: the bench-
+  // secrets profile's TLS to it is terminated by the proxy (decision 59).
+  auto ca = egress::CertAuthority::Create("bench", {kBulkName});
+  Check(ca.ok(), "bench CA");
+  auto leaf = (*ca)->LeafFor(kBulkName);
+  Check(leaf.ok(), "bench TLS certificate");
+  Check(mkdir((base + "/bench-tls").c_str(), 0755) == 0, "mkdir bench-tls");
+  WriteText(base + "/bench-tls/ca.pem", (*ca)->certificate_pem());
+  WriteText(base + "/bench-tls/leaf.pem", (*leaf)->certificate_pem);
+  WriteText(base + "/bench-tls/leaf.key", (*leaf)->key_pem);
+  Check(chmod((base + "/bench-tls/ca.pem").c_str(), 0644) == 0, "chmod ca.pem");
+  Check(mkdir((base + "/bench-secrets").c_str(), 0700) == 0, "mkdir bench-secrets");
+  WriteText(base + "/bench-secrets/key", "bench-secret-value\n");
+  Check(chmod((base + "/bench-secrets/key").c_str(), 0600) == 0, "chmod key");
+  std::string helper = ReadFile(base + "/etc/helper.json");
+  size_t at = helper.find("@BENCH_CA@");
+  Check(at != std::string::npos, "helper.json has @BENCH_CA@");
+  helper.replace(at, 10, base + "/bench-tls/ca.pem");
+  WriteText(base + "/etc/helper.json", helper);
+  WriteText(base + "/etc/profiles/bench-secrets.json",
+            "{\"name\": \"bench-secrets\", \"outputBufferBytes\": " +
+                std::to_string(kOutputBufferBytes) +
+                ", \"network\": {\"mode\": \"sandbox\", \"allowNames\": [{\"name\": \"" +
+                kBulkName + "\", \"ports\": [" + std::to_string(kTlsPort) +
+                "]}]}, \"secrets\": [{\"name\": \"bench\"}]}");
   WriteText(base + "/etc/profiles/bench-names.json",
             "{\"name\": \"bench-names\", \"outputBufferBytes\": " +
                 std::to_string(kOutputBufferBytes) +
                 ", \"network\": {\"mode\": \"sandbox\", \"allowNames\": [{\"name\": \"" +
                 kBulkName + "\", \"ports\": [" + std::to_string(kBulkPort) + ", " +
-                std::to_string(kSmallPort) + "]}]}}");
+                std::to_string(kSmallPort) + ", " + std::to_string(kTlsPort) + "]}]}}");
 }
 
 Options ParseArgs(int argc, char** argv) {
@@ -2316,7 +2413,7 @@ int Main(int argc, char** argv) {
     // Network mode "sandbox" for net_cold and net_bulk: sandboxes get addresses from this pool;
     // the resolver's upstream is the bench internet's DNS server (testing/test_internet.h).
     service_options.helper_json_extra =
-        R"(, "network": {"pool": "10.98.0.0/24", "dnsUpstreams": ["203.0.113.53"]})";
+        R"(, "network": {"pool": "10.98.0.0/24", "dnsUpstreams": ["203.0.113.53"], "egressTrustedCa": "@BENCH_CA@"})";
     Service service(std::move(service_options));
     std::string base = service.base();
     std::string version = service.rootfs_version();
@@ -2435,6 +2532,13 @@ int Main(int argc, char** argv) {
     }
     raw.DeleteAll();
     service.Stop();
+    // The egress proxy ends when it sees its control socket close, a moment after the
+    // privhelper did: it gets up to 2 s.
+    double stopped = Now();
+    while (!PidsMatching(base + "/").empty() && Now() - stopped < 2) usleep(20000);
+    if (Now() - stopped > 0.05)
+      Progress("processes of the work area ended " + Num((Now() - stopped) * 1000) +
+               " ms after the privhelper");
     for (pid_t p : PidsMatching(base + "/")) {
       Progress("leftover process " + std::to_string(p) + ": " + Cmdline(p));
       rc = 1;

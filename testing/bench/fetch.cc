@@ -3,10 +3,14 @@
 // 1 MiB reads and discarded; exits 0 if exactly TOTAL bytes (header included) arrived.
 // fetch --first-byte COUNT ADDRESS PORT [HOST]: COUNT such GETs one after another, each closed
 // at its first byte; prints the median microseconds from connect() to that byte.
+// fetch --first-byte-tls COUNT ADDRESS PORT HOST: the same over TLS (HOST as the server name and
+// the Host), the handshake inside the time; the certificate is not verified (a timing, not a
+// trust check: the bench's server has its own throwaway certificate).
 // Run inside sandboxes by the bench's net_bulk and net_names: busybox nc reads 1 KiB at a time,
 // and each read is a syscall gVisor intercepts, so nc would measure its own buffer, not the
-// network. Static, no libraries beyond libc: it runs from the workspace in any rootfs.
+// network. Static (OpenSSL linked in): it runs from the workspace in any rootfs.
 #include <arpa/inet.h>
+#include <openssl/ssl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -70,9 +74,51 @@ int FirstByte(int count, const char* address, const char* port, const char* host
   return 0;
 }
 
+int FirstByteTls(int count, const char* address, const char* port, const char* host) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  if (ctx == nullptr) return 1;
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, nullptr);
+  std::vector<double> us;
+  for (int i = 0; i < count; ++i) {
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(std::atoi(port)));
+    if (inet_pton(AF_INET, address, &to.sin_addr) != 1) return 1;
+    double t0 = NowMicros();
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      std::perror("fetch: connect");
+      return 1;
+    }
+    SSL* ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, s);
+    SSL_set_tlsext_host_name(ssl, host);
+    std::string request = std::string("GET / HTTP/1.1\r\nHost: ") + host + "\r\nConnection: close\r\n\r\n";
+    char c;
+    bool ok = SSL_connect(ssl) == 1 &&
+              SSL_write(ssl, request.data(), static_cast<int>(request.size())) ==
+                  static_cast<int>(request.size()) &&
+              SSL_read(ssl, &c, 1) == 1;
+    double t1 = NowMicros();
+    SSL_free(ssl);
+    close(s);
+    if (!ok) {
+      std::fprintf(stderr, "fetch: no first byte over TLS\n");
+      return 1;
+    }
+    us.push_back(t1 - t0);
+  }
+  SSL_CTX_free(ctx);
+  std::sort(us.begin(), us.end());
+  std::printf("%.0f\n", us[us.size() / 2]);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 6 && std::strcmp(argv[1], "--first-byte-tls") == 0)
+    return FirstByteTls(std::atoi(argv[2]), argv[3], argv[4], argv[5]);
   if (argc >= 5 && std::strcmp(argv[1], "--first-byte") == 0)
     return FirstByte(std::atoi(argv[2]), argv[3], argv[4], argc > 5 ? argv[5] : nullptr);
   if (argc != 4 && argc != 5) {
