@@ -168,6 +168,8 @@ class EgressProxy::Served {
     // TLS to a secret's host: terminated here, then re-made to the host (decision 59).
     std::vector<const BoundSecret*> bound;
     bool terminated = false;
+    bool sandbox_verified = false;   // its handshake with the proxy completed
+    bool upstream_verified = false;  // the proxy's with the host completed
     std::optional<uint16_t> host_port;  // plain HTTP: the first request's Host port
     // Relay's two directions and its end: both ended, or either failed.
     kj::Promise<void> up = kj::READY_NOW, down = kj::READY_NOW;
@@ -337,11 +339,20 @@ class EgressProxy::Served {
     std::vector<uint8_t> hello(c.buffer.begin(), c.buffer.begin() + c.buffered);
     c.buffered = 0;
     auto client = kj::heap<ReplayStream>(kj::mv(c.client), std::move(hello));
-    auto handshakes =
-        server_tls_->wrapServer(kj::mv(client)).then([this, &c](kj::Own<kj::AsyncIoStream> inner) {
-          c.client = kj::mv(inner);
-          return proxy_.upstream_tls_->wrapClient(kj::mv(c.upstream), c.event.name);
-        });
+    // Both at once (the host's round trips overlap the sandbox's): nothing is sent to the host
+    // but the proxy's own handshake until the sandbox's has completed too.
+    auto upstream = proxy_.upstream_tls_->wrapClient(kj::mv(c.upstream), c.event.name)
+                        .then([&c](kj::Own<kj::AsyncIoStream> s) {
+                          c.upstream_verified = true;
+                          return kj::mv(s);
+                        })
+                        .eagerlyEvaluate(nullptr);
+    auto handshakes = server_tls_->wrapServer(kj::mv(client))
+                          .then([&c, upstream = kj::mv(upstream)](kj::Own<kj::AsyncIoStream> inner) mutable {
+                            c.client = kj::mv(inner);
+                            c.sandbox_verified = true;
+                            return kj::mv(upstream);
+                          });
     return proxy_.timer_.timeoutAfter(proxy_.options_.head_timeout, kj::mv(handshakes))
         .then(
             [this, &c](kj::Own<kj::AsyncIoStream> upstream) -> kj::Promise<void> {
@@ -351,12 +362,18 @@ class EgressProxy::Served {
               return Relay(c);
             },
             [this, &c](kj::Exception&& e) -> kj::Promise<void> {
-              // Which side failed: the sandbox's handshake leaves c.upstream in place.
-              Audit(c, false,
-                    c.upstream.get() != nullptr
-                        ? "the sandbox's TLS handshake with the proxy failed"
-                        : absl::StrCat(c.event.name, "'s TLS handshake or certificate failed: ",
-                                       e.getDescription().cStr()));
+              // Which side failed (both run at once).
+              std::string why;
+              if (e.getType() == kj::Exception::Type::OVERLOADED)
+                why = "the TLS handshakes did not complete in time";
+              else if (c.sandbox_verified && !c.upstream_verified)
+                why = absl::StrCat(c.event.name, "'s TLS handshake or certificate failed: ",
+                                   e.getDescription().cStr());
+              else if (c.upstream_verified)
+                why = "the sandbox's TLS handshake with the proxy failed";
+              else
+                why = absl::StrCat("the TLS handshakes failed: ", e.getDescription().cStr());
+              Audit(c, false, why);
               return kj::READY_NOW;
             });
   }
