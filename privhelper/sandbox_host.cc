@@ -285,7 +285,7 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
                    absl::FailedPreconditionError("sandbox was deleted while being created"));
              absl::Status trusted = ca_pem.empty()
                                         ? absl::InternalError("the egress proxy made no CA")
-                                        : WriteSandboxTrust(sb->bundle_dir + "/rootfs", ca_pem);
+                                        : WriteTrustFiles(*sb, ca_pem);
              if (!trusted.ok()) return StatusToException(trusted);
              return StartContainer(id, generation);
            })
@@ -301,10 +301,35 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
       });
 }
 
+namespace {
+
+// Rewrites a bundle file in place (the same inode: the sandbox's bind of it stays).
+absl::Status RewriteInPlace(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open", path);
+  kj::AutoCloseFd owned(fd);
+  size_t done = 0;
+  while (done < content.size()) {
+    ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus("write", path);
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SandboxHost::WriteTrustFiles(Sandbox& sb, const std::string& ca_pem) {
+  ASSIGN_OR_RETURN(std::string bundle, TrustBundleText(sb.bundle_dir + "/rootfs", ca_pem));
+  RETURN_IF_ERROR(RewriteInPlace(sb.bundle_dir + "/trust-ca.pem", ca_pem));
+  return RewriteInPlace(sb.bundle_dir + "/trust-bundle.crt", bundle);
+}
+
 void SandboxHost::NewEgressCa(const std::string& id, const std::string& ca_pem) {
   Sandbox* sb = Find(id);
   if (sb == nullptr || sb->secret_env.empty() || ca_pem.empty()) return;
-  absl::Status wrote = WriteSandboxTrust(sb->bundle_dir + "/rootfs", ca_pem);
+  absl::Status wrote = WriteTrustFiles(*sb, ca_pem);
   if (!wrote.ok()) KJ_LOG(ERROR, "cannot write a sandbox's new egress CA", id, wrote.ToString());
 }
 
@@ -400,6 +425,17 @@ absl::Status SandboxHost::WriteBundle(Sandbox& sb, const ValidatedCreate& reques
   for (size_t i = 0; i < sb.secret_files.size(); ++i)
     spec.mounts.push_back({absl::StrCat(sb.bundle_dir, "/secret-file-", i), sb.secret_files[i].first,
                            /*read_only=*/true});
+  if (!sb.secret_env.empty()) {
+    // The sandbox's trust: its egress CA alone and the system bundle with it, written once the
+    // proxy has answered (before runsc starts it), and again if the proxy restarts.
+    for (const auto& [name, destination] : {std::pair<const char*, const char*>{"trust-ca.pem", kSandboxEgressCaPath},
+                                            {"trust-bundle.crt", kSandboxCaBundlePath}}) {
+      std::string path = absl::StrCat(sb.bundle_dir, "/", name);
+      RETURN_IF_ERROR(WriteNewFile(path, "", 0644));
+      sb.files.push_back(path);
+      spec.mounts.push_back({path, destination, /*read_only=*/true});
+    }
+  }
   for (size_t i = 0; i < plan.credentials.size(); ++i) {
     const auto& c = request.credentials[i];
     RETURN_IF_ERROR(stage(plan.credentials[i], absl::StrCat(mounts_dir, "/credential-", c.name),

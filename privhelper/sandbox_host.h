@@ -336,7 +336,10 @@ class SandboxHost {
   // file (secret_file.h) and given a fresh placeholder.
   absl::StatusOr<std::vector<EgressSecret>> SecretsOf(config::Deployment::Reader deployment,
                                                       config::LaunchProfile::Reader profile) const;
-  // A restarted egress proxy's new CA for a sandbox: into its trust files (WriteSandboxTrust).
+  // The sandbox's trust files (<bundle>/trust-ca.pem and trust-bundle.crt, bound read-only in
+  // it) with `ca_pem`, rewritten in place.
+  absl::Status WriteTrustFiles(Sandbox& sb, const std::string& ca_pem);
+  // A restarted egress proxy's new CA for a sandbox: into its trust files.
   void NewEgressCa(const std::string& id, const std::string& ca_pem);
   absl::Status WriteBundle(Sandbox& sb, const ValidatedCreate& request, const CreatePlan& plan);
   // Create, asynchronously: `runsc run --detach` (create and start in one runsc process), or

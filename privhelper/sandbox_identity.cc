@@ -141,33 +141,20 @@ absl::Status WriteSandboxResolvConf(const std::string& root, const std::string& 
   return ReplaceEtcFile(dirs.etc, "resolv.conf", ResolvConfFor(nameserver));
 }
 
-absl::Status WriteSandboxTrust(const std::string& root, const std::string& ca_pem) {
+absl::StatusOr<std::string> TrustBundleText(const std::string& root, const std::string& ca_pem) {
   RootAndEtc dirs;
   RETURN_IF_ERROR(OpenRootAndEtc(root, dirs));
-  if (dirs.etc < 0) {
-    if (mkdirat(dirs.root, "etc", 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", "/etc");
-    dirs.etc = Openat2(dirs.root, "etc", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
-    if (dirs.etc < 0) return ErrnoStatus("open", "/etc");
+  std::string bundle;
+  int certs = dirs.etc < 0 ? -1
+                           : Openat2(dirs.root, "etc/ssl/certs", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
+  if (certs >= 0) {
+    absl::Cleanup close_certs = [certs] { close(certs); };
+    ASSIGN_OR_RETURN(bundle, ReadEtcFile(certs, "ca-certificates.crt"));
+  } else if (dirs.etc >= 0 && errno != ENOENT) {
+    return ErrnoStatus("open", "/etc/ssl/certs");
   }
-  // Each level opened beneath the root before the next is made in it: a symlink in the rootfs
-  // resolves inside the sandbox's root, never on the host.
-  if (mkdirat(dirs.etc, "ssl", 0755) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", "/etc/ssl");
-  int ssl = Openat2(dirs.root, "etc/ssl", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
-  if (ssl < 0) return ErrnoStatus("open", "/etc/ssl");
-  int made = mkdirat(ssl, "certs", 0755);
-  int made_errno = errno;
-  close(ssl);
-  if (made != 0 && made_errno != EEXIST) return ErrnoStatus("mkdir", "/etc/ssl/certs", made_errno);
-  int certs = Openat2(dirs.root, "etc/ssl/certs", O_RDONLY | O_DIRECTORY | O_CLOEXEC, kInRoot);
-  if (certs < 0) return ErrnoStatus("open", "/etc/ssl/certs");
-  absl::Cleanup close_certs = [certs] { close(certs); };
-  RETURN_IF_ERROR(ReplaceEtcFile(certs, "paseo-sandbox-egress-ca.pem", ca_pem));
-  ASSIGN_OR_RETURN(std::string bundle, ReadEtcFile(certs, "ca-certificates.crt"));
-  // A rewrite after the proxy restarted: the old CA (its key gone with that proxy) is dropped.
-  const std::string kMark = "# paseo-sandbox egress CA\n";
-  if (size_t at = bundle.find(kMark); at != std::string::npos) bundle.resize(at);
   if (!bundle.empty() && bundle.back() != '\n') bundle.push_back('\n');
-  return ReplaceEtcFile(certs, "ca-certificates.crt", absl::StrCat(bundle, kMark, ca_pem));
+  return absl::StrCat(bundle, "# paseo-sandbox egress CA\n", ca_pem);
 }
 
 }  // namespace paseo

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace paseo {
@@ -49,10 +50,14 @@ absl::Status WriteSandboxResolvConf(const std::string& root, const std::string& 
 // Where a sandbox with secrets finds its egress CA (decision 59): NODE_EXTRA_CA_CERTS names it.
 inline constexpr char kSandboxEgressCaPath[] = "/etc/ssl/certs/paseo-sandbox-egress-ca.pem";
 
-// Secrets: the sandbox's egress CA (`ca_pem`) trusted inside it, and only there: written as
-// etc/ssl/certs/paseo-sandbox-egress-ca.pem and appended to etc/ssl/certs/ca-certificates.crt
-// (the system bundle OpenSSL, curl and git read) beneath `root` (the sandbox's merged overlay),
-// resolving only inside it and following no symlink; etc/ssl/certs is made if missing.
-absl::Status WriteSandboxTrust(const std::string& root, const std::string& ca_pem);
+// Where the sandbox's system bundle is (Debian's ca-certificates).
+inline constexpr char kSandboxCaBundlePath[] = "/etc/ssl/certs/ca-certificates.crt";
+
+// Secrets: the system bundle a sandbox with secrets sees, `root`'s own (beneath `root`, the
+// sandbox's rootfs, following no symlink; none if it has none) with the sandbox's egress CA
+// appended. The privhelper serves it, and the CA alone, from the bundle dir as read-only binds
+// over kSandboxCaBundlePath and kSandboxEgressCaPath, rewritten in place when the proxy
+// restarts (gVisor revalidates bind mounts; a file of the rootfs it has read once it keeps).
+absl::StatusOr<std::string> TrustBundleText(const std::string& root, const std::string& ca_pem);
 
 }  // namespace paseo

@@ -297,6 +297,37 @@ TEST_F(SecretsTest, ClaudeCompletesARequestWithItsKeyInjected) {
   EXPECT_FALSE(absl::StrContains(r.out + r.err, kValue));
 }
 
+// The proxy restarted (its CA key died with it): the privhelper writes the new CA into the
+// sandbox's trust files (bound from the bundle, rewritten in place), and a process started
+// afterwards gets through with the value again, although one before it read the old trust.
+TEST_F(SecretsTest, AfterTheProxyRestartsANewProcessTrustsItsNewCa) {
+  std::string before = Sh("cat /etc/ssl/certs/paseo-sandbox-egress-ca.pem").out;
+  CliResult first = Sh("curl -sS --max-time 20 -o /dev/null https://api.anthropic.com/v1/ping");
+  EXPECT_EQ(first.exit_code, 0) << first.err;
+  std::vector<pid_t> proxies = PidsMatching(svc.base() + "/bin/paseo-sandbox-egress");
+  ASSERT_EQ(proxies.size(), 1u);
+  ASSERT_EQ(kill(proxies[0], SIGKILL), 0);
+  std::vector<pid_t> after;
+  for (int i = 0; i < 100; ++i) {
+    after = PidsMatching(svc.base() + "/bin/paseo-sandbox-egress");
+    if (after.size() == 1 && after[0] != proxies[0] &&
+        absl::StrContains(svc.Log(), "got a new egress CA from the restarted proxy"))
+      break;
+    usleep(100000);
+  }
+  ASSERT_TRUE(absl::StrContains(svc.Log(), "got a new egress CA from the restarted proxy")) << svc.Log();
+  std::string now = Sh("cat /etc/ssl/certs/paseo-sandbox-egress-ca.pem").out;
+  EXPECT_NE(now, before) << "the sandbox sees the new CA";
+  size_t from = ReadFile(g_model_log).size();
+  CliResult bound = Sh(
+      "curl -sS --max-time 20 -o /dev/null -w '%{http_code}\\n' https://api.anthropic.com/v1/ping"
+      " -H \"x-api-key: $ANTHROPIC_API_KEY\"");
+  EXPECT_EQ(bound.exit_code, 0) << bound.out << bound.err;
+  std::vector<std::string> requests = RequestsSince(from);
+  ASSERT_EQ(requests.size(), 1u) << ReadFile(g_model_log);
+  EXPECT_TRUE(absl::StrContains(requests[0], absl::StrCat("\"apiKey\":\"", kValue, "\""))) << requests[0];
+}
+
 TEST(SecretsCreateTest, ASecretFileOthersMayReadRefusesTheCreateAndLeavesNothing) {
   Service& svc = *g_service;
   CliResult r = svc.Cli(Agent(svc), {"create", "--deployment", "loose", "--profile", "agent-secrets",
