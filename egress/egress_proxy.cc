@@ -11,6 +11,7 @@
 #include <kj/compat/tls.h>
 #include <kj/debug.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "egress/cert_authority.h"
@@ -80,6 +81,13 @@ class ReplayStream final : public kj::AsyncIoStream {
   std::vector<uint8_t> first_;
   size_t taken_ = 0;
 };
+
+// The methods a terminated connection may use.
+bool IsPlainMethod(const std::string& m) {
+  for (const char* ok : {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+    if (m == ok) return true;
+  return false;
+}
 
 // Why a refused connection was refused: the audit's reason and the end of the connection.
 struct Refusal {
@@ -152,7 +160,7 @@ class EgressProxy::Served {
     Served* served = nullptr;
     std::map<std::string, kj::TlsKeypair> parsed;
     kj::Maybe<kj::TlsKeypair> getKey(kj::StringPtr hostname) override {
-      std::string host = hostname.cStr();
+      std::string host = absl::AsciiStrToLower(hostname.cStr());
       auto it = parsed.find(host);
       if (it == parsed.end()) {
         auto leaf = served->ca_->LeafFor(host);
@@ -291,7 +299,8 @@ class EgressProxy::Served {
     if (FindEgressRule(sandbox_.rules, name, c.event.port) == nullptr)
       return std::optional<Refusal>(
           Refusal{absl::StrCat("no allowNames rule allows ", name, " on port ", c.event.port)});
-    if (c.tls && server_tls_) {
+    // Terminated only on secrets_port (443): see EgressOptions.
+    if (c.tls && server_tls_ && c.event.port == proxy_.options_.secrets_port) {
       c.bound = SecretsFor(sandbox_.secrets, name);
       for (const BoundSecret* s : c.bound) c.event.secrets.push_back(s->name);
     }
@@ -479,6 +488,10 @@ class EgressProxy::Served {
     if (h.host != c.event.name || !same_port)
       return Cut(c, absl::StrCat("a later request names ", h.host, " on a connection to ", c.event.name));
     if (h.upgrade) return Cut(c, "an Upgrade is not proxied where requests are checked");
+    // Where a secret may be put in, no method whose answer echoes the request (TRACE) or that
+    // turns the connection into a tunnel.
+    if (c.terminated && !IsPlainMethod(h.method))
+      return Cut(c, absl::StrCat("method ", h.method, " is not proxied to a secret's host"));
     size_t head_size = h.head_size;
     bool chunked = h.chunked;
     uint64_t length = h.content_length;

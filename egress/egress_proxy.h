@@ -53,9 +53,9 @@ struct EgressSandbox {
   std::string id;
   uint32_t sandbox_addr = 0;  // host byte order: the only peer accepted
   std::vector<EgressRule> rules;
-  // Secrets for hosts its rules allow (decision 59): TLS to such a host on any of the rules'
-  // ports is terminated here with the sandbox's own CA and re-made to the host, verified, and
-  // each request's bound header gets the value in place of the placeholder.
+  // Secrets for hosts its rules allow (decision 59): TLS to such a host on port 443
+  // (EgressOptions::secrets_port) is terminated here with the sandbox's own CA and re-made to the host,
+  // verified, and each request's bound header gets the value in place of the placeholder.
   std::vector<BoundSecret> secrets;
 };
 
@@ -93,6 +93,10 @@ struct EgressOptions {
   // Who a terminated connection's upstream must prove to be: the system's trust store and
   // these PEM certificates (an operator's own CA, a test's).
   bool upstream_system_trust = true;
+  // The one port whose TLS to a secret's host is terminated (and the value put in): HTTPS's,
+  // so the value never goes to another service of the same name (an echo or debug port a
+  // rule also allows). Tests serving on another port set theirs.
+  uint16_t secrets_port = 443;
   std::vector<std::string> upstream_trusted_pem;
 };
 

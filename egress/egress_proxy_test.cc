@@ -318,6 +318,7 @@ class EgressSecretsTest : public EgressProxyTest {
     };
     options.denied = [](uint32_t) { return false; };
     options.upstream_system_trust = false;
+    options.secrets_port = port;
     options.upstream_trusted_pem = trusted.empty() ? std::vector<std::string>{upstream_ca_->certificate_pem()} : trusted;
     proxy_ = std::make_unique<EgressProxy>(*io_->io.provider, io_->io.provider->getTimer(), resolver_,
                                            [this](const EgressEvent& e) { events_.push_back(e); },
@@ -445,6 +446,63 @@ TEST_F(EgressSecretsTest, AnUpstreamTheProxyCannotVerifyGetsNoRequest) {
   ASSERT_FALSE(events_.empty());
   EXPECT_FALSE(events_.back().allowed);
   EXPECT_NE(events_.back().reason.find("certificate"), std::string::npos) << events_.back().reason;
+}
+
+TEST_F(EgressSecretsTest, ATraceToTheBoundHostIsRefusedBeforeItGoesOut) {
+  StartWithSecret();
+  kj::TlsCertificate trusted(sandbox_ca_.c_str());
+  kj::TlsContext::Options options;
+  options.useSystemTrustStore = false;
+  options.trustedCertificates = kj::arrayPtr(&trusted, 1);
+  kj::TlsContext client(kj::mv(options));
+  auto connecting = TlsThroughProxy(client, "allowed.example.com");
+  auto upstream_handshake = UpstreamTls("allowed.example.com");
+  auto sandbox = connecting.wait(ws_);
+  auto upstream = upstream_handshake.wait(ws_);
+  // A server that answers TRACE echoes the request, the injected value with it.
+  Send(*sandbox, absl::StrCat("TRACE / HTTP/1.1\r\nHost: allowed.example.com\r\nx-api-key: ", kPlaceholder,
+                              "\r\n\r\n"));
+  EXPECT_EQ(ReadAll(*upstream, 2 * kj::SECONDS), "");
+  EXPECT_NE(events_.back().reason.find("method TRACE"), std::string::npos) << events_.back().reason;
+}
+
+TEST_F(EgressSecretsTest, TheBoundHostOnAnotherPortIsNotTerminated) {
+  StartWithSecret();
+  proxy_.reset();
+  // The same rules, but the secret's port is another than the connection's.
+  EgressOptions options;
+  uint16_t port = upstream_port_;
+  options.original_destination = [port](kj::AsyncIoStream&) {
+    return std::make_optional(std::make_pair(kLoopback, port));
+  };
+  options.denied = [](uint32_t) { return false; };
+  options.upstream_system_trust = false;
+  options.upstream_trusted_pem = {upstream_ca_->certificate_pem()};
+  proxy_ = std::make_unique<EgressProxy>(*io_->io.provider, io_->io.provider->getTimer(), resolver_,
+                                         [this](const EgressEvent& e) { events_.push_back(e); },
+                                         options);  // secrets_port 443
+  auto listener = net_.parseAddress("127.0.0.1", 0).wait(ws_)->listen();
+  proxy_port_ = static_cast<uint16_t>(listener->getPort());
+  EgressSandbox sb{"sb-test", kLoopback, {{"allowed.example.com", {port}}}, {}};
+  sb.secrets.push_back({"anthropic", {"allowed.example.com"}, "x-api-key", kPlaceholder,
+                        std::make_shared<SecretBytes>(kValue)});
+  ASSERT_TRUE(proxy_->AddSandbox(std::move(sb), kj::mv(listener)).ok());
+  // The client trusts the upstream's own CA: the session is the upstream's, end to end.
+  kj::TlsCertificate trusted(upstream_ca_->certificate_pem().c_str());
+  kj::TlsContext::Options client_options;
+  client_options.useSystemTrustStore = false;
+  client_options.trustedCertificates = kj::arrayPtr(&trusted, 1);
+  kj::TlsContext client(kj::mv(client_options));
+  auto connecting = TlsThroughProxy(client, "allowed.example.com");
+  auto upstream_handshake = UpstreamTls("allowed.example.com");
+  auto sandbox = connecting.wait(ws_);
+  auto upstream = upstream_handshake.wait(ws_);
+  Send(*sandbox, absl::StrCat("GET / HTTP/1.1\r\nHost: allowed.example.com\r\nx-api-key: ", kPlaceholder,
+                              "\r\n\r\n"));
+  std::string got = ReadSome(*upstream);
+  EXPECT_NE(got.find(kPlaceholder), std::string::npos) << got;
+  EXPECT_EQ(got.find(kValue), std::string::npos);
+  EXPECT_TRUE(events_.back().secrets.empty());
 }
 
 TEST_F(EgressSecretsTest, ASecretForAHostNoRuleAllowsIsRefused) {

@@ -156,8 +156,9 @@ kj::Promise<void> EgressLink::Supervise(kj::Promise<int> exit) {
   });
 }
 
-EgressLink::Served::~Served() {
-  for (auto& s : secrets) explicit_bzero(s.value.data(), s.value.size());
+EgressSecret::~EgressSecret() {
+  // Including the bytes a short string keeps inline (and a moved-from one may still hold).
+  explicit_bzero(value.data(), value.capacity());
 }
 
 absl::StatusOr<kj::Promise<std::string>> EgressLink::Add(const std::string& id, uint32_t host_addr,

@@ -42,7 +42,13 @@ struct EgressSecret {
   std::vector<std::string> hosts;
   std::string header;
   std::string placeholder;
-  std::string value;  // wiped when the sandbox is removed
+  std::string value;  // wiped when this is destroyed (a failed create's too)
+  EgressSecret() = default;
+  EgressSecret(EgressSecret&& other) noexcept = default;
+  EgressSecret& operator=(EgressSecret&& other) noexcept = default;
+  EgressSecret(const EgressSecret&) = delete;
+  EgressSecret& operator=(const EgressSecret&) = delete;
+  ~EgressSecret();
 };
 
 class EgressLink {
@@ -91,9 +97,6 @@ class EgressLink {
     std::vector<network::AllowedName> names;
     std::vector<EgressSecret> secrets;
     kj::AutoCloseFd listener;
-    ~Served();
-    Served() = default;
-    Served(Served&&) = default;
   };
   struct Running {
     pid_t pid = -1;

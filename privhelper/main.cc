@@ -490,6 +490,10 @@ int Serve(const Options& options, const std::string& program) {
     nofile.rlim_cur = nofile.rlim_max;
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
+  // It reads and keeps registered secrets (decision 59): no core file of it (fs.suid_dumpable
+  // 0, Debian's default). Not RLIMIT_CORE, which what it starts would inherit; what it starts
+  // is dumpable again after its execve.
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
   kj::UnixEventPort::captureChildExit();
   kj::UnixEventPort::captureSignal(SIGTERM);

@@ -30,6 +30,7 @@
 #include "common/search_path.h"
 #include "common/status.h"
 #include "privhelper/bundle.h"
+#include "privhelper/egress_ca_check.h"
 #include "privhelper/exit_status.h"
 #include "privhelper/rootfs_overlay.h"
 #include "privhelper/sandbox_identity.h"
@@ -268,6 +269,10 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
           sb.secret_files.push_back({use.getFile().cStr(), secrets[i].placeholder});
       }
       if (!secrets.empty()) sb.secret_env.push_back(absl::StrCat("NODE_EXTRA_CA_CERTS=", kSandboxEgressCaPath));
+      for (const EgressSecret& secret : secrets)
+        for (const std::string& h : secret.hosts)
+          if (std::find(sb.secret_hosts.begin(), sb.secret_hosts.end(), h) == sb.secret_hosts.end())
+            sb.secret_hosts.push_back(h);
       ASSIGN_OR_RETURN(ca, egress_->Add(sb.id, sb.link->host_addr, sb.link->sandbox_addr,
                                         network::AllowedNamesFrom(policy), std::move(secrets)));
     }
@@ -278,14 +283,18 @@ absl::StatusOr<kj::Promise<void>> SandboxHost::Create(ValidatedCreate request) {
   // The sandbox's CA, from the proxy, into its trust store before anything runs in it.
   std::string id = sb.id;
   uint64_t generation = sb.generation;
-  return ca.then([this, id, generation](std::string ca_pem) -> kj::Promise<void> {
+  // A proxy that does not answer in time fails the create (it counts against capacity while
+  // it waits).
+  auto answered = timer_.timeoutAfter(kEgressAnswerPatience, kj::mv(ca));
+  return answered.then([this, id, generation](std::string ca_pem) -> kj::Promise<void> {
              Sandbox* sb = Find(id, generation);
              if (sb == nullptr || sb->deleting)
                return StatusToException(
                    absl::FailedPreconditionError("sandbox was deleted while being created"));
-             absl::Status trusted = ca_pem.empty()
-                                        ? absl::InternalError("the egress proxy made no CA")
-                                        : WriteTrustFiles(*sb, ca_pem);
+             // The proxy is unprivileged: what it answers is checked before the sandbox
+             // trusts it (a CA for more than the secrets' hosts would let it impersonate any).
+             absl::Status trusted = CheckEgressCa(ca_pem, sb->secret_hosts);
+             if (trusted.ok()) trusted = WriteTrustFiles(*sb, ca_pem);
              if (!trusted.ok()) return StatusToException(trusted);
              return StartContainer(id, generation);
            })
@@ -328,8 +337,9 @@ absl::Status SandboxHost::WriteTrustFiles(Sandbox& sb, const std::string& ca_pem
 
 void SandboxHost::NewEgressCa(const std::string& id, const std::string& ca_pem) {
   Sandbox* sb = Find(id);
-  if (sb == nullptr || sb->secret_env.empty() || ca_pem.empty()) return;
-  absl::Status wrote = WriteTrustFiles(*sb, ca_pem);
+  if (sb == nullptr || sb->secret_env.empty()) return;
+  absl::Status wrote = CheckEgressCa(ca_pem, sb->secret_hosts);
+  if (wrote.ok()) wrote = WriteTrustFiles(*sb, ca_pem);
   if (!wrote.ok()) KJ_LOG(ERROR, "cannot write a sandbox's new egress CA", id, wrote.ToString());
 }
 

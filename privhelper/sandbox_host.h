@@ -57,6 +57,9 @@
 
 namespace paseo {
 
+// How long a create waits for the egress proxy's answer (the sandbox's CA) before it fails.
+inline constexpr kj::Duration kEgressAnswerPatience = 10 * kj::SECONDS;
+
 class SandboxHost {
  public:
   // `shim`: host path of the shim binary mounted into every sandbox (bundle.h).
@@ -255,6 +258,7 @@ class SandboxHost {
     // destination and placeholder.
     std::vector<std::string> secret_env;
     std::vector<std::pair<std::string, std::string>> secret_files;
+    std::vector<std::string> secret_hosts;  // every host its secrets are bound to
     // Network mode "sandbox": its link (namespace, veth, addresses); none for "none".
     std::optional<network::SandboxLink> link;
     std::vector<uint16_t> inbound_ports;  // its profile's network.inboundPorts

@@ -29,6 +29,18 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, uid_t owner)
   if (path.empty() || path[0] != '/' || slash == std::string::npos || slash + 1 == path.size())
     return Refused(path, "not an absolute file path");
   std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  // Every directory above it: root's (or `owner`'s), writable by no one else unless sticky, so
+  // no other user can rename a directory on the way and put another in its place.
+  for (size_t at = 0; at < slash; at = path.find('/', at + 1)) {
+    std::string above = at == 0 ? "/" : path.substr(0, at);
+    struct stat up;
+    int fd = Openat2(AT_FDCWD, above.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, kResolve);
+    bool ok = fd >= 0 && fstat(fd, &up) == 0 && (up.st_uid == 0 || up.st_uid == owner) &&
+              ((up.st_mode & 022) == 0 || (up.st_mode & S_ISVTX) != 0);
+    if (fd >= 0) close(fd);
+    if (!ok)
+      return Refused(path, absl::StrCat(above, " must be root's and writable by no one else (or sticky)"));
+  }
   int dir = Openat2(AT_FDCWD, parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC, kResolve);
   if (dir < 0)
     return Refused(path, absl::StrCat("its directory cannot be opened without following a symlink (",

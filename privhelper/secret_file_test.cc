@@ -83,6 +83,18 @@ TEST_F(SecretFileTest, ADirectoryOthersMayWriteIsRefused) {
   EXPECT_FALSE(Read(path).ok());
 }
 
+TEST_F(SecretFileTest, ADirectoryAboveThatOthersMayWriteIsRefused) {
+  ASSERT_EQ(mkdir((dir_ + "/open").c_str(), 0777), 0);
+  ASSERT_EQ(chmod((dir_ + "/open").c_str(), 0777), 0);
+  ASSERT_EQ(mkdir((dir_ + "/open/keys").c_str(), 0700), 0);
+  std::string path = Write("open/keys/v", "value");
+  auto got = Read(path);
+  EXPECT_FALSE(got.ok()) << "anyone could rename keys/ and put another in its place";
+  EXPECT_NE(got.status().message().find(dir_ + "/open must be"), std::string::npos) << got.status();
+  ASSERT_EQ(chmod((dir_ + "/open").c_str(), 01777), 0);
+  EXPECT_TRUE(Read(path).ok()) << "sticky, as /tmp: others cannot rename what is not theirs";
+}
+
 TEST(PlaceholderTest, EachIsFreshAndNamesItsSecret) {
   std::string a = NewPlaceholder("anthropic"), b = NewPlaceholder("anthropic");
   EXPECT_NE(a, b);

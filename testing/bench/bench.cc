@@ -1787,7 +1787,7 @@ constexpr char kSecretsProfile[] = "bench-secrets";
 constexpr char kBulkHost[] = "203.0.113.10";
 constexpr uint16_t kBulkPort = 8081;
 // net_names's TLS responder (ServeTls), for the first byte of a TLS request.
-constexpr uint16_t kTlsPort = 8443;
+constexpr uint16_t kTlsPort = 443;  // where the proxy terminates a secret's host
 // The same server by name: the bench internet's allowed.example (203.0.113.20), where the bulk
 // listener (on every address there) answers too.
 constexpr char kNamesProfile[] = "bench-names";
