@@ -147,6 +147,41 @@ kj::Promise<void> HelperServer::spawnerState(SpawnerStateContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> HelperServer::sandboxUsage(SandboxUsageContext context) {
+  auto request = ValueOrThrow(ValidateSandboxUsage(context.getParams()));
+  auto results = context.getResults();
+  std::vector<SandboxHost::Usage> usage = host_.SandboxUsage(request.sandbox_ids);
+  auto list = results.initSandboxes(static_cast<unsigned>(usage.size()));
+  for (unsigned i = 0; i < list.size(); ++i) {
+    const SandboxHost::Usage& u = usage[i];
+    auto out = list[i];
+    out.setSandboxId(u.sandbox_id);
+    out.setMeasured(u.measured);
+    out.setCpuNs(u.cgroup.cpu_ns);
+    out.setMemoryBytes(u.cgroup.memory_bytes);
+    out.setMemoryLimitBytes(u.cgroup.memory_limit_bytes);
+    out.setHostTasks(static_cast<uint32_t>(u.cgroup.host_tasks));
+    out.setHostTasksLimit(static_cast<uint32_t>(u.cgroup.host_tasks_limit));
+    out.setNetworked(u.networked);
+    out.setNetworkInBytes(u.network_in_bytes);
+    out.setNetworkOutBytes(u.network_out_bytes);
+  }
+  CgroupUsage all = host_.ServiceUsage();
+  auto service = results.initService();
+  service.setCpuNs(all.cpu_ns);
+  service.setMemoryBytes(all.memory_bytes);
+  service.setMemoryLimitBytes(all.memory_limit_bytes);
+  service.setHostTasks(static_cast<uint32_t>(all.host_tasks));
+  service.setHostTasksLimit(static_cast<uint32_t>(all.host_tasks_limit));
+  service.setCpuMillisLimit(config_.service().cpu_millis);
+  if (facts_ != nullptr) {
+    service.setBrokerRestarts(facts_->broker_restarts);
+    service.setBrokerReloads(facts_->broker_reloads);
+    service.setPrivhelperStartedAtUnixMs(facts_->started_at_unix_ms);
+  }
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> HelperServer::resumeSandbox(ResumeSandboxContext context) {
   auto request = ValueOrThrow(ValidateResumeSandbox(context.getParams()));
   return host_.RunToCompletion(ValueOrThrow(host_.Resume(request)));

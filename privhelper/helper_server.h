@@ -18,6 +18,7 @@
 //   releaseProcess ValidateReleaseProcess ReleaseProcess
 //   awaitGone      ValidateAwaitGone    AwaitGone
 //   spawnerState   ValidateSpawnerState SpawnerState
+//   sandboxUsage   ValidateSandboxUsage SandboxUsage, ServiceUsage (and ServiceFacts)
 #pragma once
 
 #include <kj/async.h>
@@ -28,9 +29,17 @@
 
 namespace paseo {
 
+// What main.cc knows of the service itself (Helper.sandboxUsage's service figures).
+struct ServiceFacts {
+  uint32_t broker_restarts = 0;  // brokers restarted after ending by themselves
+  uint32_t broker_reloads = 0;   // brokers restarted for a config reload
+  int64_t started_at_unix_ms = 0;
+};
+
 class HelperServer final : public helper::Helper::Server {
  public:
-  HelperServer(const Config& config, SandboxHost& host) : config_(config), host_(host) {}
+  HelperServer(const Config& config, SandboxHost& host, const ServiceFacts* facts = nullptr)
+      : config_(config), host_(host), facts_(facts) {}
 
  protected:
   kj::Promise<void> policy(PolicyContext context) override;
@@ -49,10 +58,12 @@ class HelperServer final : public helper::Helper::Server {
   kj::Promise<void> connectPort(ConnectPortContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
   kj::Promise<void> spawnerState(SpawnerStateContext context) override;
+  kj::Promise<void> sandboxUsage(SandboxUsageContext context) override;
 
  private:
   const Config& config_;
   SandboxHost& host_;
+  const ServiceFacts* facts_;
 };
 
 }  // namespace paseo

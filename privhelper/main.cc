@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -166,7 +167,7 @@ int ListenBacklog() {
 // The client socket: pathname only, root:<socketGroup> 0660. The mode is set explicitly after
 // bind (a new socket's mode follows the umask) and bind happens under a 0177 umask so there is
 // no window in which it is more open.
-absl::StatusOr<int> ListenOnSocket(const std::string& path, gid_t group) {
+absl::StatusOr<int> ListenOnSocket(const std::string& path, gid_t group, mode_t mode = 0660) {
   sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path))
@@ -190,7 +191,7 @@ absl::StatusOr<int> ListenOnSocket(const std::string& path, gid_t group) {
     close(fd);
     return s;
   }
-  if (chown(path.c_str(), 0, group) != 0 || chmod(path.c_str(), 0660) != 0 ||
+  if (chown(path.c_str(), 0, group) != 0 || chmod(path.c_str(), mode) != 0 ||
       listen(fd, ListenBacklog()) != 0) {
     absl::Status s = ErrnoStatus("chown/chmod/listen", path);
     close(fd);
@@ -360,6 +361,8 @@ void WriteConfigGeneration(const std::string& path, uint64_t generation,
 
 // Where the broker child finds the host mount namespace fd before it execs (then closed).
 constexpr int kHostMountsFd = 5;
+// The operator socket, in the broker (its --operator-fd).
+constexpr int kOperatorFd = 6;
 
 // What the command line chose (PrivhelperMain parses it).
 struct Options {
@@ -480,9 +483,17 @@ int Serve(const Options& options, const std::string& program) {
     return 1;
   }
   if (socket_activated) Log("serving the socket systemd passed: " + socket_path);
+  // The operator's socket (schema/operator.capnp, `paseo-sandbox-admin metrics`): root's alone,
+  // made anew at each start, never systemd's. Without it the service still serves its clients.
+  std::string operator_path = run_dir + "/operator.sock";
+  auto operator_fd = ListenOnSocket(operator_path, 0, 0600);
+  if (!operator_fd.ok()) Log(absl::StrCat("no operator socket: ", operator_fd.status().message()));
   // Until serving starts, a failure removes the socket it made (see the Cancel below).
   absl::Cleanup remove_socket = [&socket_path, socket_activated] {
     if (!socket_activated) unlink(socket_path.c_str());
+  };
+  absl::Cleanup remove_operator_socket = [&operator_path, &operator_fd] {
+    if (operator_fd.ok()) unlink(operator_path.c_str());
   };
   // Each process costs the broker three fds and each client one: use the hard limit.
   struct rlimit nofile;
@@ -535,6 +546,7 @@ int Serve(const Options& options, const std::string& program) {
   broker.exec_fd = *broker_fd;
   broker.argv = {broker.path, "--helper-fd=3", "--listen-fd=4",
                  absl::StrCat("--log-dir=", state_dir, "/broker")};
+  if (operator_fd.ok()) broker.argv.push_back("--operator-fd=6");
   broker.env = {"PATH=/usr/bin:/bin", "LC_ALL=C"};
   int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   // The host's mount namespace: the pin lives there, and a restarted broker is put back there
@@ -553,6 +565,7 @@ int Serve(const Options& options, const std::string& program) {
     // stdin: nothing; stdout/stderr: the privhelper's log streams, shared on purpose.
     broker.fds = {{0, dev_null},  {1, STDOUT_FILENO}, {2, STDERR_FILENO},
                   {3, pair[1]},  {4, *listen_fd},    {kHostMountsFd, host_mounts}};
+    if (operator_fd.ok()) broker.fds.push_back({kOperatorFd, *operator_fd});
     auto pid = Spawn(broker);
     close(pair[1]);
     if (!pid.ok()) {
@@ -624,6 +637,7 @@ int Serve(const Options& options, const std::string& program) {
   // broker and the sandboxes (a new privhelper may have bound the path by the time they end).
   std::move(kill_broker).Cancel();
   std::move(remove_socket).Cancel();
+  std::move(remove_operator_socket).Cancel();
 
   RunscProcessRunner runsc(events, *runsc_fd,
                            {run_dir + "/runsc", platform->platform, false, runsc_flags.has_directfs_flag});
@@ -702,6 +716,10 @@ int Serve(const Options& options, const std::string& program) {
     kj::Own<capnp::RpcSystem<capnp::rpc::twoparty::VatId>> rpc;
     kj::ForkedPromise<int> exit;
   };
+  ServiceFacts facts;
+  facts.started_at_unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
   auto make_link = [&](pid_t broker_pid, int fd, kj::Promise<int> exit) {
     auto stream = io.lowLevelProvider->wrapUnixSocketFd(
         fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
@@ -711,7 +729,7 @@ int Serve(const Options& options, const std::string& program) {
     auto network = kj::heap<capnp::TwoPartyVatNetwork>(*stream, /*maxFdsPerMessage=*/3,
                                                        capnp::rpc::twoparty::Side::SERVER);
     auto rpc = kj::heap<capnp::RpcSystem<capnp::rpc::twoparty::VatId>>(
-        capnp::makeRpcServer(*network, kj::heap<HelperServer>(**config, host)));
+        capnp::makeRpcServer(*network, kj::heap<HelperServer>(**config, host, &facts)));
     return kj::heap<BrokerLink>(
         BrokerLink{broker_pid, kj::mv(stream), kj::mv(network), kj::mv(rpc), exit.fork()});
   };
@@ -748,6 +766,7 @@ int Serve(const Options& options, const std::string& program) {
         delay = backoff;
         backoff = std::min(backoff * 2, 30 * kj::SECONDS);
       }
+      ++(reload ? facts.broker_reloads : facts.broker_restarts);
       link = nullptr;
       return timer.afterDelay(delay).then([&, reload]() -> kj::Promise<void> {
         started = timer.now();
@@ -854,6 +873,7 @@ int Serve(const Options& options, const std::string& program) {
   Log(absl::StrCat("shutting down: ", why));
   sd_notify(0, "STOPPING=1");
   if (!socket_activated) unlink(socket_path.c_str());
+  if (operator_fd.ok()) unlink(operator_path.c_str());
   unlink(pid_file.c_str());
   unlink(generation_file.c_str());
   if (link.get() != nullptr && link->pid > 0) {

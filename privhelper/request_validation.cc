@@ -293,6 +293,19 @@ absl::StatusOr<ValidatedSandboxRef> ValidateSpawnerState(
   return CheckSandboxRef(params.getSandboxId());
 }
 
+absl::StatusOr<ValidatedSandboxIds> ValidateSandboxUsage(
+    helper::Helper::SandboxUsageParams::Reader params) {
+  auto ids = params.getSandboxIds();
+  if (ids.size() > kMaxUsageIds)
+    return Invalid("sandboxIds", absl::StrCat("at most ", kMaxUsageIds, " ids"));
+  ValidatedSandboxIds out;
+  for (auto id : ids) {
+    ASSIGN_OR_RETURN(std::string checked, CheckId("sandboxIds", id));
+    out.sandbox_ids.push_back(std::move(checked));
+  }
+  return out;
+}
+
 absl::StatusOr<ValidatedConnect> ValidateConnectPort(
     helper::Helper::ConnectPortParams::Reader params) {
   ValidatedConnect out;

@@ -149,6 +149,14 @@ absl::StatusOr<ValidatedSandboxRef> ValidateAwaitGone(helper::Helper::AwaitGoneP
 absl::StatusOr<ValidatedSandboxRef> ValidateSpawnerState(
     helper::Helper::SpawnerStateParams::Reader params);
 
+// Helper.sandboxUsage: at most kMaxUsageIds ids, each safe as a path component.
+inline constexpr size_t kMaxUsageIds = 1024;
+struct ValidatedSandboxIds {
+  std::vector<std::string> sandbox_ids;
+};
+absl::StatusOr<ValidatedSandboxIds> ValidateSandboxUsage(
+    helper::Helper::SandboxUsageParams::Reader params);
+
 // The sandbox id, and a port 1..65535.
 absl::StatusOr<ValidatedConnect> ValidateConnectPort(
     helper::Helper::ConnectPortParams::Reader params);

@@ -524,6 +524,24 @@ MethodCases ConnectCases() {
            {"empty id", with("", 8080)}}};
 }
 
+// sandboxUsage: a list of sandbox ids, each checked, and at most kMaxUsageIds of them.
+MethodCases UsageCases() {
+  using Params = helper::Helper::SandboxUsageParams;
+  auto with = [](std::vector<capnp::Text::Reader> ids) {
+    return [=] {
+      return Check<Params>(ValidateSandboxUsage, [&](auto p) {
+        auto list = p.initSandboxIds(static_cast<unsigned>(ids.size()));
+        for (unsigned i = 0; i < list.size(); ++i) list.set(i, ids[i]);
+      });
+    };
+  };
+  return {with({kSandbox, kSandbox}),
+          {{"traversing id", with({kSandbox, "../../etc"})},
+           {"NUL in an id", with({kNulId})},
+           {"empty id", with({""})},
+           {"too many ids", with(std::vector<capnp::Text::Reader>(kMaxUsageIds + 1, kSandbox))}}};
+}
+
 // Parameterless methods: their params struct must stay empty (HelperMethodsTest checks it),
 // so there is nothing a broker could send them.
 const std::set<std::string> kParameterless = {"policy", "inventory"};
@@ -598,6 +616,7 @@ std::map<std::string, MethodCases> HostileRequestsByMethod(const Config& config)
   cases["awaitGone"] = SandboxRefCases<H::AwaitGoneParams>(ValidateAwaitGone);
   cases["connectPort"] = ConnectCases();
   cases["spawnerState"] = SandboxRefCases<H::SpawnerStateParams>(ValidateSpawnerState);
+  cases["sandboxUsage"] = UsageCases();
   return cases;
 }
 

@@ -32,6 +32,7 @@
 #include "privhelper/bundle.h"
 #include "privhelper/egress_ca_check.h"
 #include "privhelper/exit_status.h"
+#include "privhelper/network/links.h"
 #include "privhelper/rootfs_overlay.h"
 #include "privhelper/sandbox_identity.h"
 #include "privhelper/secret_file.h"
@@ -792,6 +793,55 @@ const network::SandboxLink* SandboxHost::LinkOf(const std::string& sandbox_id) c
   auto it = sandboxes_.find(sandbox_id);
   if (it == sandboxes_.end() || !it->second->running || !it->second->link) return nullptr;
   return &*it->second->link;
+}
+
+std::vector<SandboxHost::Usage> SandboxHost::SandboxUsage(const std::vector<std::string>& ids) const {
+  auto opened = service_ != nullptr
+                    ? absl::StatusOr<ServiceCgroup>(*service_)
+                    : ServiceCgroup::Open(cgroup_root_, config_.helper().getCgroupParent().cStr());
+  std::map<std::string, network::LinkCounters> links;
+  bool any_link = false;
+  for (const std::string& id : ids) {
+    auto it = sandboxes_.find(id);
+    any_link |= it != sandboxes_.end() && it->second->link.has_value();
+  }
+  if (any_link && networks_ != nullptr) {
+    auto read = network::ReadLinkCounters(networks_->host_ns_fd(), network::kHostIfnamePrefix);
+    if (read.ok()) links = std::move(*read);
+  }
+  std::vector<Usage> out;
+  for (const std::string& id : ids) {
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) continue;
+    const Sandbox& sb = *it->second;
+    Usage& u = out.emplace_back();
+    u.sandbox_id = id;
+    if (opened.ok() && !sb.deleting && !sb.stopped) {
+      auto cgroup = opened->Usage(id);
+      if (cgroup.ok()) {
+        u.measured = true;
+        u.cgroup = *cgroup;
+      }
+    }
+    if (sb.link) {
+      u.networked = true;
+      auto counters = links.find(sb.link->host_ifname);
+      if (counters != links.end()) {
+        // The host end's view: what it transmitted reached the sandbox.
+        u.network_in_bytes = counters->second.tx_bytes;
+        u.network_out_bytes = counters->second.rx_bytes;
+      }
+    }
+  }
+  return out;
+}
+
+CgroupUsage SandboxHost::ServiceUsage() const {
+  auto opened = service_ != nullptr
+                    ? absl::StatusOr<ServiceCgroup>(*service_)
+                    : ServiceCgroup::Open(cgroup_root_, config_.helper().getCgroupParent().cStr());
+  if (!opened.ok()) return {};
+  return opened->Usage("").value_or(CgroupUsage{});
 }
 
 }  // namespace paseo

@@ -110,6 +110,20 @@ class SandboxHost {
   // The link of a running sandbox with network mode "sandbox", or null.
   const network::SandboxLink* LinkOf(const std::string& sandbox_id) const;
 
+  // What a sandbox uses now (Helper.sandboxUsage): its cgroup's figures (measured: they could be
+  // read) and, with a link, its byte counters.
+  struct Usage {
+    std::string sandbox_id;
+    bool measured = false;
+    CgroupUsage cgroup;
+    bool networked = false;
+    uint64_t network_in_bytes = 0, network_out_bytes = 0;
+  };
+  // Each of `ids` this host holds, in that order (the others are left out).
+  std::vector<Usage> SandboxUsage(const std::vector<std::string>& ids) const;
+  // All sandboxes together: the service's cgroup (zeros when it cannot be read).
+  CgroupUsage ServiceUsage() const;
+
   struct Stdio {
     kj::AutoCloseFd stdin_w, stdout_r, stderr_r;
   };

@@ -53,6 +53,22 @@ absl::StatusOr<uint64_t> ReadControl(const std::string& path) {
   return value;
 }
 
+// A bound: a number, or "max" (none: 0). v1 writes "none" as the largest page-aligned value.
+absl::StatusOr<uint64_t> ReadLimit(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus("open", path);
+  char buf[64];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  absl::string_view text =
+      absl::StripAsciiWhitespace(absl::string_view(buf, n > 0 ? static_cast<size_t>(n) : 0));
+  uint64_t value = 0;
+  if (text == "max") return 0;
+  if (!absl::SimpleAtoi(text, &value))
+    return absl::InternalError(absl::StrCat("cannot read a bound from ", path));
+  return value >= (uint64_t{1} << 62) ? 0 : value;
+}
+
 // The value of `key` in a flat-keyed file such as memory.stat ("<key> <value>" lines).
 absl::StatusOr<uint64_t> ReadStat(const std::string& path, absl::string_view key) {
   std::ifstream in(path);
@@ -168,6 +184,38 @@ absl::Status ServiceCgroup::EnsureApplied(const ServiceBounds& bounds) const {
     if (unified_) break;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<CgroupUsage> ServiceCgroup::Usage(const std::string& child) const {
+  if (child == "." || child == ".." || child.find('/') != std::string::npos)
+    return absl::InvalidArgumentError(absl::StrCat("not a sandbox id: ", child));
+  const std::string sub = child.empty() ? "" : "/" + child;
+  struct stat st;  // not followed: a symlink there is no sandbox's cgroup
+  if (lstat((Dir("memory") + sub).c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return absl::NotFoundError(absl::StrCat(Dir("memory") + sub, " is not a cgroup"));
+  CgroupUsage use;
+  const std::string memory = Dir("memory") + sub, pids = Dir("pids") + sub, cpu = Dir("cpu") + sub;
+  if (unified_) {
+    ASSIGN_OR_RETURN(uint64_t usec, ReadStat(cpu + "/cpu.stat", "usage_usec"));
+    use.cpu_ns = usec * 1000;
+  } else {
+    // cpuacct shares its hierarchy with cpu on Debian ("cpu,cpuacct"); else it is its own.
+    auto ns = ReadControl(cpu + "/cpuacct.usage");
+    if (!ns.ok()) ns = ReadControl(absl::StrCat(root_, "/cpuacct", parent_, sub, "/cpuacct.usage"));
+    if (!ns.ok()) return ns.status();
+    use.cpu_ns = *ns;
+  }
+  ASSIGN_OR_RETURN(uint64_t charged, ReadControl(memory + (unified_ ? "/memory.current"
+                                                                    : "/memory.usage_in_bytes")));
+  ASSIGN_OR_RETURN(uint64_t inactive_file,
+                   ReadStat(memory + "/memory.stat",
+                            unified_ ? "inactive_file" : "total_inactive_file"));
+  use.memory_bytes = charged - std::min(charged, inactive_file);
+  ASSIGN_OR_RETURN(use.memory_limit_bytes,
+                   ReadLimit(memory + (unified_ ? "/memory.max" : "/memory.limit_in_bytes")));
+  ASSIGN_OR_RETURN(use.host_tasks, ReadControl(pids + "/pids.current"));
+  ASSIGN_OR_RETURN(use.host_tasks_limit, ReadLimit(pids + "/pids.max"));
+  return use;
 }
 
 absl::StatusOr<ServiceUse> ServiceCgroup::Use() const {

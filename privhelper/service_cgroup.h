@@ -25,6 +25,15 @@ struct ServiceUse {
   uint64_t host_tasks = 0;    // their host tasks now
 };
 
+// What one cgroup uses now and its bounds (a bound of 0: none).
+struct CgroupUsage {
+  uint64_t cpu_ns = 0;        // CPU time its tasks have used, cumulative
+  uint64_t memory_bytes = 0;  // charged now, less the inactive file cache (as ServiceUse)
+  uint64_t memory_limit_bytes = 0;
+  uint64_t host_tasks = 0;
+  uint64_t host_tasks_limit = 0;
+};
+
 class ServiceCgroup {
  public:
   // Finds the layout under `root`; FailedPrecondition if it has neither.
@@ -39,6 +48,9 @@ class ServiceCgroup {
   // Apply again if the parent cgroup is gone (something removed it while empty).
   absl::Status EnsureApplied(const ServiceBounds& bounds) const;
   absl::StatusOr<ServiceUse> Use() const;
+  // What the parent cgroup (`child` empty) or a sandbox's cgroup beneath it (`child` its id, one
+  // path component) uses: the figures of `paseo-sandbox stats`. NotFound if it has no cgroup.
+  absl::StatusOr<CgroupUsage> Usage(const std::string& child) const;
   // Weighs sandbox `id`'s CPU against the other sandboxes' (cpu_priority.h): v1's cpu.shares
   // (2 to 262144) as given, on v2 the cpu.weight runsc gives the same shares
   // (1 + (shares - 2) * 9999 / 262142: 1 to 10000). NotFound if the sandbox has no cgroup.

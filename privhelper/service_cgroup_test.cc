@@ -219,5 +219,57 @@ TEST_F(ServiceCgroupTest, ASandboxsCpuWeightIsWrittenInItsLayoutsUnits) {
   EXPECT_EQ(ServiceCgroup::CpuWeightOfShares(1024), 39u);  // runsc's for the kernel's default
 }
 
+// What `stats` shows: CPU, working set and tasks with their bounds, in each layout's files and
+// units ("max" and v1's "no limit" are no bound).
+TEST_F(ServiceCgroupTest, ASandboxsUsageIsReadInItsLayoutsUnits) {
+  FakeV2("/paseo-sandbox");
+  const std::string sb = root_ + "/paseo-sandbox/sb-a";
+  fs::create_directories(sb);
+  Write(sb + "/cpu.stat", "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n");
+  Write(sb + "/memory.current", "104857600\n");
+  Write(sb + "/memory.stat", "anon 90000000\ninactive_file 4857600\n");
+  Write(sb + "/memory.max", "2147483648\n");
+  Write(sb + "/pids.current", "37\n");
+  Write(sb + "/pids.max", "max\n");
+  auto v2 = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(v2.ok());
+  auto use = v2->Usage("sb-a");
+  ASSERT_TRUE(use.ok()) << use.status();
+  EXPECT_EQ(use->cpu_ns, 2500000000u);
+  EXPECT_EQ(use->memory_bytes, 100000000u);
+  EXPECT_EQ(use->memory_limit_bytes, 2147483648u);
+  EXPECT_EQ(use->host_tasks, 37u);
+  EXPECT_EQ(use->host_tasks_limit, 0u) << "max: no bound";
+  EXPECT_EQ(v2->Usage("sb-none").status().code(), absl::StatusCode::kNotFound);
+  for (const char* bad : {".", "..", "../x", "sb-a/.."})
+    EXPECT_EQ(v2->Usage(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  fs::create_symlink(sb, root_ + "/paseo-sandbox/sb-link");
+  EXPECT_EQ(v2->Usage("sb-link").status().code(), absl::StatusCode::kNotFound) << "not followed";
+  Write(sb + "/pids.current", "many\n");
+  EXPECT_FALSE(v2->Usage("sb-a").ok()) << "an unreadable figure is an error, not 0";
+
+  fs::remove_all(root_);
+  fs::create_directories(root_);
+  FakeV1("/paseo-sandbox");
+  const std::string cpu = root_ + "/cpu/paseo-sandbox/sb-b", memory = root_ + "/memory/paseo-sandbox/sb-b",
+                    pids = root_ + "/pids/paseo-sandbox/sb-b";
+  for (const auto& d : {cpu, memory, pids}) fs::create_directories(d);
+  Write(cpu + "/cpuacct.usage", "123456789\n");
+  Write(memory + "/memory.usage_in_bytes", "5000\n");
+  Write(memory + "/memory.stat", "inactive_file 9\ntotal_inactive_file 1000\n");
+  Write(memory + "/memory.limit_in_bytes", "9223372036854771712\n");
+  Write(pids + "/pids.current", "3\n");
+  Write(pids + "/pids.max", "512\n");
+  auto v1 = ServiceCgroup::Open(root_, "/paseo-sandbox");
+  ASSERT_TRUE(v1.ok());
+  use = v1->Usage("sb-b");
+  ASSERT_TRUE(use.ok()) << use.status();
+  EXPECT_EQ(use->cpu_ns, 123456789u);
+  EXPECT_EQ(use->memory_bytes, 4000u);
+  EXPECT_EQ(use->memory_limit_bytes, 0u) << "v1's no limit";
+  EXPECT_EQ(use->host_tasks, 3u);
+  EXPECT_EQ(use->host_tasks_limit, 512u);
+}
+
 }  // namespace
 }  // namespace paseo

@@ -118,6 +118,48 @@ struct KeptProcess {
   # Runs on a terminal: stdin takes tty frames (common/tty_frames.h), stdout is the pty stream.
 }
 
+struct SandboxUsage {
+  # What one sandbox uses now, read from its cgroups and its link (Helper.sandboxUsage).
+  sandboxId @0 :Text;
+  measured @1 :Bool;
+  # False if its cgroups could not be read (it is stopped, being deleted, or has none yet):
+  # every figure below is then 0.
+  cpuNs @2 :UInt64;
+  # CPU time its host tasks (the gVisor kernel, file server and their threads) have used since
+  # it started, in nanoseconds.
+  memoryBytes @3 :UInt64;
+  # Memory charged to it now, less the inactive file cache the kernel reclaims first (the
+  # working set, as `docker stats` shows it).
+  memoryLimitBytes @4 :UInt64;
+  # Its memory limit (the profile's); 0: none.
+  hostTasks @5 :UInt32;
+  # Host tasks (threads) in its cgroup now.
+  hostTasksLimit @6 :UInt32;
+  # Its pids limit; 0: none.
+  networked @7 :Bool;
+  # It has a link (network mode "sandbox"): the two counters below are its.
+  networkInBytes @8 :UInt64;
+  # Bytes that reached the sandbox over its link (sent to it by the host end).
+  networkOutBytes @9 :UInt64;
+  # Bytes the sandbox sent over its link.
+}
+
+struct ServiceUsage {
+  # All sandboxes together: the service's cgroup (helper.json's cgroupParent) and its bounds.
+  cpuNs @0 :UInt64;
+  memoryBytes @1 :UInt64;
+  memoryLimitBytes @2 :UInt64;
+  hostTasks @3 :UInt32;
+  hostTasksLimit @4 :UInt32;
+  cpuMillisLimit @5 :UInt32;
+  # The service's CPU bound in thousandths of a core.
+  brokerRestarts @6 :UInt32;
+  # How often this privhelper restarted a broker that had ended by itself (crashed, killed).
+  privhelperStartedAtUnixMs @7 :Int64;
+  brokerReloads @8 :UInt32;
+  # How often it restarted the broker for a config reload.
+}
+
 interface Helper {
   policy @0 () -> (policy :BrokerPolicy);
   # The deployments and who may use them, so the broker can authorize clients.
@@ -191,4 +233,8 @@ interface Helper {
   spawnerState @15 (sandboxId :Text) -> (state :Text);
   # The sandbox's in-sandbox spawner (Api.SandboxInfo.spawner): "off", "not started",
   # "starting", "running", or "down: <why>" (its processes start through runsc exec).
+
+  sandboxUsage @16 (sandboxIds :List(Text)) -> (sandboxes :List(SandboxUsage), service :ServiceUsage);
+  # What each named sandbox uses now (at most 1024 ids; an id the privhelper does not hold is
+  # left out of the answer), and what all sandboxes together use against the service's bounds.
 }

@@ -162,4 +162,24 @@ absl::StatusOr<std::vector<std::string>> ListLinks(int host_ns_fd, const std::st
   return names;
 }
 
+absl::StatusOr<std::map<std::string, LinkCounters>> ReadLinkCounters(int host_ns_fd,
+                                                                      const std::string& prefix) {
+  std::map<std::string, LinkCounters> counters;
+  RETURN_IF_ERROR(InNetns(host_ns_fd, [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(Sock sock, Connect());
+    nl_cache* cache = nullptr;
+    RETURN_IF_ERROR(NlStatus(rtnl_link_alloc_cache(sock.get(), AF_UNSPEC, &cache), "links"));
+    for (nl_object* o = nl_cache_get_first(cache); o != nullptr; o = nl_cache_get_next(o)) {
+      auto* link = reinterpret_cast<rtnl_link*>(o);
+      const char* name = rtnl_link_get_name(link);
+      if (name == nullptr || !absl::StartsWith(name, prefix)) continue;
+      counters[name] = {rtnl_link_get_stat(link, RTNL_LINK_RX_BYTES),
+                        rtnl_link_get_stat(link, RTNL_LINK_TX_BYTES)};
+    }
+    nl_cache_free(cache);
+    return absl::OkStatus();
+  }));
+  return counters;
+}
+
 }  // namespace paseo::network

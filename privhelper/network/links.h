@@ -8,6 +8,8 @@
 //   DeleteLink(host_ns_fd, link.host_ifname);         // takes the peer with it
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,5 +25,16 @@ absl::Status CreateLink(int host_ns_fd, const SandboxLink& link);
 absl::Status DeleteLink(int host_ns_fd, const std::string& host_ifname);
 // The names of the host namespace's links that start with `prefix` ("psb-").
 absl::StatusOr<std::vector<std::string>> ListLinks(int host_ns_fd, const std::string& prefix);
+
+// A link's byte counters as the kernel keeps them (its host end's view: rx is what the sandbox
+// sent, tx what reached it).
+struct LinkCounters {
+  uint64_t rx_bytes = 0;
+  uint64_t tx_bytes = 0;
+};
+// The counters of the host namespace's links that start with `prefix`, by name: one netlink
+// dump for all of them.
+absl::StatusOr<std::map<std::string, LinkCounters>> ReadLinkCounters(int host_ns_fd,
+                                                                      const std::string& prefix);
 
 }  // namespace paseo::network
