@@ -1,6 +1,8 @@
 // See api_servers.h.
 #include "broker/api_servers.h"
 
+#include <time.h>
+
 #include <capnp/schema.h>
 #include <capnp/stream.capnp.h>
 
@@ -74,6 +76,69 @@ void FillSandboxInfo(const SandboxRecord& s, api::SandboxInfo::Builder out) {
   for (unsigned i = 0; i < labels.size(); ++i) {
     labels[i].setKey(s.labels[i].first);
     labels[i].setValue(s.labels[i].second);
+  }
+}
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// A sandbox's stats: the privhelper's figures (`usage`, null if it had none) and the broker's
+// own counters of its processes and their output.
+void FillSandboxStats(const SandboxRecord& sb, const helper::SandboxUsage::Reader* usage,
+                      uint64_t sampled_ns, api::SandboxStats::Builder out) {
+  out.setSandboxId(sb.id);
+  out.setDeploymentId(sb.deployment_id);
+  out.setState(StateName(sb.state));
+  out.setSampledAtNs(sampled_ns);
+  uint32_t running = 0;
+  uint64_t written = sb.released_output_bytes, kept = 0;
+  for (const auto& [id, p] : sb.processes) {
+    running += p->ended() ? 0 : 1;
+    for (const OutputLog* log : {p->stdout_log.get(), p->stderr_log.get()}) {
+      written += log->end();
+      kept += log->end() - log->start();
+    }
+  }
+  out.setProcesses(running);
+  out.setOutputBytes(written);
+  out.setOutputBufferedBytes(kept);
+  out.setNetworked(sb.network.mode == "sandbox");
+  if (usage == nullptr) return;
+  if (usage->getMeasured() && sb.state != SandboxState::kStopped &&
+      sb.state != SandboxState::kOomKilled && sb.state != SandboxState::kDeleting) {
+    out.setMeasured(true);
+    out.setCpuNs(usage->getCpuNs());
+    out.setMemoryBytes(usage->getMemoryBytes());
+    out.setMemoryLimitBytes(usage->getMemoryLimitBytes());
+    out.setHostTasks(usage->getHostTasks());
+    out.setHostTasksLimit(usage->getHostTasksLimit());
+  }
+  if (usage->getNetworked()) {
+    out.setNetworked(true);
+    out.setNetworkInBytes(usage->getNetworkInBytes());
+    out.setNetworkOutBytes(usage->getNetworkOutBytes());
+  }
+}
+
+// Fills `out` with the stats of the sandboxes of `ids` that are still there (`still(id)`: the
+// record, or null) once the privhelper answered with `usage`.
+template <typename Still>
+void FillStatsList(const std::vector<std::string>& ids,
+                   capnp::List<helper::SandboxUsage>::Reader usage, Still&& still,
+                   kj::Function<capnp::List<api::SandboxStats>::Builder(unsigned)> init) {
+  std::map<std::string, helper::SandboxUsage::Reader> by_id;
+  for (auto u : usage) by_id.emplace(u.getSandboxId().cStr(), u);
+  uint64_t now = MonotonicNs();
+  std::vector<const SandboxRecord*> records;
+  for (const std::string& id : ids)
+    if (const SandboxRecord* sb = still(id)) records.push_back(sb);
+  auto list = init(static_cast<unsigned>(records.size()));
+  for (unsigned i = 0; i < list.size(); ++i) {
+    auto found = by_id.find(records[i]->id);
+    FillSandboxStats(*records[i], found == by_id.end() ? nullptr : &found->second, now, list[i]);
   }
 }
 
@@ -524,6 +589,33 @@ class SupervisorImpl final : public api::Supervisor::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> stats(StatsContext context) override {
+    ThrowIfError(broker_.registry().RequireSomeDeployment(peer_));
+    auto asked = context.getParams().getIds();
+    if (asked.size() > kMaxStatsIds)
+      ThrowStatus(absl::InvalidArgumentError(absl::StrCat("ids: at most ", kMaxStatsIds)));
+    std::vector<std::string> ids;
+    if (asked.size() == 0) {
+      for (const SandboxRecord* sb : broker_.registry().List(peer_)) ids.push_back(sb->id);
+    } else {
+      for (auto id : asked) {
+        ids.emplace_back(id.cStr(), id.size());
+        ThrowIfError(broker_.registry().Visible(peer_, ids.back()).status());
+      }
+    }
+    auto measured = caller_.Charged([&] { return broker_.Usage(ids); });
+    return measured.then(
+        [this, context, ids](capnp::Response<helper::Helper::SandboxUsageResults> res) mutable {
+          // Filled after the privhelper answered: a sandbox may have gone meanwhile.
+          auto still = [this](const std::string& id) -> const SandboxRecord* {
+            auto sb = broker_.registry().Visible(peer_, id);
+            return sb.ok() && (*sb)->state != SandboxState::kCreating ? *sb : nullptr;
+          };
+          FillStatsList(ids, res.getSandboxes(), still,
+                        [&](unsigned n) { return context.getResults().initStats(n); });
+        });
+  }
+
   kj::Promise<void> info(InfoContext context) override {
     auto results = context.getResults();
     results.setVersion(kBrokerVersion);
@@ -540,7 +632,66 @@ class SupervisorImpl final : public api::Supervisor::Server {
   const Peer& peer_;
 };
 
+// The operator's socket (schema/operator.capnp): every sandbox and the service's health.
+class OperatorImpl final : public operator_api::Operator::Server {
+ public:
+  OperatorImpl(Broker& broker, const AuditLog& audit, OperatorCounters counters)
+      : broker_(broker), audit_(audit), counters_(kj::mv(counters)) {}
+
+ protected:
+  kj::Promise<void> metrics(MetricsContext context) override {
+    std::vector<std::string> ids;
+    for (SandboxRecord* sb : broker_.registry().All())
+      if (sb->state != SandboxState::kCreating) ids.push_back(sb->id);
+    return broker_.Usage(ids).then(
+        [this, context, ids](capnp::Response<helper::Helper::SandboxUsageResults> res) mutable {
+          auto results = context.getResults();
+          auto still = [this](const std::string& id) -> const SandboxRecord* {
+            SandboxRecord* sb = broker_.registry().Find(id);
+            return sb != nullptr && sb->state != SandboxState::kCreating ? sb : nullptr;
+          };
+          FillStatsList(ids, res.getSandboxes(), still,
+                        [&](unsigned n) { return results.initSandboxes(n); });
+          auto service = results.initService();
+          auto usage = res.getService();
+          service.setVersion(kBrokerVersion);
+          service.setSampledAtNs(MonotonicNs());
+          service.setCpuNs(usage.getCpuNs());
+          service.setMemoryBytes(usage.getMemoryBytes());
+          service.setMemoryLimitBytes(usage.getMemoryLimitBytes());
+          service.setHostTasks(usage.getHostTasks());
+          service.setHostTasksLimit(usage.getHostTasksLimit());
+          service.setCpuMillisLimit(usage.getCpuMillisLimit());
+          service.setPrivhelperStartedAtUnixMs(usage.getPrivhelperStartedAtUnixMs());
+          service.setBrokerRestarts(usage.getBrokerRestarts());
+          service.setBrokerReloads(usage.getBrokerReloads());
+          service.setBrokerStartedAtUnixMs(counters_.started_at_unix_ms);
+          const AuditLog::Counts& audited = audit_.counts();
+          service.setAuditRecords(audited.records);
+          service.setAuditLines(audited.lines);
+          auto not_ok = service.initNotOk(static_cast<unsigned>(audited.not_ok_by_reason.size()));
+          unsigned i = 0;
+          for (const auto& [reason, count] : audited.not_ok_by_reason) {
+            not_ok[i].setReason(reason);
+            not_ok[i++].setCount(count);
+          }
+          if (counters_.connections) service.setConnections(static_cast<uint32_t>(counters_.connections()));
+          if (counters_.parked_calls) service.setParkedCalls(static_cast<uint32_t>(counters_.parked_calls()));
+        });
+  }
+
+ private:
+  Broker& broker_;
+  const AuditLog& audit_;
+  OperatorCounters counters_;
+};
+
 }  // namespace
+
+operator_api::Operator::Client NewOperator(Broker& broker, const AuditLog& audit,
+                                           OperatorCounters counters) {
+  return kj::heap<OperatorImpl>(broker, audit, kj::mv(counters));
+}
 
 api::Supervisor::Client NewSupervisor(Broker& broker, AuditLog& audit, Peer peer,
                                       kj::Own<CallLimiter::Connection> calls) {

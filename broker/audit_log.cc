@@ -275,13 +275,21 @@ void AuditLog::Summarize(int64_t uid, const Window& w) {
   j.EndObject();
   std::string line = j.Take();
   line.push_back('\n');
+  Append(line);
+}
+
+void AuditLog::Append(absl::string_view line) {
+  ++counts_.lines;
   sink_->Append(line);
 }
 
 void AuditLog::Write(const AuditRecord& record) {
   int64_t now = clock_();
+  ++counts_.records;
+  if (record.result != AuditResult::kOk)
+    ++counts_.not_ok_by_reason[record.error.empty() ? "unknown" : record.error];
   if (record.result == AuditResult::kOk && !record.unauthorized_peer) {
-    sink_->Append(Line(record, now));
+    Append(Line(record, now));
     return;
   }
   int64_t second = now / 1000;
@@ -293,7 +301,7 @@ void AuditLog::Write(const AuditRecord& record) {
   }
   if (w.written < refusals_per_second_) {
     ++w.written;
-    sink_->Append(Line(record, now));
+    Append(Line(record, now));
     return;
   }
   ++w.suppressed;

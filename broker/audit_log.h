@@ -122,6 +122,16 @@ class AuditLog {
   // The JSON line (with '\n') for `record` at `time_ms`; public for tests.
   static std::string Line(const AuditRecord& record, int64_t time_ms);
 
+  // What this log has seen since it opened (the operator's metrics): every record, the lines it
+  // appended (a coalesced second's summary is one), and the records that were not ok by their
+  // reason token ("permission-denied", ..., "cancelled"), coalesced ones included.
+  struct Counts {
+    uint64_t records = 0;
+    uint64_t lines = 0;
+    std::map<std::string, uint64_t> not_ok_by_reason;
+  };
+  const Counts& counts() const { return counts_; }
+
  private:
   struct Window {
     int64_t second = 0;        // the wall-clock second it counts
@@ -131,11 +141,13 @@ class AuditLog {
     std::string last_error;
   };
   void Summarize(int64_t uid, const Window& w);
+  void Append(absl::string_view line);
 
   std::unique_ptr<AuditSink> sink_;
   uint32_t refusals_per_second_;
   Clock clock_;
   std::map<int64_t, Window> windows_;
+  Counts counts_;
 };
 
 // The audit name of a result: "ok", "refused", "failed", "cancelled".

@@ -279,6 +279,16 @@ kj::Promise<std::string> Broker::SpawnerState(const std::string& id) {
       .catch_([](kj::Exception&&) { return std::string(); });
 }
 
+kj::Promise<capnp::Response<helper::Helper::SandboxUsageResults>> Broker::Usage(
+    const std::vector<std::string>& ids) {
+  auto req = helper_.sandboxUsageRequest();
+  auto list = req.initSandboxIds(static_cast<unsigned>(ids.size()));
+  for (unsigned i = 0; i < list.size(); ++i) list.set(i, ids[i]);
+  return req.send().then([](capnp::Response<helper::Helper::SandboxUsageResults> res) {
+    return kj::mv(res);
+  });
+}
+
 absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Broker::Connect(const Peer& peer,
                                                              const std::string& id,
                                                              uint16_t port) {

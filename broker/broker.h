@@ -58,6 +58,10 @@ class Broker {
   // How the sandbox's processes start (api.capnp SandboxInfo.spawner), as the privhelper says;
   // empty if it cannot say (an older privhelper, a sandbox it no longer has).
   kj::Promise<std::string> SpawnerState(const std::string& id);
+  // What the privhelper measures of sandboxes `ids` now (cgroups, link counters) and of all
+  // sandboxes together (Helper.sandboxUsage); fails as that call did.
+  kj::Promise<capnp::Response<helper::Helper::SandboxUsageResults>> Usage(
+      const std::vector<std::string>& ids);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
       const Peer& peer, const std::string& sandbox_id, api::ProcessSpec::Reader spec);
 

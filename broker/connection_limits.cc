@@ -216,4 +216,10 @@ size_t CallLimiter::waiting(uid_t uid) const {
   return it == by_uid_.end() ? 0 : it->second;
 }
 
+size_t CallLimiter::waiting() const {
+  size_t total = 0;
+  for (const auto& [uid, n] : by_uid_) total += n;
+  return total;
+}
+
 }  // namespace paseo

@@ -177,6 +177,8 @@ class CallLimiter {
     return kj::refcounted<Connection>(*this, uid, kj::mv(on_abuse));
   }
   size_t waiting(uid_t uid) const;
+  // Calls of every connection waiting now (the operator's parked calls).
+  size_t waiting() const;
 
  private:
   size_t per_connection_;

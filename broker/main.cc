@@ -188,6 +188,77 @@ class Listener {
   size_t dropped_ = 0;
   kj::TimePoint last_drop_log_ = kj::origin<kj::TimePoint>();
   bool trim_pending_ = false;
+
+ public:
+  size_t open() const { return open_; }
+  size_t parked_calls() const { return calls_.waiting(); }
+};
+
+// The operator socket (fd 6, schema/operator.capnp): root's alone. A peer of any other uid is
+// dropped at once; at most kMaxOperatorConnections at a time, each with small messages.
+class OperatorListener {
+ public:
+  static constexpr size_t kMaxOperatorConnections = 8;
+  OperatorListener(Broker& broker, const AuditLog& audit, OperatorCounters counters,
+                   kj::Own<kj::ConnectionReceiver> receiver, kj::Timer& timer)
+      : broker_(broker),
+        audit_(audit),
+        counters_(kj::mv(counters)),
+        receiver_(kj::mv(receiver)),
+        timer_(timer),
+        tasks_(handler_) {}
+
+  kj::Promise<void> Run() {
+    return receiver_->accept().then(
+        [this](kj::Own<kj::AsyncIoStream> stream) {
+          Accept(kj::mv(stream));
+          return Run();
+        },
+        [this](kj::Exception&& e) -> kj::Promise<void> {
+          Log(std::string("operator socket: accept failed, retrying: ") + e.getDescription().cStr());
+          return timer_.afterDelay(100 * kj::MILLISECONDS).then([this] { return Run(); });
+        });
+  }
+
+ private:
+  struct Connection {
+    explicit Connection(kj::Own<kj::AsyncIoStream> s, capnp::Capability::Client bootstrap)
+        : stream(kj::mv(s)),
+          network(*stream, capnp::rpc::twoparty::Side::SERVER, Options()),
+          rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+    static capnp::ReaderOptions Options() {
+      capnp::ReaderOptions o;
+      o.traversalLimitInWords = 1 << 16;  // its calls have no parameters
+      return o;
+    }
+    kj::Own<kj::AsyncIoStream> stream;
+    capnp::TwoPartyVatNetwork network;
+    capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+  };
+
+  void Accept(kj::Own<kj::AsyncIoStream> stream) {
+    Peer peer;
+    int fd = -1;
+    KJ_IF_MAYBE(f, stream->getFd()) { fd = *f; }
+    if (fd < 0 || !ReadPeer(fd, &peer) || peer.uid != 0 || open_ >= kMaxOperatorConnections)
+      return;  // dropped: only root may ask, and a few at once
+    ++open_;
+    auto conn = kj::heap<Connection>(kj::mv(stream), NewOperator(broker_, audit_, counters_));
+    auto done = conn->network.onDisconnect().attach(kj::mv(conn));
+    tasks_.add(done.then([this] { --open_; }));
+  }
+
+  struct Handler : kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&& e) override { KJ_LOG(INFO, "operator connection ended", e); }
+  };
+  Broker& broker_;
+  const AuditLog& audit_;
+  OperatorCounters counters_;
+  kj::Own<kj::ConnectionReceiver> receiver_;
+  kj::Timer& timer_;
+  Handler handler_;
+  kj::TaskSet tasks_;
+  size_t open_ = 0;
 };
 
 // The audit log the privhelper's policy asks for (helper.capnp AuditPolicy): the rotating file
@@ -211,6 +282,7 @@ absl::StatusOr<std::unique_ptr<AuditLog>> OpenAuditLog(helper::AuditPolicy::Read
 struct Options {
   int helper_fd = -1;
   int listen_fd = -1;
+  int operator_fd = -1;  // optional: the operator socket (schema/operator.capnp)
   std::string log_dir;
 };
 
@@ -230,6 +302,8 @@ kj::MainFunc ParseOptions(kj::ProcessContext& context, Options& options) {
                         "the privhelper's socketpair end")
       .addOptionWithArg({"listen-fd"}, fd(4, &options.listen_fd), "<4>",
                         "the listening client socket")
+      .addOptionWithArg({"operator-fd"}, fd(6, &options.operator_fd), "<6>",
+                        "the listening operator socket (root's alone)")
       .addOptionWithArg(
           {"log-dir"},
           [&options](kj::StringPtr value) -> kj::MainBuilder::Validity {
@@ -262,6 +336,10 @@ int Main(int argc, char** argv) {
   std::string log_dir = options.log_dir;
   if (!IsSocket(helper_fd) || !IsSocket(listen_fd)) {
     Log("fd 3 and fd 4 must be the helper socketpair and the listening socket");
+    return 2;
+  }
+  if (options.operator_fd >= 0 && !IsSocket(options.operator_fd)) {
+    Log("fd 6 must be the listening operator socket");
     return 2;
   }
   if (geteuid() == 0 || getuid() == 0 || getegid() == 0 || getgid() == 0 || HasAnyCapability()) {
@@ -310,9 +388,22 @@ int Main(int argc, char** argv) {
   Listener listener(broker, **audit, low,
                     low.wrapListenSocketFd(listen_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
                     io.provider->getTimer());
+  kj::Promise<void> serving = listener.Run();
+  kj::Own<OperatorListener> operator_listener;
+  if (options.operator_fd >= 0) {
+    OperatorCounters counters;
+    counters.started_at_unix_ms = AuditLog::SystemClockMs();
+    counters.connections = [&listener] { return listener.open(); };
+    counters.parked_calls = [&listener] { return listener.parked_calls(); };
+    operator_listener = kj::heap<OperatorListener>(
+        broker, **audit, kj::mv(counters),
+        low.wrapListenSocketFd(options.operator_fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+        io.provider->getTimer());
+    serving = serving.exclusiveJoin(operator_listener->Run());
+  }
   Log("serving");
   // Serve until the privhelper goes away: without it the broker can do nothing useful.
-  listener.Run().exclusiveJoin(helper_network.onDisconnect()).wait(io.waitScope);
+  serving.exclusiveJoin(helper_network.onDisconnect()).wait(io.waitScope);
   Log("privhelper connection closed; exiting");
   return 0;
 }

@@ -294,6 +294,7 @@ absl::StatusOr<kj::Own<ProcessRecord>> Registry::Release(const std::string& sand
   sb->processes.erase(it);
   std::erase(sb->process_order, process_id);
   p->released = true;
+  sb->released_output_bytes += p->stdout_log->end() + p->stderr_log->end();
   if (!p->key.empty()) {
     sb->process_keys.erase(p->key);
     sb->released.push_back({p->id, p->key, p->exit});

@@ -101,6 +101,8 @@ struct SandboxRecord {
   // concurrent starts cannot both take it) until the process is released.
   std::map<std::string, std::string> process_keys;
   std::deque<ReleasedProcess> released;  // oldest first, at most kReleasedKeysKept
+  // Output bytes of the processes released since this broker took the sandbox over (stats).
+  uint64_t released_output_bytes = 0;
 };
 
 // What a client asks for when it creates a sandbox, as far as the registry decides it.

@@ -2,6 +2,7 @@
 #include "absl/strings/string_view.h"
 #include "common/json_writer.h"
 
+#include <cmath>
 #include <cstdio>
 
 namespace paseo {
@@ -62,6 +63,19 @@ void JsonWriter::String(absl::string_view value) {
 void JsonWriter::Int(int64_t value) {
   Separate();
   out_ += std::to_string(value);
+}
+
+void JsonWriter::UInt(uint64_t value) {
+  Separate();
+  out_ += std::to_string(value);
+}
+
+void JsonWriter::Fixed(double value, int decimals) {
+  if (!std::isfinite(value)) return Null();
+  Separate();
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, value);
+  out_ += buf;
 }
 
 void JsonWriter::Bool(bool value) {

@@ -22,6 +22,9 @@ class JsonWriter {
   void Key(absl::string_view key);
   void String(absl::string_view value);
   void Int(int64_t value);
+  void UInt(uint64_t value);
+  // A finite number with at most `decimals` digits after the point (a non-finite one: null).
+  void Fixed(double value, int decimals);
   void Bool(bool value);
   void Null();
   void StringArray(const std::vector<std::string>& values);

@@ -231,6 +231,47 @@ struct ProcessInfo {
   output @8 :OutputMode;
 }
 
+struct SandboxStats {
+  # What one sandbox uses now (Supervisor.stats), like a line of `docker stats`. Counters are
+  # cumulative: a rate is the difference of two samples over the difference of their
+  # sampledAtNs (CPU cores = delta cpuNs / delta sampledAtNs).
+  sandboxId @0 :Text;
+  deploymentId @1 :Text;
+  state @2 :Text;
+  # As SandboxInfo.state.
+  sampledAtNs @3 :UInt64;
+  # When the figures were read, on the service host's monotonic clock (only differences mean
+  # anything).
+  measured @4 :Bool;
+  # False when its cgroups could not be read (it is stopped, oom-killed or being deleted): the
+  # cgroup figures (cpuNs to hostTasksLimit) are then 0.
+  cpuNs @5 :UInt64;
+  # CPU time used by its host tasks (its gVisor kernel and file server: everything it runs),
+  # in nanoseconds.
+  memoryBytes @6 :UInt64;
+  # Memory charged to it now, less the file cache the kernel reclaims first (the working set).
+  memoryLimitBytes @7 :UInt64;
+  # Its profile's memory limit; 0: none.
+  hostTasks @8 :UInt32;
+  # Host threads its cgroup holds now (what its profile's maxHostTasks bounds).
+  hostTasksLimit @9 :UInt32;
+  # 0: none.
+  processes @10 :UInt32;
+  # Its processes that run now.
+  outputBytes @11 :UInt64;
+  # Bytes its processes have written to stdout and stderr (a tty's stream counted once): those
+  # the service holds, and those released since the broker last started.
+  outputBufferedBytes @12 :UInt64;
+  # Bytes of that output the service keeps now for replay (Process.subscribe), at most
+  # outputBufferBytes per stream.
+  networked @13 :Bool;
+  # Network mode "sandbox": the two counters below are its link's.
+  networkInBytes @14 :UInt64;
+  # Bytes that reached the sandbox over its link (answers, downloads, inbound connections).
+  networkOutBytes @15 :UInt64;
+  # Bytes it sent over its link.
+}
+
 # ---------------------------------------------------------------- interfaces
 
 interface Socket {
@@ -260,6 +301,11 @@ interface Supervisor {
   # The sandbox of this deployment created with this key (SandboxSpec.key), surviving restarts
   # of the broker and of the whole service. not-found if there is none, it is still being
   # created, or the caller may not use the deployment.
+
+  stats @5 (ids :List(Text)) -> (stats :List(SandboxStats));
+  # What the named sandboxes use now, in the order asked (at most 1024 ids); with no ids, every
+  # sandbox listSandboxes shows. not-found for an id that is absent or not visible to the caller
+  # (as getSandbox); a sandbox deleted while its figures were read is left out.
 }
 
 interface Sandbox {

@@ -557,13 +557,13 @@ TEST_F(IntegrationTest, BrokerRunsAsTheUnprivilegedUserWithNoCapabilities) {
            sizeof(helper) - 1);
   EXPECT_STRNE(mine, theirs);
   EXPECT_STRNE(helper, theirs);
-  // Exactly stdin/stdout/stderr, the helper socketpair, the listening socket and kj's own
-  // epoll/signalfd/eventfd: nothing inherited from the privhelper.
+  // Exactly stdin/stdout/stderr, the helper socketpair, the listening socket, the operator
+  // socket and kj's own epoll/signalfd/eventfd: nothing inherited from the privhelper.
   int fds = 0;
   DIR* fdd = opendir(("/proc/" + broker_pid + "/fd").c_str());
   while (dirent* e = readdir(fdd)) fds += e->d_name[0] != '.';
   closedir(fdd);
-  EXPECT_LE(fds, 8);
+  EXPECT_LE(fds, 9);
 }
 
 TEST_F(IntegrationTest, RunscControlSocketsAreNotInTheCallersNetns) {
