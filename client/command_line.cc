@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <csignal>
 #include <initializer_list>
 #include <set>
@@ -450,7 +451,7 @@ class Parser {
   kj::MainFunc TopLevel() {
     top_details_ = std::string(kPlacement) + "\n\n" + kExitStatus;
     Grammar g(context_, line_, kBrief, top_details_.c_str());
-    g.Flag({"json"}, line_.json, "Machine-readable output (ps, info).");
+    g.Flag({"json"}, line_.json, "Machine-readable output (ps, info, stats).");
     g.builder()
         .addSubCommand("run", KJ_BIND_METHOD(*this, Run),
                        "create a sandbox, run a command in it, delete it")
@@ -465,6 +466,8 @@ class Parser {
         .addSubCommand("release", KJ_BIND_METHOD(*this, Release),
                        "forget an ended process and its output")
         .addSubCommand("ps", KJ_BIND_METHOD(*this, Ps), "list your sandboxes and their processes")
+        .addSubCommand("stats", KJ_BIND_METHOD(*this, Stats),
+                       "what your sandboxes use: CPU, memory, tasks, output, network")
         .addSubCommand("rm", KJ_BIND_METHOD(*this, Rm), "delete sandboxes")
         .addSubCommand("create", KJ_BIND_METHOD(*this, Create),
                        "create a sandbox that stays (with --key: idempotently); print its id")
@@ -671,6 +674,43 @@ class Parser {
     return g.Build();
   }
 
+  kj::MainFunc Stats() {
+    auto& stats = Choose<StatsCommand>();
+    Grammar g(context_, line_,
+              "Shows what sandboxes use, like `docker stats`: CPU in cores (1.00 = one core busy, "
+              "measured between two samples), memory used and its limit, host tasks and their "
+              "limit, running processes, output written and kept for replay, and network bytes "
+              "in and out for networked sandboxes. Without a sandbox, every sandbox you may see. "
+              "Refreshes every interval on a terminal until interrupted; otherwise prints one "
+              "sample (taken over one interval) and exits. --json prints one JSON document per "
+              "sample (docs/stats.schema.json).");
+    g.Flag({"json"}, line_.json, kJsonHelp);
+    g.Flag(
+        {"no-stream"},
+        [&stats]() -> Validity {
+          stats.mode = StatsCommand::Mode::kOnce;
+          return true;
+        },
+        "Print one sample and exit, even on a terminal.");
+    g.Flag(
+        {"stream"},
+        [&stats]() -> Validity {
+          stats.mode = StatsCommand::Mode::kStream;
+          return true;
+        },
+        "Refresh until interrupted, even when stdout is not a terminal (one table or JSON "
+        "line per interval).");
+    g.Parsed(
+        '\0', "interval", ParseInterval, [&stats](uint32_t ms) { stats.interval_ms = ms; },
+        "<seconds>", "a number of seconds from 0.1 to 3600 expected",
+        "Seconds between samples (default 1; decimals allowed).");
+    g.builder().expectZeroOrMoreArgs("<sandbox>", [&stats](kj::StringPtr v) -> Validity {
+      stats.ids.emplace_back(v.cStr());
+      return true;
+    });
+    return g.Build();
+  }
+
   kj::MainFunc Rm() {
     auto& rm = Choose<RmCommand>();
     Grammar g(context_, line_,
@@ -716,6 +756,16 @@ class Parser {
 };
 
 }  // namespace
+
+std::optional<uint32_t> ParseInterval(std::string_view text) {
+  double seconds = 0;
+  std::string copy(text);
+  char* end = nullptr;
+  seconds = std::strtod(copy.c_str(), &end);
+  if (copy.empty() || end != copy.c_str() + copy.size() || !(seconds >= 0.1) || seconds > 3600)
+    return std::nullopt;
+  return static_cast<uint32_t>(seconds * 1000 + 0.5);
+}
 
 std::optional<uint16_t> ParsePort(std::string_view text) {
   uint32_t value = 0;

@@ -129,6 +129,15 @@ struct ReleaseCommand {
 
 struct PsCommand {};
 
+// stats [SANDBOX...]: what sandboxes use (CPU, memory, host tasks, processes, output, network),
+// like `docker stats`; refreshing on a terminal, one sample otherwise.
+struct StatsCommand {
+  std::vector<std::string> ids;  // empty: every sandbox the caller may see
+  enum class Mode { kAuto, kOnce, kStream };
+  Mode mode = Mode::kAuto;  // kAuto: kStream when stdout is a terminal, kOnce otherwise
+  uint32_t interval_ms = 1000;  // between samples (CPU is their difference)
+};
+
 struct RmCommand {
   std::vector<std::string> ids;
   bool force = true;
@@ -168,15 +177,17 @@ struct ConnectCommand {
 
 // A TCP port, 1..65535.
 std::optional<uint16_t> ParsePort(std::string_view text);
+// stats --interval: seconds (decimals allowed) from 0.1 to 3600, as milliseconds.
+std::optional<uint32_t> ParseInterval(std::string_view text);
 
 using Command = std::variant<RunCommand, ExecCommand, AttachCommand, LogsCommand, WaitCommand,
                              KillCommand, PsCommand, RmCommand, InfoCommand, CreateCommand,
                              FindCommand, PauseCommand, ResumeCommand,
-                             ReleaseCommand, ConnectCommand>;
+                             ReleaseCommand, ConnectCommand, StatsCommand>;
 
 struct CommandLine {
   std::string socket;  // --socket, before or after the command name
-  bool json = false;   // --json, before the command or after ps / info
+  bool json = false;   // --json, before the command or after ps / info / stats
   // --messages FILE, before or after the command name: the CLI's own messages are appended to
   // FILE instead of going to stderr (commands.h says where they go otherwise).
   std::string messages;

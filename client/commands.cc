@@ -24,6 +24,7 @@
 #include "client/client.h"
 #include "client/messages.h"
 #include "client/output_sink.h"
+#include "client/stats_view.h"
 #include "common/json_writer.h"
 
 namespace paseo::client {
@@ -448,6 +449,32 @@ class Commands {
     json.EndArray();
     if (line_.json) std::printf("%s\n", json.Take().c_str());
     return 0;
+  }
+
+  int operator()(const StatsCommand& stats) {
+    bool stream = stats.mode == StatsCommand::Mode::kStream ||
+                  (stats.mode == StatsCommand::Mode::kAuto && isatty(STDOUT_FILENO));
+    bool terminal = stream && isatty(STDOUT_FILENO) && !line_.json;
+    auto sample = [&] {
+      auto req = conn_->supervisor().statsRequest();
+      auto ids = req.initIds(static_cast<unsigned>(stats.ids.size()));
+      for (unsigned i = 0; i < ids.size(); ++i) ids.set(i, stats.ids[i]);
+      return req.send().wait(ws_);
+    };
+    kj::Timer& timer = io_.provider->getTimer();
+    // CPU is a rate: the first figures come from two samples one interval apart.
+    auto before = sample();
+    for (;;) {
+      timer.afterDelay(stats.interval_ms * kj::MILLISECONDS).wait(ws_);
+      auto now = sample();
+      auto rows = StatsRows(before.getStats(), now.getStats());
+      std::string text = line_.json ? StatsJson(rows) + "\n" : StatsTable(rows);
+      if (terminal) text = "\033[H\033[2J" + text;  // redrawn in place, as docker stats does
+      std::fputs(text.c_str(), stdout);
+      std::fflush(stdout);
+      if (!stream) return 0;
+      before = kj::mv(now);
+    }
   }
 
   int operator()(const RmCommand& rm) {

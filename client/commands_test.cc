@@ -502,6 +502,33 @@ TEST_F(CommandsTest, PsAsATableAndAsJson) {
   EXPECT_EQ(Cli({"ps", "--json"}).out, json);
 }
 
+// stats takes two samples one interval apart (CPU is their difference) and, on a pipe, prints
+// one and exits; the fake's sandboxes use half a core between samples.
+TEST_F(CommandsTest, StatsPrintsOneSampleOfEachSandboxAsATableOrJson) {
+  service_.AddSandbox("sb-1").deployment = "alpha";
+  service_.AddSandbox("sb-2").deployment = "alpha";
+  Outcome r = Cli({"stats", "--interval", "0.1"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(service_.stats_calls, 2u);
+  EXPECT_THAT(r.out, HasSubstr("SANDBOX"));
+  EXPECT_THAT(r.out, HasSubstr("0.50"));
+  EXPECT_THAT(r.out, HasSubstr("100MiB / 1GiB"));
+  EXPECT_THAT(r.out, HasSubstr("sb-2"));
+  Outcome one = Cli({"stats", "--json", "--no-stream", "--interval=0.1", "sb-2"});
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_THAT(one.out, HasSubstr("{\"sandboxes\":[{\"id\":\"sb-2\",\"deployment\":\"alpha\","));
+  EXPECT_THAT(one.out, HasSubstr("\"cpuCores\":0.500,"));
+  EXPECT_EQ(one.out.find("sb-1"), std::string::npos) << one.out;
+  // An id the service does not show is refused as the service refused it.
+  Outcome missing = Cli({"stats", "--interval", "0.1", "sb-none"});
+  EXPECT_EQ(missing.exit_code, kServiceError);
+  EXPECT_THAT(missing.err, HasSubstr("not-found"));
+  for (const char* bad : {"0", "0.01", "-1", "x", "7200"}) {
+    ParsedCommandLine p = ParseCommandLine({"stats", "--interval", bad}, socket_);
+    EXPECT_FALSE(p.command_line.has_value()) << bad;
+  }
+}
+
 TEST_F(CommandsTest, PsShowsEachSandboxsAddressOrNone) {
   service_.AddSandbox("sb-1").deployment = "alpha";
   FakeSandbox& net = service_.AddSandbox("sb-2");

@@ -407,6 +407,34 @@ class FakeService::Supervisor final : public api::Supervisor::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> stats(StatsContext context) override {
+    std::vector<std::string> ids;
+    for (auto id : context.getParams().getIds()) {
+      auto it = service_.sandboxes.find(id.cStr());
+      if (it == service_.sandboxes.end() || it->second.deleted)
+        ThrowStatus(absl::NotFoundError(std::string("no sandbox ") + id.cStr()));
+      ids.emplace_back(id.cStr());
+    }
+    if (ids.empty())
+      for (const auto& [id, sb] : service_.sandboxes)
+        if (!sb.deleted) ids.push_back(id);
+    uint64_t n = ++service_.stats_calls;
+    auto list = context.getResults().initStats(static_cast<unsigned>(ids.size()));
+    for (unsigned i = 0; i < list.size(); ++i) {
+      const FakeSandbox& sb = service_.sandboxes.at(ids[i]);
+      list[i].setSandboxId(sb.id);
+      list[i].setDeploymentId(sb.deployment);
+      list[i].setState("running");
+      list[i].setSampledAtNs(n * 1'000'000'000);
+      list[i].setMeasured(true);
+      list[i].setCpuNs(n * 500'000'000);
+      list[i].setMemoryBytes(uint64_t{100} << 20);
+      list[i].setMemoryLimitBytes(uint64_t{1} << 30);
+      list[i].setProcesses(static_cast<uint32_t>(sb.processes.size()));
+    }
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> info(InfoContext context) override {
     auto results = context.getResults();
     results.setVersion(service_.version);

@@ -126,6 +126,9 @@ class FakeService {
   FakeProcessScript script;
   // What a script's disconnect_at does (set by the test).
   std::function<void()> crash;
+  // Supervisor.stats: each call is one second later than the one before, in which every
+  // sandbox used half a core (sampledAtNs = calls x 1e9, cpuNs = calls x 5e8).
+  uint64_t stats_calls = 0;
 
   // Every sandbox ever created or added, by id, deleted ones included.
   std::map<std::string, FakeSandbox> sandboxes;
