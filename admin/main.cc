@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
 #include <kj/main.h>
 
 #include "absl/strings/numbers.h"
@@ -25,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "admin/config_files.h"
 #include "admin/doctor.h"
+#include "admin/metrics.h"
 #include "admin/service_state.h"
 #include "common/status.h"
 #include "privhelper/config.h"
@@ -59,6 +62,9 @@ class AdminMain {
                        "check the host and the configuration; say how to fix each problem")
         .addSubCommand("status", KJ_BIND_METHOD(*this, StatusCommand),
                        "the service, sandboxes per deployment, disk used by logs")
+        .addSubCommand("metrics", KJ_BIND_METHOD(*this, MetricsCommand),
+                       "every sandbox's use and the service's health, in the Prometheus text "
+                       "format (for node_exporter's textfile collector)")
         .addSubCommand("gc", KJ_BIND_METHOD(*this, GcCommand),
                        "ask the running privhelper to reload its config and collect what no "
                        "sandbox owns (SIGHUP)")
@@ -511,6 +517,70 @@ class AdminMain {
     return true;
   }
 
+  // ------------------------------------------------------------------ metrics
+
+  kj::MainFunc MetricsCommand() {
+    kj::MainBuilder builder(
+        context_, "paseo-sandbox-admin metrics",
+        "Asks the running service on <run-dir>/operator.sock (root's alone) for what every "
+        "sandbox of every deployment uses -- CPU, memory, host tasks, processes, output, network "
+        "-- and for its own health -- all sandboxes against the service's bounds, broker restarts "
+        "and reloads, audit lines, refused requests by reason, open connections and parked "
+        "calls -- and prints them in the Prometheus text format. With --textfile-dir, writes "
+        "them to <dir>/paseo_sandbox.prom instead (replaced whole), for node_exporter's textfile "
+        "collector (installer/install --metrics enables a timer for it). If the service cannot "
+        "be asked, the output is paseo_sandbox_up 0 alone and the exit status 1.");
+    AddDirOptions(builder);
+    builder.addOptionWithArg(
+        {"textfile-dir"},
+        [this](kj::StringPtr v) -> Validity {
+          if (!v.startsWith("/")) return "must be an absolute path";
+          textfile_dir_ = v.cStr();
+          return true;
+        },
+        "<dir>", "Write <dir>/paseo_sandbox.prom (e.g. /var/lib/prometheus/node-exporter).");
+    return builder.callAfterParsing(KJ_BIND_METHOD(*this, RunMetrics)).build();
+  }
+
+  Validity RunMetrics() {
+    ResolveDirs();
+    std::string text;
+    std::string socket = run_dir_ + "/operator.sock";
+    kj::Maybe<kj::Exception> failed = kj::runCatchingExceptions([&] {
+      auto io = kj::setupAsyncIo();
+      kj::Own<kj::AsyncIoStream> stream;
+      kj::Own<capnp::TwoPartyClient> client;
+      auto asked = io.provider->getNetwork()
+                       .parseAddress(kj::str("unix:", socket))
+                       .then([](kj::Own<kj::NetworkAddress> a) { return a->connect(); })
+                       .then([&](kj::Own<kj::AsyncIoStream> connected) {
+                         stream = kj::mv(connected);
+                         client = kj::heap<capnp::TwoPartyClient>(*stream);
+                         auto op = client->bootstrap().castAs<operator_api::Operator>();
+                         return op.metricsRequest().send().then(
+                             [&text](capnp::Response<operator_api::Operator::MetricsResults> r) {
+                               text = PrometheusText(r);
+                             });
+                       });
+      io.provider->getTimer()
+          .timeoutAfter(kMetricsPatience, kj::mv(asked))
+          .wait(io.waitScope);
+    });
+    bool up = failed == nullptr;
+    if (!up) text = PrometheusDown();
+    if (!textfile_dir_.empty()) {
+      absl::Status written = WriteTextfile(textfile_dir_, text);
+      if (!written.ok()) Fail(std::string(written.message()));
+    } else {
+      std::fputs(text.c_str(), stdout);
+    }
+    KJ_IF_MAYBE(e, failed) {
+      Fail(absl::StrCat("the service could not be asked on ", socket, ": ",
+                        e->getDescription().cStr()));
+    }
+    return true;
+  }
+
   kj::MainFunc GcCommand() {
     kj::MainBuilder builder(
         context_, "paseo-sandbox-admin gc",
@@ -543,6 +613,8 @@ class AdminMain {
   std::string cgroup_root_ = "/sys/fs/cgroup";
   DeploymentSpec spec_;
   std::string from_file_;
+  std::string textfile_dir_;
+  static constexpr kj::Duration kMetricsPatience = 10 * kj::SECONDS;
   bool replace_ = false;
   bool adopt_ = false;
   int config_lock_ = -1;
