@@ -212,6 +212,34 @@ TEST(NetworkTest, AllowedNamesAreCheckedByNameNotByAddress) {
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
+// stats counts a networked sandbox's link: what it fetched came in, its request went out.
+TEST(NetworkTest, StatsCountTheBytesOfASandboxsLink) {
+  Service& svc = *g_service;
+  ASSERT_TRUE(BuildInternet().ok()) << BuildInternet();
+  std::string id = CreateNetSandbox(svc);
+  ASSERT_FALSE(id.empty());
+  // {"inBytes":N,"outBytes":M} of `id` in `stats --json`, or {-1, -1}.
+  auto counters = [&]() -> std::pair<int64_t, int64_t> {
+    auto r = svc.Cli(Net(svc), {"--json", "stats", "--interval", "0.2", id});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    size_t at = r.out.find("\"network\":{\"inBytes\":");
+    if (at == std::string::npos) return {-1, -1};
+    int64_t in = -1, out = -1;
+    if (std::sscanf(r.out.c_str() + at, "\"network\":{\"inBytes\":%ld,\"outBytes\":%ld", &in,
+                    &out) != 2)
+      return {-1, -1};
+    return {in, out};
+  };
+  auto before = counters();
+  ASSERT_GE(before.first, 0) << "a networked sandbox has link counters";
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Fetch(svc, id, "203.0.113.10", 80), "internet-80");
+  auto after = counters();
+  // Five TCP exchanges: several hundred bytes each way at the least.
+  EXPECT_GT(after.first, before.first + 500) << before.first << " -> " << after.first;
+  EXPECT_GT(after.second, before.second + 500) << before.second << " -> " << after.second;
+  EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
+}
+
 TEST(NetworkTest, ModeNoneHasOnlyLoopback) {
   Service& svc = *g_service;
   auto r = svc.Cli(Net(svc), {"run", "--deployment", "net", "--profile", "default", "--", "sh",
