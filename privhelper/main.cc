@@ -25,6 +25,7 @@
 
 #include <cstdio>
 #include <chrono>
+#include <optional>
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -246,7 +247,14 @@ std::unique_ptr<EgressLink> StartEgress(const Config& config, const std::string&
                                         const std::vector<network::DnsUpstream>& dns_upstreams,
                                         uid_t broker_uid, gid_t socket_gid) {
   auto net = config.helper().getNetwork();
-  passwd* pw = getpwnam(net.getEgressUser().cStr());
+  // Copied at once: getpwnam's answer is static storage that any later passwd lookup (getpwent,
+  // getpwuid, in this process or a library) overwrites. Kept as a pointer, the proxy once ran
+  // as whichever user a later lookup last read -- /etc/passwd's last entry, not the user the
+  // firewall restricts -- as soon as a package added a user after ours.
+  passwd* found = getpwnam(net.getEgressUser().cStr());
+  std::optional<passwd> user;
+  if (found != nullptr) user = *found;
+  const passwd* pw = user ? &*user : nullptr;
   // Its own user, in no group that opens the API socket or the broker's files: a proxy a
   // sandbox took over gets nothing of the service's.
   if (pw == nullptr || pw->pw_uid == 0 || pw->pw_uid == broker_uid || pw->pw_gid == socket_gid) {

@@ -6,6 +6,7 @@
 // mode "none" (loopback only), and crashes of the privhelper during setup and delete.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -238,6 +239,25 @@ TEST(NetworkTest, StatsCountTheBytesOfASandboxsLink) {
   EXPECT_GT(after.first, before.first + 500) << before.first << " -> " << after.first;
   EXPECT_GT(after.second, before.second + 500) << before.second << " -> " << after.second;
   EXPECT_EQ(svc.Cli(Net(svc), {"rm", id}).exit_code, 0);
+}
+
+// The proxy runs as the egress user, the one the firewall keeps off the host's addresses
+// (regression: the privhelper kept getpwnam's static answer, which a later passwd lookup inside
+// libnftables overwrote, and the proxy ran as /etc/passwd's last user, unrestricted).
+TEST(NetworkTest, TheEgressProxyRunsAsTheUserTheFirewallRestricts) {
+  Service& svc = *g_service;
+  passwd* pw = getpwnam("paseo-sandbox-egress");
+  ASSERT_NE(pw, nullptr);
+  const uid_t want = pw->pw_uid;
+  std::vector<pid_t> proxies;
+  for (pid_t p : PidsMatching("paseo-sandbox-egress"))
+    if (absl::StrContains(Cmdline(p), svc.base())) proxies.push_back(p);
+  ASSERT_EQ(proxies.size(), 1u) << svc.Log();
+  std::string status = ReadFile("/proc/" + std::to_string(proxies[0]) + "/status");
+  EXPECT_TRUE(absl::StrContains(status, absl::StrCat("Uid:\t", want, "\t", want, "\t", want, "\t", want)))
+      << status;
+  std::string listing = Nft();
+  EXPECT_TRUE(absl::StrContains(listing, absl::StrCat("meta skuid ", want, " jump egress_out"))) << listing;
 }
 
 TEST(NetworkTest, ModeNoneHasOnlyLoopback) {
