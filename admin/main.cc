@@ -528,7 +528,7 @@ class AdminMain {
         "and reloads, audit lines, refused requests by reason, open connections and parked "
         "calls -- and prints them in the Prometheus text format. With --textfile-dir, writes "
         "them to <dir>/paseo_sandbox.prom instead (replaced whole), for node_exporter's textfile "
-        "collector (installer/install --metrics enables a timer for it). If the service cannot "
+        "collector (run it from a timer or cron). If the service cannot "
         "be asked, the output is paseo_sandbox_up 0 alone and the exit status 1.");
     AddDirOptions(builder);
     builder.addOptionWithArg(

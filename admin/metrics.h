@@ -5,7 +5,7 @@
 // paseo_sandbox_service_* for all sandboxes together, paseo_sandbox_* for the rest.
 //
 //   std::string text = PrometheusText(results);   // a live service
-//   std::string down = PrometheusDown("the service does not run");   // paseo_sandbox_up 0
+//   std::string down = PrometheusDown();   // paseo_sandbox_up 0
 #pragma once
 
 #include <string>

@@ -758,10 +758,11 @@ TEST_F(IntegrationTest, RunscAndTheBrokerInheritNoFdTheyShouldNotHave) {
       continue;
     for (const auto& e : FdTable(kid)) {
       std::string t = target(e);
-      // fds 1 and 2 are the privhelper's log streams and fd 4 the listening socket (kept by
-      // the privhelper to restart a broker), all shared on purpose.
+      // fds 1 and 2 are the privhelper's log streams, fd 4 the listening socket and fd 6 the
+      // listening operator socket (kept by the privhelper to restart a broker), all shared on
+      // purpose.
       if (absl::StartsWith(e, "1 -> ") || absl::StartsWith(e, "2 -> ") ||
-          absl::StartsWith(e, "4 -> "))
+          absl::StartsWith(e, "4 -> ") || absl::StartsWith(e, "6 -> "))
         continue;
       EXPECT_FALSE(absl::StrContains(t, "runsc")) << e;
       EXPECT_FALSE(absl::StrContains(t, svc.base() + "/etc")) << e;
