@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <utility>
@@ -48,7 +49,7 @@ class Family {
       out_ += '}';
     }
     // Counts as integers, the rest (seconds) to the nanosecond.
-    bool whole = value == static_cast<double>(static_cast<int64_t>(value)) && value < 9.0e15;
+    bool whole = value >= 0 && value < 9.0e15 && value == std::floor(value);
     absl::StrAppend(&out_, " ", whole ? absl::StrFormat("%.0f", value) : absl::StrFormat("%.9f", value),
                     "\n");
   }

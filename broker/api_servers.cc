@@ -126,11 +126,10 @@ void FillSandboxStats(const SandboxRecord& sb, const helper::SandboxUsage::Reade
 // Fills `out` with the stats of the sandboxes of `ids` that are still there (`still(id)`: the
 // record, or null) once the privhelper answered with `usage`.
 template <typename Still>
-void FillStatsList(const std::vector<std::string>& ids,
-                   capnp::List<helper::SandboxUsage>::Reader usage, Still&& still,
+void FillStatsList(const std::vector<std::string>& ids, Broker::UsageAnswer& usage, Still&& still,
                    kj::Function<capnp::List<api::SandboxStats>::Builder(unsigned)> init) {
   std::map<std::string, helper::SandboxUsage::Reader> by_id;
-  for (auto u : usage) by_id.emplace(u.getSandboxId().cStr(), u);
+  usage.ForEachSandbox([&](helper::SandboxUsage::Reader u) { by_id.emplace(u.getSandboxId().cStr(), u); });
   uint64_t now = MonotonicNs();
   std::vector<const SandboxRecord*> records;
   for (const std::string& id : ids)
@@ -600,18 +599,22 @@ class SupervisorImpl final : public api::Supervisor::Server {
     } else {
       for (auto id : asked) {
         ids.emplace_back(id.cStr(), id.size());
-        ThrowIfError(broker_.registry().Visible(peer_, ids.back()).status());
+        auto sb = broker_.registry().Visible(peer_, ids.back());
+        ThrowIfError(sb.status());
+        // One still being created is not there yet, as for listSandboxes and byKey.
+        if ((*sb)->state == SandboxState::kCreating)
+          ThrowStatus(absl::NotFoundError(absl::StrCat("no sandbox \"", ids.back(), "\"")));
       }
     }
     auto measured = caller_.Charged([&] { return broker_.Usage(ids); });
     return measured.then(
-        [this, context, ids](capnp::Response<helper::Helper::SandboxUsageResults> res) mutable {
+        [this, context, ids](Broker::UsageAnswer res) mutable {
           // Filled after the privhelper answered: a sandbox may have gone meanwhile.
           auto still = [this](const std::string& id) -> const SandboxRecord* {
             auto sb = broker_.registry().Visible(peer_, id);
             return sb.ok() && (*sb)->state != SandboxState::kCreating ? *sb : nullptr;
           };
-          FillStatsList(ids, res.getSandboxes(), still,
+          FillStatsList(ids, res, still,
                         [&](unsigned n) { return context.getResults().initStats(n); });
         });
   }
@@ -644,16 +647,16 @@ class OperatorImpl final : public operator_api::Operator::Server {
     for (SandboxRecord* sb : broker_.registry().All())
       if (sb->state != SandboxState::kCreating) ids.push_back(sb->id);
     return broker_.Usage(ids).then(
-        [this, context, ids](capnp::Response<helper::Helper::SandboxUsageResults> res) mutable {
+        [this, context, ids](Broker::UsageAnswer res) mutable {
           auto results = context.getResults();
           auto still = [this](const std::string& id) -> const SandboxRecord* {
             SandboxRecord* sb = broker_.registry().Find(id);
             return sb != nullptr && sb->state != SandboxState::kCreating ? sb : nullptr;
           };
-          FillStatsList(ids, res.getSandboxes(), still,
+          FillStatsList(ids, res, still,
                         [&](unsigned n) { return results.initSandboxes(n); });
           auto service = results.initService();
-          auto usage = res.getService();
+          auto usage = res.service();
           service.setVersion(kBrokerVersion);
           service.setSampledAtNs(MonotonicNs());
           service.setCpuNs(usage.getCpuNs());

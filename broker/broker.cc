@@ -279,14 +279,23 @@ kj::Promise<std::string> Broker::SpawnerState(const std::string& id) {
       .catch_([](kj::Exception&&) { return std::string(); });
 }
 
-kj::Promise<capnp::Response<helper::Helper::SandboxUsageResults>> Broker::Usage(
-    const std::vector<std::string>& ids) {
-  auto req = helper_.sandboxUsageRequest();
-  auto list = req.initSandboxIds(static_cast<unsigned>(ids.size()));
-  for (unsigned i = 0; i < list.size(); ++i) list.set(i, ids[i]);
-  return req.send().then([](capnp::Response<helper::Helper::SandboxUsageResults> res) {
-    return kj::mv(res);
-  });
+kj::Promise<Broker::UsageAnswer> Broker::Usage(const std::vector<std::string>& ids) {
+  kj::Vector<kj::Promise<capnp::Response<helper::Helper::SandboxUsageResults>>> sent;
+  size_t at = 0;
+  do {
+    size_t n = std::min(kUsagePart, ids.size() - at);
+    auto req = helper_.sandboxUsageRequest();
+    auto list = req.initSandboxIds(static_cast<unsigned>(n));
+    for (unsigned i = 0; i < n; ++i) list.set(i, ids[at + i]);
+    sent.add(req.send());
+    at += n;
+  } while (at < ids.size());
+  return kj::joinPromises(sent.releaseAsArray())
+      .then([](kj::Array<capnp::Response<helper::Helper::SandboxUsageResults>> answers) {
+        UsageAnswer answer;
+        for (auto& a : answers) answer.parts.push_back(kj::mv(a));
+        return answer;
+      });
 }
 
 absl::StatusOr<kj::Promise<kj::AutoCloseFd>> Broker::Connect(const Peer& peer,

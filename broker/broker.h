@@ -59,9 +59,19 @@ class Broker {
   // empty if it cannot say (an older privhelper, a sandbox it no longer has).
   kj::Promise<std::string> SpawnerState(const std::string& id);
   // What the privhelper measures of sandboxes `ids` now (cgroups, link counters) and of all
-  // sandboxes together (Helper.sandboxUsage); fails as that call did.
-  kj::Promise<capnp::Response<helper::Helper::SandboxUsageResults>> Usage(
-      const std::vector<std::string>& ids);
+  // sandboxes together (Helper.sandboxUsage, asked in parts of at most kUsagePart ids, its
+  // bound); fails as a part's call did.
+  struct UsageAnswer {
+    std::vector<capnp::Response<helper::Helper::SandboxUsageResults>> parts;  // at least one
+    helper::ServiceUsage::Reader service() { return parts.front().getService(); }
+    template <typename F>
+    void ForEachSandbox(F&& f) {
+      for (auto& part : parts)
+        for (auto u : part.getSandboxes()) f(u);
+    }
+  };
+  static constexpr size_t kUsagePart = 1024;
+  kj::Promise<UsageAnswer> Usage(const std::vector<std::string>& ids);
   absl::StatusOr<kj::Promise<kj::Own<ProcessRecord>>> StartProcess(
       const Peer& peer, const std::string& sandbox_id, api::ProcessSpec::Reader spec);
 

@@ -1474,5 +1474,55 @@ TEST_F(BrokerWireTest, AClientThatAcceptsNoFdsGetsNoneAndLeaksNothing) {
   EXPECT_EQ(ReadSome(helper_->connected.at(0).get(), ws()), "") << "a copy of the socket is still open";
 }
 
+// More ids than the privhelper takes in one sandboxUsage call (the whole host's sandboxes, for
+// metrics) are asked in parts, and every id gets its own answer.
+TEST_F(BrokerTest, UsageOfMoreSandboxesThanOneCallTakesIsAskedInParts) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2500; ++i) ids.push_back(absl::StrCat("sb-", i));
+  Broker::UsageAnswer answer = broker_->Usage(ids).wait(ws());
+  EXPECT_EQ(helper_->usage_calls, 3);
+  std::map<std::string, uint64_t> cpu;
+  answer.ForEachSandbox(
+      [&](helper::SandboxUsage::Reader u) { cpu[u.getSandboxId().cStr()] = u.getCpuNs(); });
+  ASSERT_EQ(cpu.size(), ids.size());
+  EXPECT_EQ(cpu.at("sb-0"), 1u);
+  EXPECT_EQ(cpu.at("sb-1023"), 1024u);
+  EXPECT_EQ(cpu.at("sb-1024"), 1u);
+  EXPECT_EQ(cpu.at("sb-2499"), 2500u - 2048u);
+  EXPECT_EQ(answer.service().getHostTasks(), 7u);
+
+  // None at all still asks once, for the service's figures.
+  helper_->usage_calls = 0;
+  Broker::UsageAnswer none = broker_->Usage({}).wait(ws());
+  EXPECT_EQ(helper_->usage_calls, 1);
+  EXPECT_EQ(none.service().getHostTasks(), 7u);
+}
+
+// stats answers for sandboxes the caller may see, as listSandboxes does: not for one still
+// being created, nor for another deployment's.
+TEST_F(BrokerTest, StatsOfASandboxStillBeingCreatedIsNotFound) {
+  helper_->hold = true;
+  auto sup = Connect(owner_);
+  auto req = sup.createSandboxRequest();
+  req.initSpec().setDeploymentId("work");
+  auto call = req.send();
+  Until([&] { return broker_->registry().All().size() == 1; });
+  std::string id = broker_->registry().All()[0]->id;
+  auto stats_of = [&](const std::string& which) {
+    auto stats = sup.statsRequest();
+    stats.initIds(1).set(0, which);
+    return stats;
+  };
+  auto error = kj::runCatchingExceptions([&] { stats_of(id).send().wait(ws()); });
+  EXPECT_EQ(Description(error), absl::StrCat("not-found: no sandbox \"", id, "\""));
+  EXPECT_EQ(sup.statsRequest().send().wait(ws()).getStats().size(), 0u);
+
+  helper_->Release();
+  call.wait(ws());
+  auto answered = stats_of(id).send().wait(ws());
+  ASSERT_EQ(answered.getStats().size(), 1u);
+  EXPECT_EQ(answered.getStats()[0].getSandboxId().cStr(), id);
+}
+
 }  // namespace
 }  // namespace paseo

@@ -289,4 +289,18 @@ kj::Promise<void> FakeHelper::releaseProcess(ReleaseProcessContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> FakeHelper::sandboxUsage(SandboxUsageContext context) {
+  ++usage_calls;
+  auto ids = context.getParams().getSandboxIds();
+  KJ_REQUIRE(ids.size() <= 1024, "sandboxIds: at most 1024 ids");
+  auto list = context.getResults().initSandboxes(ids.size());
+  for (unsigned i = 0; i < ids.size(); ++i) {
+    list[i].setSandboxId(ids[i]);
+    list[i].setMeasured(true);
+    list[i].setCpuNs(i + 1);
+  }
+  context.getResults().initService().setHostTasks(7);
+  return kj::READY_NOW;
+}
+
 }  // namespace paseo

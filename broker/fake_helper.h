@@ -110,6 +110,12 @@ class FakeHelper final : public helper::Helper::Server {
   kj::Promise<void> resumeSandbox(ResumeSandboxContext context) override;
   kj::Promise<void> releaseProcess(ReleaseProcessContext context) override;
   kj::Promise<void> connectPort(ConnectPortContext context) override;
+  // Answers each id with cpuNs = its position in the call plus 1, refusing more than 1024 ids
+  // as the privhelper does (ValidateSandboxUsage); counts its calls in usage_calls.
+  kj::Promise<void> sandboxUsage(SandboxUsageContext context) override;
+
+ public:
+  int usage_calls = 0;
 
  private:
   kj::Promise<void> Held(const std::string& error);

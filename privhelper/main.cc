@@ -774,7 +774,6 @@ int Serve(const Options& options, const std::string& program) {
         delay = backoff;
         backoff = std::min(backoff * 2, 30 * kj::SECONDS);
       }
-      ++(reload ? facts.broker_reloads : facts.broker_restarts);
       link = nullptr;
       return timer.afterDelay(delay).then([&, reload]() -> kj::Promise<void> {
         started = timer.now();
@@ -793,6 +792,8 @@ int Serve(const Options& options, const std::string& program) {
           return supervise();
         }
         link = make_link(next->first, next->second, WatchChild(events, next->first));
+        // Counted once the broker runs again: a spawn that failed and is retried is not one.
+        ++(reload ? facts.broker_reloads : facts.broker_restarts);
         Log(absl::StrCat("broker restarted (pid ", next->first, ")"));
         if (reload) WriteConfigGeneration(generation_file, generation, "applied");
         return supervise();

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <fstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -69,15 +68,29 @@ absl::StatusOr<uint64_t> ReadLimit(const std::string& path) {
   return value >= (uint64_t{1} << 62) ? 0 : value;
 }
 
-// The value of `key` in a flat-keyed file such as memory.stat ("<key> <value>" lines).
+// The value of `key` in a flat-keyed file such as memory.stat ("<key> <value>" lines), read
+// without following a symlink (a cgroup file is at most a page: memory.stat is ~1.5 KiB).
 absl::StatusOr<uint64_t> ReadStat(const std::string& path, absl::string_view key) {
-  std::ifstream in(path);
-  if (!in) return absl::InternalError(absl::StrCat("cannot read ", path));
-  for (std::string line; std::getline(in, line);) {
-    absl::string_view rest = line;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus("open", path);
+  std::string text(16 * 1024, '\0');
+  size_t len = 0;
+  for (ssize_t n; len < text.size() && (n = read(fd, &text[len], text.size() - len)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int saved = errno;
+      close(fd);
+      errno = saved;
+      return ErrnoStatus("read", path);
+    }
+    len += static_cast<size_t>(n);
+  }
+  close(fd);
+  text.resize(len);
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     uint64_t value = 0;
-    if (absl::ConsumePrefix(&rest, key) && absl::ConsumePrefix(&rest, " ") &&
-        absl::SimpleAtoi(rest, &value))
+    if (absl::ConsumePrefix(&line, key) && absl::ConsumePrefix(&line, " ") &&
+        absl::SimpleAtoi(line, &value))
       return value;
   }
   return absl::InternalError(absl::StrCat(path, " has no ", key));
@@ -190,11 +203,15 @@ absl::StatusOr<CgroupUsage> ServiceCgroup::Usage(const std::string& child) const
   if (child == "." || child == ".." || child.find('/') != std::string::npos)
     return absl::InvalidArgumentError(absl::StrCat("not a sandbox id: ", child));
   const std::string sub = child.empty() ? "" : "/" + child;
-  struct stat st;  // not followed: a symlink there is no sandbox's cgroup
-  if (lstat((Dir("memory") + sub).c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    return absl::NotFoundError(absl::StrCat(Dir("memory") + sub, " is not a cgroup"));
   CgroupUsage use;
   const std::string memory = Dir("memory") + sub, pids = Dir("pids") + sub, cpu = Dir("cpu") + sub;
+  // Each controller's directory (one, unified; three on v1), not followed: a symlink there is
+  // no sandbox's cgroup. The files in them are opened O_NOFOLLOW.
+  for (const std::string* dir : {&memory, &pids, &cpu}) {
+    struct stat st;
+    if (lstat(dir->c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return absl::NotFoundError(absl::StrCat(*dir, " is not a cgroup"));
+  }
   if (unified_) {
     ASSIGN_OR_RETURN(uint64_t usec, ReadStat(cpu + "/cpu.stat", "usage_usec"));
     use.cpu_ns = usec * 1000;
