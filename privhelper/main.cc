@@ -94,14 +94,28 @@ absl::StatusOr<std::string> InstallShimCopy(int shim_fd, const std::string& run_
   return path;
 }
 
+// Gives the open directory `fd` its owner and mode. The mode is set while root owns it: changing
+// the mode of a directory the broker user already owns would need CAP_FOWNER, which the unit's
+// CapabilityBoundingSet (the serving set, capabilities.cc) leaves out. The owner comes last.
+absl::Status SetOwnerAndMode(int fd, const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", path);
+  if ((st.st_mode & 07777) != mode) {
+    if (st.st_uid != 0 && fchown(fd, 0, static_cast<gid_t>(-1)) != 0)
+      return ErrnoStatus("fchown", path);
+    if (fchmod(fd, mode) != 0) return ErrnoStatus("fchmod", path);
+  }
+  if (fchown(fd, uid, gid) != 0) return ErrnoStatus("fchown", path);
+  return absl::OkStatus();
+}
+
 absl::Status MakeDir(const std::string& path, mode_t mode, uid_t uid, gid_t gid) {
   if (mkdir(path.c_str(), mode) != 0 && errno != EEXIST) return ErrnoStatus("mkdir", path);
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return ErrnoStatus("stat", path);
-  if (!S_ISDIR(st.st_mode)) return absl::FailedPreconditionError(path + " is not a directory");
-  if (chown(path.c_str(), uid, gid) != 0) return ErrnoStatus("chown", path);
-  if (chmod(path.c_str(), mode) != 0) return ErrnoStatus("chmod", path);
-  return absl::OkStatus();
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return absl::FailedPreconditionError(path + " is not a directory");
+  absl::Status set = SetOwnerAndMode(fd, path, uid, gid, mode);
+  close(fd);
+  return set;
 }
 
 // The audit log's directory (HelperConfig.audit.path's): the broker's own, so it can create and
@@ -140,14 +154,13 @@ absl::Status MakeAuditDir(const std::string& file_path, uid_t uid, gid_t gid) {
     parent = next;
     if (!last) continue;
     if (fstat(parent, &st) != 0) return ErrnoStatus("fstat", dir);
-    if (created) {
-      if (fchown(parent, uid, gid) != 0) return ErrnoStatus("fchown", dir);
-    } else if (st.st_uid != uid) {
+    if (!created && st.st_uid != uid) {
       return absl::FailedPreconditionError(absl::StrCat(
           "audit.path: ", dir, " exists and is not owned by the broker user; name a directory "
           "of its own (the privhelper creates it)"));
     }
-    if (fchmod(parent, 0700) != 0) return ErrnoStatus("fchmod", dir);
+    absl::Status set = SetOwnerAndMode(parent, dir, uid, gid, 0700);
+    if (!set.ok()) return set;
   }
   return absl::OkStatus();
 }

@@ -156,6 +156,45 @@ out=$(run --uninstall 2>&1) || fail "a second uninstall failed"
 grep -q "nothing to uninstall" <<<"$out" || fail "a second uninstall did not say there was nothing to do"
 pass "uninstall leaves exactly what was there before (files, passwd, group, shadow, gshadow)"
 
+# --- --metrics: the timer writing node_exporter's textfile, kept by later runs, removed ------
+before=$(snapshot)
+T=/var/lib/prometheus/node-exporter
+U=/etc/systemd/system
+if out=$(run --metrics=relative/dir 2>&1); then fail "--metrics took a relative directory"; fi
+grep -q "an absolute directory" <<<"$out" || { echo "$out"; fail "did not say why --metrics=relative/dir was refused"; }
+out=$(run --user alice --metrics 2>&1) || { echo "$out"; fail "install --metrics failed"; }
+for f in $U/paseo-sandbox-metrics.service $U/paseo-sandbox-metrics.timer; do
+  [ "$(stat -c '%F %a %U:%G' "$D$f")" = "regular file 644 root:root" ] || fail "$f: $(stat -c '%F %a %U:%G' "$D$f" 2>&1)"
+  grep -qxF "file	$f" "$D/var/lib/paseo-sandbox/install-manifest" || fail "$f is not in the manifest"
+done
+grep -qx "ReadWritePaths=$T" "$D$U/paseo-sandbox-metrics.service" && grep -q "^ExecStart=.* --textfile-dir $T$" "$D$U/paseo-sandbox-metrics.service" || fail "the metrics service does not name $T"
+[ "$(readlink "$D$U/timers.target.wants/paseo-sandbox-metrics.timer")" = $U/paseo-sandbox-metrics.timer ] ||
+  fail "the metrics timer is not enabled"
+[ -d "$D$T" ] || fail "$T was not made"
+echo 'paseo_sandbox_up 1' > "$D$T/paseo_sandbox.prom"
+echo 'node_other 1' > "$D$T/other.prom"
+out=$(run --user alice 2>&1) || { echo "$out"; fail "a run without --metrics failed"; }
+grep -q "nothing to do" <<<"$out" || { echo "$out"; fail "a run without --metrics changed the metrics install"; }
+out=$(run --user alice --metrics=/srv/metrics 2>&1) || { echo "$out"; fail "install --metrics=/srv/metrics failed"; }
+grep -qx "ReadWritePaths=/srv/metrics" "$D$U/paseo-sandbox-metrics.service" && ! grep -q /var/lib/prometheus "$D$U/paseo-sandbox-metrics.service" || fail "the directory did not follow --metrics=DIR"
+[ ! -e "$D$T/paseo_sandbox.prom" ] || fail "the old directory's paseo_sandbox.prom was left behind"
+echo 'paseo_sandbox_up 1' > "$D/srv/metrics/paseo_sandbox.prom"
+out=$(run --user alice --no-metrics 2>&1) || { echo "$out"; fail "install --no-metrics failed"; }
+for f in $U/paseo-sandbox-metrics.service $U/paseo-sandbox-metrics.timer $U/timers.target.wants/paseo-sandbox-metrics.timer \
+         /srv/metrics/paseo_sandbox.prom; do
+  [ ! -e "$D$f" ] && [ ! -L "$D$f" ] || fail "--no-metrics left $f"
+done
+! grep -q "metrics" "$D/var/lib/paseo-sandbox/install-manifest" || fail "--no-metrics left metrics in the manifest"
+[ -f "$D$T/other.prom" ] || fail "another collector's file was removed"
+out=$(run --user alice --metrics 2>&1) || { echo "$out"; fail "install --metrics again failed"; }
+echo 'paseo_sandbox_up 1' > "$D$T/paseo_sandbox.prom"
+out=$(run --uninstall 2>&1) || { echo "$out"; fail "uninstall with metrics failed"; }
+[ ! -e "$D$T/paseo_sandbox.prom" ] || fail "uninstall left $T/paseo_sandbox.prom"
+[ -f "$D$T/other.prom" ] || fail "uninstall removed another collector's file"
+# node_exporter's directory (another collector's file in it) kept /var/lib from going.
+rm -f "$D$T/other.prom"; rmdir "$D$T" "$D/var/lib/prometheus" "$D/var/lib" "$D/var" "$D/srv/metrics" "$D/srv" 2>/dev/null || true
+[ "$(snapshot)" = "$before" ] || { diff <(echo "$before") <(snapshot) || true; fail "uninstall after --metrics left something behind"; }
+pass "--metrics installs and enables the timer for DIR, later runs keep it, --no-metrics and --uninstall remove it and the file"
 # --- users and group that existed before are not the installer's to remove ---------------
 printf 'paseo-sandbox:x:990:\n' >> "$D/etc/group"
 printf 'paseo-sandbox:x:990:990::/nonexistent:/usr/sbin/nologin\n' >> "$D/etc/passwd"
