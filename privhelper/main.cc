@@ -530,6 +530,7 @@ int Serve(const Options& options, const std::string& program) {
   kj::UnixEventPort::captureChildExit();
   kj::UnixEventPort::captureSignal(SIGTERM);
   kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGUSR2);  // the unit's KillSignal: stop per onRestart
   kj::UnixEventPort::captureSignal(SIGHUP);
   signal(SIGPIPE, SIG_IGN);
   auto io = kj::setupAsyncIo();
@@ -891,8 +892,19 @@ int Serve(const Options& options, const std::string& program) {
                      [](siginfo_t) { return std::string("SIGTERM"); }))
                  .exclusiveJoin(events.onSignal(SIGINT).then(
                      [](siginfo_t) { return std::string("SIGINT"); }))
+                 .exclusiveJoin(events.onSignal(SIGUSR2).then(
+                     [](siginfo_t) { return std::string("SIGUSR2"); }))
                  .wait(io.waitScope);
-  Log(absl::StrCat("shutting down: ", why));
+  // SIGUSR2 (systemctl stop and restart: the unit's KillSignal) under onRestart "keep" stops for
+  // a restart: the sandboxes, their spawners, the pinned control netns and the networks stay
+  // for the next privhelper to adopt, exactly as after a SIGKILL, but the broker ends cleanly.
+  // Under "kill", and on SIGTERM or SIGINT always, it is a clean stop that deletes them.
+  const bool keep_sandboxes =
+      why == "SIGUSR2" && helper.getOnRestart() == config::RestartPolicy::KEEP;
+  Log(absl::StrCat("shutting down: ", why,
+                   keep_sandboxes ? absl::StrCat(" (onRestart keep: ", host.size(),
+                                                 " sandbox(es) kept for the next start)")
+                                  : ""));
   sd_notify(0, "STOPPING=1");
   if (!socket_activated) unlink(socket_path.c_str());
   if (operator_fd.ok()) unlink(operator_path.c_str());
@@ -911,6 +923,12 @@ int Serve(const Options& options, const std::string& program) {
     exited.exclusiveJoin(kj::mv(timeout)).wait(io.waitScope);
   }
   link = nullptr;
+  if (keep_sandboxes) {
+    // Nothing below runs, as after a SIGKILL: no delete, no unpin, no teardown of the networks
+    // (their destructors would leave the host's links and firewall as they are, but skip them).
+    std::fflush(nullptr);
+    _exit(0);
+  }
   host.DeleteAll().wait(io.waitScope);
   if (networks && host.size() == 0) networks->Stop();
   // Nothing left to reach in the control netns: unpin it (in the host's mount namespace, where

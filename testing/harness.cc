@@ -335,9 +335,9 @@ CliResult Service::Cli(const Identity& who, const std::vector<std::string>& args
   return result;
 }
 
-int Service::Stop() {
+int Service::Stop(int signal) {
   if (privhelper_pid_ <= 0) return -1;
-  kill(privhelper_pid_, SIGTERM);
+  kill(privhelper_pid_, signal);
   int status = -1;
   pid_t done = 0;
   for (int i = 0; i < 6000; ++i) {

@@ -4,6 +4,7 @@
 // testing/ (tagged local + exclusive: runsc cannot run inside Bazel's sandbox).
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -98,9 +99,9 @@ class Service {
   CliResult Cli(const Identity& who, const std::vector<std::string>& args,
                 std::chrono::milliseconds deadline) const;
 
-  // Stops the privhelper (SIGTERM) and waits for it (SIGKILL after 60 s); returns its wait
-  // status.
-  int Stop();
+  // Stops the privhelper (SIGTERM, or `signal`: the unit's SIGUSR2 stops per onRestart) and
+  // waits for it (SIGKILL after 60 s); returns its wait status.
+  int Stop(int signal = SIGTERM);
   // SIGKILLs the privhelper (its broker follows), as a crash would; sandboxes stay.
   void Crash();
   // Starts a new privhelper on the same state, config and run directory.

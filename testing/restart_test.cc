@@ -146,6 +146,41 @@ TEST(RestartTest, KillPolicyDestroysWhatTheOldServiceLeft) {
   EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
 }
 
+// The unit's stop signal (KillSignal=SIGUSR2, systemctl stop and restart) stops per onRestart:
+// under keep the sandbox stays running, with the control netns pinned, for the next start to
+// adopt; under kill it is a clean stop that deletes it, like SIGTERM.
+TEST(RestartTest, TheUnitsStopSignalKeepsSandboxesOnlyUnderKeep) {
+  {
+    ServiceOptions options;
+    options.helper_json_extra = ", \"onRestart\": \"keep\"";
+    Service svc(options);
+    std::string id = KeepOne(svc);
+    ASSERT_FALSE(id.empty());
+    int status = svc.Stop(SIGUSR2);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_TRUE(absl::StrContains(svc.Log(), "shutting down: SIGUSR2 (onRestart keep: 1 sandbox(es) kept"))
+        << svc.Log();
+    EXPECT_GT(svc.SandboxProcess("runsc-sandbox", id), 0) << "the kept sandbox's sentry is gone";
+    svc.Restart();
+    EXPECT_TRUE(absl::StrContains(StateOf(svc, id), "\"state\":\"running\"")) << StateOf(svc, id);
+    auto exec = svc.Cli(Alpha(svc), {"exec", id, "--", "true"}, std::chrono::seconds(30));
+    EXPECT_EQ(exec.exit_code, 0) << exec.err;
+    auto rm = svc.Cli(Alpha(svc), {"rm", id}, std::chrono::seconds(30));
+    EXPECT_EQ(rm.exit_code, 0) << rm.err;
+    svc.Stop();
+    EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
+  }
+  {
+    Service svc(ServiceOptions{});  // default policy: kill
+    std::string id = KeepOne(svc);
+    ASSERT_FALSE(id.empty());
+    int status = svc.Stop(SIGUSR2);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_EQ(svc.SandboxProcess("runsc-sandbox", id), -1) << "a sandbox outlived a stop under kill";
+    EXPECT_EQ(svc.LeaksAfter(10), std::vector<std::string>{});
+  }
+}
+
 // On-demand garbage collection: what a crash could leave while the service keeps running
 // (a bundle no sandbox owns, a cgroup no sandbox owns) goes when an operator asks.
 TEST(RestartTest, AdminGcCollectsWhatNoSandboxOwns) {
