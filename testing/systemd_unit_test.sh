@@ -41,3 +41,13 @@ out=$(systemd-analyze verify "$tmp/paseo-sandbox.socket" "$tmp/paseo-sandbox.ser
 # verify prints warnings without failing for some problems: treat any mention of our units as one.
 if echo "$out" | grep -q "paseo-sandbox\(-metrics\)\?\.\(service\|socket\|timer\)"; then echo "$out"; exit 1; fi
 echo "systemd-analyze verify: OK"
+# The hardening's score (docs/operations.md "The unit's hardening"): no worse than documented.
+for pair in paseo-sandbox.service:7.8 paseo-sandbox-metrics.service:0.9; do
+  u=${pair%%:*} most=${pair#*:}
+  score=$(systemd-analyze security --offline=yes --no-pager "$tmp/$u" 2>&1 |
+          sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p')
+  [ -n "$score" ] || { systemd-analyze security --offline=yes --no-pager "$tmp/$u"; exit 1; }
+  awk -v s="$score" -v m="$most" 'BEGIN { exit !(s <= m) }' ||
+    { echo "systemd-analyze security $u: $score, worse than the documented $most"; exit 1; }
+  echo "systemd-analyze security $u: $score"
+done
