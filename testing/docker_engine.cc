@@ -275,8 +275,9 @@ CliResult DockerEngine::Docker(const std::vector<std::string>& args,
   return RunArgv(DockerArgv(args), "", deadline, DockerEnv());
 }
 
-absl::Status DockerEngine::BuildImage(
-    const std::string& tag, const std::vector<std::pair<std::string, std::string>>& files) const {
+absl::Status DockerEngine::BuildImage(const std::string& tag,
+                                      const std::vector<std::pair<std::string, std::string>>& files,
+                                      const std::vector<std::string>& cmd) const {
   const std::string context = dir_ + "/build/" + tag.substr(0, tag.find(':'));
   const std::string root = context + "/root";
   std::string script = "set -e; mkdir -p " + root + "/etc " + root + "/tmp " + root + "/bin; chmod 1777 " +
@@ -287,7 +288,11 @@ absl::Status DockerEngine::BuildImage(
   script += "echo 'root:x:0:0::/:/bin/sh' > " + root + "/etc/passwd; echo 'paseo:x:1000:1000::/tmp:/bin/sh' >> " +
             root + "/etc/passwd; printf 'root:x:0:\\npaseo:x:1000:\\n' > " + root + "/etc/group; ";
   script += "tar --numeric-owner --owner=0 --group=0 -C " + root + " -cf " + context + "/root.tar .; ";
-  script += "printf 'FROM scratch\\nADD root.tar /\\nUSER 1000:1000\\n' > " + context + "/Dockerfile";
+  std::string cmd_line;
+  // (words without quotes, backslashes or %: they go into a single-quoted printf format)
+  for (const auto& word : cmd) cmd_line += std::string(cmd_line.empty() ? "CMD [" : ", ") + "\"" + word + "\"";
+  if (!cmd_line.empty()) cmd_line += "]\\n";
+  script += "printf 'FROM scratch\\nADD root.tar /\\nUSER 1000:1000\\n" + cmd_line + "' > " + context + "/Dockerfile";
   CliResult made = RunArgv({"/bin/sh", "-c", script}, "", std::chrono::seconds(60),
                            {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"});
   if (made.exit_code != 0) return absl::InternalError("making the image's tarball: " + made.err);

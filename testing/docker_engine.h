@@ -73,9 +73,13 @@ class DockerEngine {
   std::vector<std::string> DockerEnv() const;
 
   // Builds image `tag` FROM scratch with ADD of a tarball holding `files` (host path, path in
-  // the image; mode kept, owner root), a /tmp, /etc/passwd and /etc/group naming uid 1000.
+  // the image; mode kept, owner root), a /tmp, /etc/passwd and /etc/group naming uid 1000, and
+  // `cmd` as its CMD (none if empty).
   absl::Status BuildImage(const std::string& tag,
-                          const std::vector<std::pair<std::string, std::string>>& files) const;
+                          const std::vector<std::pair<std::string, std::string>>& files,
+                          const std::vector<std::string>& cmd = {}) const;
+  // The engine's address, as DOCKER_HOST takes it (for docker-compose).
+  std::string Host() const { return "unix://" + dir_ + "/run/docker.sock"; }
 
   // What dockerd logged (for failure messages).
   std::string Log() const;

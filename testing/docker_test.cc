@@ -6,10 +6,13 @@
 // Docker cannot run here, the docker half reports itself skipped with the reason.
 #include <grp.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -30,6 +33,7 @@ namespace {
 Service* service = nullptr;
 DockerEngine* engine = nullptr;
 std::string docker_unavailable;  // why the docker half is skipped ("" when it runs)
+bool made_run_dir = false;       // main made /run/paseo-sandbox on the host (removed at the end)
 
 constexpr char kImage[] = "paseo-sandbox-client:test";
 constexpr char kSocketInContainer[] = "/run/paseo-sandbox/supervisor.sock";
@@ -606,6 +610,142 @@ TEST(DockerExampleTest, TheExampleDeploymentLoads) {
   RunArgv({"/bin/rm", "-rf", dir});
 }
 
+// docker/compose.yaml run as a file: Debian's docker-compose (1.29.2) builds docker/Dockerfile
+// on a stand-in for Paseo's image (its PASEO_IMAGE build argument) and brings the file up,
+// unchanged, against the private engine, with the host paths it names made in this test's own
+// mount namespace (main: /srv/paseo and /run/paseo-sandbox are tmpfs mounts here) and
+// docker/deployment.example.json registered as it is. Inside, as uid 1000, the CLI and the
+// runtime work through the bind-mounted socket; `down` leaves no container, network or sandbox.
+TEST(DockerComposeTest, TheComposeFileRunsAsItIs) {
+  if (engine == nullptr) GTEST_SKIP() << "Docker cannot run on this machine: " << docker_unavailable;
+  const std::string compose_bin = "/usr/bin/docker-compose";
+  ASSERT_EQ(access(compose_bin.c_str(), X_OK), 0)
+      << compose_bin << " is missing (installer/install-deps installs Debian's docker-compose)";
+  // The socket where compose.yaml bind-mounts it from.
+  ASSERT_EQ(mount(service->socket().c_str(), kSocketInContainer, nullptr, MS_BIND, nullptr), 0)
+      << strerror(errno);
+
+  // The project: compose.yaml and the Dockerfile byte for byte, the two static binaries beside.
+  const std::string project = service->base() + "/compose-project";
+  ASSERT_EQ(mkdir(project.c_str(), 0755), 0);
+  const std::string compose_file = ReadFile(Runfile("docker/compose.yaml"));
+  ASSERT_FALSE(compose_file.empty());
+  WriteText(project + "/compose.yaml", compose_file);
+  WriteText(project + "/Dockerfile", ReadFile(Runfile("docker/Dockerfile")));
+  for (const auto& [from, name] :
+       {std::pair<std::string, std::string>{service->base() + "/bin/paseo-sandbox", "paseo-sandbox"},
+        {Runfile("runtime/paseo-sandbox-runtime"), "paseo-sandbox-runtime"}}) {
+    CliResult cp = RunArgv({"/bin/cp", from, project + "/" + name});
+    ASSERT_EQ(cp.exit_code, 0) << cp.err;
+    ASSERT_EQ(chmod((project + "/" + name).c_str(), 0755), 0);
+  }
+  ASSERT_EQ(ReadFile(project + "/compose.yaml"), compose_file);
+
+  // Paseo's image is not reachable from here: a stand-in with a shell and a long-running CMD.
+  absl::Status standin = engine->BuildImage(
+      "paseo-standin:test", {{"/bin/busybox", "/bin/busybox"}, {"/bin/busybox", "/bin/sh"}},
+      {"/bin/busybox", "sleep", "1000000"});
+  ASSERT_TRUE(standin.ok()) << standin.message();
+
+  std::vector<std::string> env = engine->DockerEnv();
+  env.insert(env.end(), {"DOCKER_HOST=" + engine->Host(), "PATH=/usr/bin:/bin",
+                         "HOME=" + project, "COMPOSE_DOCKER_CLI_BUILD=0",
+                         "PASEO_SANDBOX_GID=" + std::to_string(service->socket_gid())});
+  auto compose = [&](const std::vector<std::string>& args,
+                     std::chrono::milliseconds deadline = std::chrono::seconds(300)) {
+    std::vector<std::string> argv = {compose_bin, "--project-name", "paseo", "--file",
+                                     project + "/compose.yaml", "--project-directory", project};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunArgv(argv, "", deadline, env);
+  };
+  CliResult build = compose({"build", "--build-arg", "PASEO_IMAGE=paseo-standin:test"});
+  ASSERT_EQ(build.exit_code, 0) << build.out << build.err << engine->Log();
+  CliResult up = compose({"up", "-d"});
+  ASSERT_EQ(up.exit_code, 0) << up.out << up.err << engine->Log();
+  // Its port is published as the file says (in this test's own network namespace).
+  CliResult port = engine->Docker({"port", "paseo", "6767"});
+  EXPECT_TRUE(absl::StrContains(port.out, ":6767")) << port.out << port.err;
+
+  auto in_paseo = [&](const std::string& script, const std::string& arg = "") {
+    return compose({"exec", "-T", "paseo", "/bin/sh", "-c", script, arg.empty() ? "-" : arg},
+                   std::chrono::seconds(180));
+  };
+  // docker/README.md step 3: the example deployment, unchanged, and a reload (SIGHUP, as
+  // `systemctl reload` sends). Removed again at the end: the matrix's own deployment for uid
+  // 1000 is `docker`, and its info names that one alone.
+  const std::string registered = service->base() + "/etc/deployments/paseo-docker.json";
+  WriteText(registered, ReadFile(Runfile("docker/deployment.example.json")));
+  ASSERT_EQ(kill(service->privhelper_pid(), SIGHUP), 0);
+  CliResult info;
+  for (int i = 0; i < 100; ++i) {
+    info = in_paseo("paseo-sandbox info");
+    if (absl::StrContains(info.out, "paseo-docker")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_TRUE(absl::StrContains(info.out, "your uid: 1000")) << info.out;
+  EXPECT_TRUE(absl::StrContains(info.out, "paseo-docker")) << info.out;
+  CliResult id = in_paseo("id -u; id -G");
+  EXPECT_EQ(id.exit_code, 0) << id.err;
+  EXPECT_TRUE(absl::StartsWith(id.out, "1000\n")) << id.out;
+  EXPECT_TRUE(absl::StrContains(id.out, std::to_string(service->socket_gid()))) << id.out;
+
+  CliResult run = in_paseo(
+      "paseo-sandbox run --workspace /workspace:rw -- sh -c 'id -u; echo from-compose > /workspace/made'");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_EQ(run.out, "1000\n");
+  EXPECT_EQ(ReadFile("/srv/paseo/workspace/made"), "from-compose\n");
+  struct stat made = {};
+  EXPECT_EQ(stat("/srv/paseo/workspace/made", &made), 0);
+  EXPECT_EQ(made.st_uid, 1000u);
+
+  // The runtime as Paseo's daemon runs it: describe, create over the container's /workspace,
+  // exec (envelope on fd 3, events on fd 4), destroy. The deployment comes from the
+  // environment compose.yaml sets.
+  CliResult describe = in_paseo("paseo-sandbox-runtime describe </dev/null");
+  EXPECT_EQ(describe.exit_code, 0) << describe.err;
+  EXPECT_TRUE(absl::StrContains(describe.out, R"("protocolVersion":1)")) << describe.out;
+  const std::string instance = R"("protocolVersion":1,"runtimeInstanceId":"compose-test")";
+  CliResult create = in_paseo(
+      "printf '%s\\n' \"$0\" | paseo-sandbox-runtime create --workspace-id compose-ws",
+      "{" + instance + R"(,"input":{"workspaceId":"compose-ws","project":{"projectId":"p","source":{"kind":"directory","path":"/workspace"}},"placement":{"kind":"existing"}},"options":{}})");
+  EXPECT_EQ(create.exit_code, 0) << create.err;
+  EXPECT_TRUE(absl::StrContains(create.out, R"("lifecycle":"ready")")) << create.out;
+  CliResult exec = in_paseo(
+      // (pipes, as the daemon gives it: the runtime polls them; the events go to stderr)
+      "printf '%s\\n' \"$0\" | { exec 3<&0; : | paseo-sandbox-runtime exec --workspace-id "
+      "compose-ws 4>&2; echo \"exit $?\"; }",
+      R"({"type":"spawn",)" + instance +
+          R"(,"argv":["sh","-c","echo runtime-says; id -u"],"env":{"PATH":"/usr/bin:/bin"},"purpose":{"kind":"agent"},"options":{},"execId":"e-compose","stdio":{"kind":"pipes"}})");
+  EXPECT_EQ(exec.exit_code, 0) << exec.err;
+  EXPECT_EQ(exec.out, "runtime-says\n1000\nexit 0\n") << exec.err;
+  EXPECT_TRUE(absl::StrContains(exec.err, R"("type":"exit")")) << exec.err;
+  CliResult destroy = in_paseo(
+      "printf '%s\\n' \"$0\" | paseo-sandbox-runtime destroy --workspace-id compose-ws",
+      "{" + instance + R"(,"options":{}})");
+  EXPECT_EQ(destroy.exit_code, 0) << destroy.err;
+
+  CliResult down = compose({"down"});
+  EXPECT_EQ(down.exit_code, 0) << down.out << down.err;
+  CliResult left = engine->Docker({"ps", "-a", "--filter", "name=^paseo$", "--format", "{{.Names}}"});
+  EXPECT_EQ(Trim(left.out), "") << "containers left after docker-compose down";
+  CliResult networks = engine->Docker({"network", "ls", "--format", "{{.Name}}"});
+  EXPECT_FALSE(absl::StrContains(networks.out, "paseo_default")) << networks.out;
+  CliResult ps = service->Cli({1000, 1000, {1000, service->socket_gid()}}, {"--json", "ps"});
+  EXPECT_EQ(ps.exit_code, 0) << ps.err;
+  EXPECT_FALSE(absl::StrContains(ps.out, "paseo-docker")) << "sandboxes left after down: " << ps.out;
+  engine->Docker({"rmi", "paseo-with-sandbox:latest", "paseo-standin:test"});
+  umount2(kSocketInContainer, MNT_DETACH);
+  unlink(registered.c_str());
+  kill(service->privhelper_pid(), SIGHUP);
+  for (int i = 0; i < 100; ++i) {
+    if (!absl::StrContains(service->Cli({1000, 1000, {1000, service->socket_gid()}}, {"info"}).out,
+                           "paseo-docker"))
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 // Starts the engine, builds the image and runs the two Paseo containers; on failure the docker
 // half is skipped with the reason. Torn down before the service stops (and its leaks are
 // checked).
@@ -663,8 +803,20 @@ int main(int argc, char** argv) {
   // file to survive it (as installer/systemd/paseo-sandbox.socket does).
   options.helper_json_extra = ", \"onRestart\": \"keep\"";
   options.socket_activation = true;
-  // A second Docker deployment (uid 1001, its own root, also seen as /workspace).
+  // A second Docker deployment (uid 1001, its own root, also seen as /workspace). For the
+  // compose test, the host paths docker/compose.yaml names, made before the privhelper starts
+  // (it resolves workspaces in a copy of this mount namespace): /srv and /run/paseo-sandbox
+  // are tmpfs mounts of this process's own namespace.
   options.before_start = [](const std::string& base) {
+    Check(mount("tmpfs", "/srv", "tmpfs", 0, "mode=0755,size=64m") == 0, "tmpfs on /srv");
+    for (const char* d : {"/srv/paseo", "/srv/paseo/workspace", "/srv/paseo/home"})
+      Check(mkdir(d, 0755) == 0, std::string("mkdir ") + d);
+    for (const char* d : {"/srv/paseo/workspace", "/srv/paseo/home"})
+      Check(chown(d, 1000, 1000) == 0, std::string("chown ") + d);
+    made_run_dir = mkdir("/run/paseo-sandbox", 0755) == 0;
+    Check(mount("tmpfs", "/run/paseo-sandbox", "tmpfs", 0, "mode=0755,size=1m") == 0,
+          "tmpfs on /run/paseo-sandbox");
+    WriteText(kSocketInContainer, "");  // the socket's bind mount point
     Check(mkdir((base + "/ws-docker-b").c_str(), 0755) == 0 &&
               chown((base + "/ws-docker-b").c_str(), 1001, 1001) == 0,
           "mkdir ws-docker-b");
@@ -674,5 +826,9 @@ int main(int argc, char** argv) {
                   "1001, \"gid\": 1001}}");
   };
   ::testing::AddGlobalTestEnvironment(new DockerEnvironment());
-  return RunTestsWithOwnService(argc, argv, options, &service);
+  int rc = RunTestsWithOwnService(argc, argv, options, &service);
+  // The directory made on the host's /run (our tmpfs over it goes with this namespace).
+  umount2("/run/paseo-sandbox", MNT_DETACH);
+  if (made_run_dir) rmdir("/run/paseo-sandbox");
+  return rc;
 }

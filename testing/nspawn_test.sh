@@ -55,11 +55,23 @@ cleanup() {
     for _ in $(seq 60); do kill -0 "$nspawn_pid" 2>/dev/null || break; sleep 1; done
     kill -KILL "$nspawn_pid" 2>/dev/null || true
   fi
-  # Our own cgroups, deepest first (what the container's systemd left below them).
+  # Our own cgroups, deepest first (what the container's systemd left below them), after
+  # anything still in them (a container that would not halt) is killed.
   for cg in "${cgroups[@]+"${cgroups[@]}"}"; do
     [ -d "$cg" ] || continue
     echo $$ > "$(dirname "$cg")/cgroup.procs" 2>/dev/null || true
-    find "$cg" -depth -mindepth 0 -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  for _ in 1 2 3 4 5; do
+    left=$(for cg in "${cgroups[@]+"${cgroups[@]}"}"; do
+             [ -d "$cg" ] && find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null; done | sort -u)
+    [ -n "$left" ] || break
+    echo "killing what the container left: $(echo $left)" >&2
+    kill -KILL $left 2>/dev/null || true
+    sleep 1
+  done
+  for cg in "${cgroups[@]+"${cgroups[@]}"}"; do
+    [ ! -d "$cg" ] || find "$cg" -depth -mindepth 0 -type d -exec rmdir {} + 2>/dev/null || true
+    [ ! -d "$cg" ] || echo "could not remove $cg" >&2
   done
   rm -rf "$scratch"
 }
