@@ -3,6 +3,7 @@
 // unprivileged user with no capabilities, moves itself into a private control network
 // namespace for every runsc call, and serves the broker's closed set of requests.
 #include <fcntl.h>
+#include <sys/fsuid.h>
 #include <grp.h>
 #include <net/if.h>
 #include <pwd.h>
@@ -94,16 +95,28 @@ absl::StatusOr<std::string> InstallShimCopy(int shim_fd, const std::string& run_
   return path;
 }
 
-// Gives the open directory `fd` its owner and mode. The mode is set while root owns it: changing
-// the mode of a directory the broker user already owns would need CAP_FOWNER, which the unit's
-// CapabilityBoundingSet (the serving set, capabilities.cc) leaves out. The owner comes last.
+// Gives the open directory `fd` its owner and mode. The mode is set as the directory's owner:
+// changing the mode of a directory the broker user owns would otherwise need CAP_FOWNER, which
+// the unit's CapabilityBoundingSet (the serving set, capabilities.cc) leaves out.
 absl::Status SetOwnerAndMode(int fd, const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   struct stat st;
   if (fstat(fd, &st) != 0) return ErrnoStatus("fstat", path);
   if ((st.st_mode & 07777) != mode) {
-    if (st.st_uid != 0 && fchown(fd, 0, static_cast<gid_t>(-1)) != 0)
-      return ErrnoStatus("fchown", path);
-    if (fchmod(fd, mode) != 0) return ErrnoStatus("fchmod", path);
+    // As its owner (the filesystem uid, with CAP_SETUID), not by handing it to root and back:
+    // a kill between the two would leave the broker's directory root's.
+    const uid_t owner = st.st_uid;
+    const int previous = setfsuid(owner);
+    if (static_cast<uid_t>(setfsuid(static_cast<uid_t>(-1))) != owner) {
+      setfsuid(previous);
+      return absl::PermissionDeniedError("setfsuid: cannot act as the owner of " + path);
+    }
+    const int rc = fchmod(fd, mode);
+    const int err = errno;
+    setfsuid(previous);
+    if (rc != 0) {
+      errno = err;
+      return ErrnoStatus("fchmod", path);
+    }
   }
   if (fchown(fd, uid, gid) != 0) return ErrnoStatus("fchown", path);
   return absl::OkStatus();
@@ -418,6 +431,12 @@ int Serve(const Options& options, const std::string& program) {
     Log("must run as root");
     return 1;
   }
+  // From here on a stop signal waits (blocked) until serving starts and is then handled as
+  // one: a systemctl stop during the start-up's runsc probe is not the default action's death.
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGUSR2);  // the unit's KillSignal: stop per onRestart
+  kj::UnixEventPort::captureSignal(SIGHUP);
   const auto helper = (*config)->helper();
   auto runsc_fd = OpenPinnedRunsc(helper.getRunsc());
   if (!runsc_fd.ok()) {
@@ -528,10 +547,6 @@ int Serve(const Options& options, const std::string& program) {
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 
   kj::UnixEventPort::captureChildExit();
-  kj::UnixEventPort::captureSignal(SIGTERM);
-  kj::UnixEventPort::captureSignal(SIGINT);
-  kj::UnixEventPort::captureSignal(SIGUSR2);  // the unit's KillSignal: stop per onRestart
-  kj::UnixEventPort::captureSignal(SIGHUP);
   signal(SIGPIPE, SIG_IGN);
   auto io = kj::setupAsyncIo();
   auto& events = io.unixEventPort;

@@ -63,7 +63,8 @@ cleanup() {
   done
   for _ in 1 2 3 4 5; do
     left=$(for cg in "${cgroups[@]+"${cgroups[@]}"}"; do
-             [ -d "$cg" ] && find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null; done | sort -u)
+             [ ! -d "$cg" ] || find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null || true
+           done | sort -u || true)
     [ -n "$left" ] || break
     echo "killing what the container left: $(echo $left)" >&2
     kill -KILL $left 2>/dev/null || true
@@ -104,7 +105,8 @@ else
   v1=1
   for c in /sys/fs/cgroup/*/; do
     c=${c%/}
-    [ -f "$c/cgroup.procs" ] || continue
+    # (Debian's cpu and cpuacct are symlinks to cpu,cpuacct: each hierarchy once)
+    [ ! -L "$c" ] && [ -f "$c/cgroup.procs" ] || continue
     cgroups+=("$c/paseo-nspawn-$$")
   done
 fi
@@ -135,7 +137,7 @@ state=$(inside timeout 120 systemctl is-system-running --wait 2>&1 || true)
 [ "$state" = running ] || { inside systemctl --failed --no-pager >&2 || true; fail "the container's systemd is $state, not running"; }
 pass "booted systemd as PID 1 in $(( ($(date +%s%N) - booted) / 1000000 )) ms"
 if [ "$v1" = 1 ]; then
-  for c in $(inside sh -c 'for m in /sys/fs/cgroup/*/; do [ -f "$m/cgroup.procs" ] && echo "$m"; done'); do
+  for c in $(inside sh -c 'for m in /sys/fs/cgroup/*; do [ ! -L "$m" ] && [ -f "$m/cgroup.procs" ] && echo "$m"; done'); do
     inside mount -o remount,bind,rw "$c"
   done
 fi
@@ -177,6 +179,20 @@ out=$(as_user alice timeout 120 paseo-sandbox run --workspace /home/alice:rw -- 
 [ "$(inside cat /home/alice/f)" = made-in-sandbox ] || fail "the sandbox's file is not in the workspace"
 [ "$(inside stat -c %u /home/alice/f)" = 1000 ] || fail "the sandbox's file is not alice's"
 pass "a sandbox ran under the unit's hardening (gVisor inside the booted container)"
+# The unit's seccomp-based options (SystemCallArchitectures=, LockPersonality=,
+# RestrictRealtime=) are inherited by runsc and the host processes that run the agents' code:
+# a sandbox on the platform runsc.platform auto did not choose too.
+chosen=$(inside journalctl --no-pager -u paseo-sandbox | sed -n 's/.*runsc platform: \([a-z]*\) .*/\1/p' | tail -1)
+case "$chosen" in systrap) other=ptrace ;; ptrace) other=systrap ;; *) fail "no runsc platform in the journal" ;; esac
+inside sh -c "jq '.runsc.platform = \"$other\"' /etc/paseo-sandbox/helper.json > /tmp/h && cat /tmp/h > /etc/paseo-sandbox/helper.json"
+inside systemctl restart paseo-sandbox.service
+out=$(as_user alice timeout 120 paseo-sandbox run --workspace /home/alice:rw -- sh -c 'cat /workspace/f; id -u' 2>&1) ||
+  { echo "$out"; fail "a sandbox did not run on $other"; }
+[ "$out" = "made-in-sandbox"$'\n'"1000" ] || fail "run on $other printed: $out"
+inside journalctl --no-pager -u paseo-sandbox | grep -q "runsc platform: $other" || fail "the service did not run on $other"
+inside sh -c "jq '.runsc.platform = \"auto\"' /etc/paseo-sandbox/helper.json > /tmp/h && cat /tmp/h > /etc/paseo-sandbox/helper.json"
+inside systemctl restart paseo-sandbox.service
+pass "a sandbox ran on $other too (auto chose $chosen)"
 
 # 6. systemctl reload adds a deployment: the same process, now serving bob.
 pid_before=$(inside systemctl show -P MainPID paseo-sandbox.service)
@@ -227,14 +243,16 @@ pid_before=$(inside systemctl show -P MainPID paseo-sandbox.service)
 out=$(inside /src/installer/install --bin-dir /src/bin2 --user alice --user bob 2>&1) || { echo "$out"; fail "the upgrade failed"; }
 grep -q "restarted paseo-sandbox.service" <<<"$out" || { echo "$out"; fail "the upgrade did not restart the service"; }
 [ "$(inside systemctl show -P MainPID paseo-sandbox.service)" != "$pid_before" ] || fail "the upgrade kept the old process"
-as_user alice timeout 60 paseo-sandbox ps 2>&1 | grep -q "$sb" || fail "the upgrade under keep lost the sandbox"
+ps_out=$(as_user alice timeout 60 paseo-sandbox ps 2>&1) || { echo "$ps_out"; fail "ps after the upgrade failed"; }
+grep -q "$sb" <<<"$ps_out" || fail "the upgrade under keep lost the sandbox"
 ticking || fail "the sandbox's process stopped across the upgrade under keep"
 pass "an upgrade under keep restarted the service and kept the sandbox"
 inside sh -c 'jq ".onRestart = \"kill\"" /etc/paseo-sandbox/helper.json > /tmp/h && cat /tmp/h > /etc/paseo-sandbox/helper.json'
 printf '\n' >> "$root/src/bin2/paseo-sandbox-privhelper"
 out=$(inside /src/installer/install --bin-dir /src/bin2 --user alice --user bob 2>&1) || { echo "$out"; fail "the second upgrade failed"; }
 grep -q "restarted paseo-sandbox.service" <<<"$out" || { echo "$out"; fail "the second upgrade did not restart the service"; }
-if as_user alice timeout 60 paseo-sandbox ps 2>&1 | grep -q "$sb"; then fail "the upgrade under kill kept the sandbox"; fi
+ps_out=$(as_user alice timeout 60 paseo-sandbox ps 2>&1) || { echo "$ps_out"; fail "ps after the upgrade under kill failed"; }
+if grep -q "$sb" <<<"$ps_out"; then fail "the upgrade under kill kept the sandbox"; fi
 [ -z "$(inside pgrep -f 'runsc.*boot')" ] || fail "a sandbox's runsc still runs after the upgrade under kill"
 pass "an upgrade under kill restarted the service and ended the sandbox"
 

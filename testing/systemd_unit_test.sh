@@ -25,6 +25,10 @@ serving_caps=$(grep -o '{CAP_[A-Z_]*, "cap_[a-z_]*"' "$4" | cut -d'"' -f2 | sort
 [ -n "$serving_caps" ] && [ "$unit_caps" = "$serving_caps" ] ||
   { echo "CapabilityBoundingSet ($unit_caps) is not the serving set ($serving_caps)"; exit 1; }
 grep -q "^NoNewPrivileges=yes$" "$tmp/paseo-sandbox.service"
+# A stop keeps sandboxes under onRestart keep (decision 61): the privhelper's own stop signal,
+# and systemd kills nothing else of the unit's.
+grep -q "^KillSignal=SIGUSR2$" "$tmp/paseo-sandbox.service"
+grep -q "^KillMode=process$" "$tmp/paseo-sandbox.service"
 sed "s|/usr/sbin/paseo-sandbox-admin|$admin|" "$(dirname "$unit_src")/paseo-sandbox-metrics.service" \
   > "$tmp/paseo-sandbox-metrics.service"
 cp "$(dirname "$unit_src")/paseo-sandbox-metrics.timer" "$tmp/paseo-sandbox-metrics.timer"
