@@ -11,6 +11,8 @@
 # what the service needs on a host), and its cgroup v1 controllers writable: nspawn mounts them
 # read-only, and the service bounds its sandboxes there. It runs in cgroups of its own.
 set -euo pipefail
+# (no `producer | grep -q` below: under pipefail the producer's SIGPIPE, when grep exits at the
+# first match, fails the pipeline; outputs are captured first)
 PATH=$PATH:/usr/sbin:/sbin
 installer=$(realpath -s "$1")
 shift
@@ -169,7 +171,8 @@ since=$(inside date '+%Y-%m-%d %H:%M:%S')
 info=$(as_user alice timeout 120 paseo-sandbox info 2>&1) || { echo "$info"; fail "the first connection was not served"; }
 grep -q "deployments: alice" <<<"$info" || { echo "$info"; fail "info: $info"; }
 [ "$(inside systemctl is-active paseo-sandbox.service)" = active ] || fail "the connection did not start the service"
-inside journalctl --no-pager -u paseo-sandbox --since "$since" | grep -q "serving the socket systemd passed" ||
+journal=$(inside journalctl --no-pager -u paseo-sandbox --since "$since")
+grep -q "serving the socket systemd passed" <<<"$journal" ||
   fail "the started service did not serve systemd's socket"
 pass "the socket unit listened with the service stopped, and the first connection started it"
 
@@ -189,7 +192,8 @@ inside systemctl restart paseo-sandbox.service
 out=$(as_user alice timeout 120 paseo-sandbox run --workspace /home/alice:rw -- sh -c 'cat /workspace/f; id -u' 2>&1) ||
   { echo "$out"; fail "a sandbox did not run on $other"; }
 [ "$out" = "made-in-sandbox"$'\n'"1000" ] || fail "run on $other printed: $out"
-inside journalctl --no-pager -u paseo-sandbox | grep -q "runsc platform: $other" || fail "the service did not run on $other"
+journal=$(inside journalctl --no-pager -u paseo-sandbox)
+grep -q "runsc platform: $other" <<<"$journal" || fail "the service did not run on $other"
 inside sh -c "jq '.runsc.platform = \"auto\"' /etc/paseo-sandbox/helper.json > /tmp/h && cat /tmp/h > /etc/paseo-sandbox/helper.json"
 inside systemctl restart paseo-sandbox.service
 pass "a sandbox ran on $other too (auto chose $chosen)"
@@ -203,7 +207,7 @@ inside sh -c 'jq ".id = \"bob\" | .allowedUids = [1001] | .workspaceRoots = [{ho
 inside systemctl reload paseo-sandbox.service
 ok=0
 for _ in $(seq 50); do
-  if as_user bob timeout 60 paseo-sandbox info 2>/dev/null | grep -q "deployments: bob"; then ok=1; break; fi
+  if grep -q "deployments: bob" <<<"$(as_user bob timeout 60 paseo-sandbox info 2>/dev/null || true)"; then ok=1; break; fi
   sleep 0.2
 done
 [ "$ok" = 1 ] || fail "after systemctl reload bob is not served"
@@ -281,7 +285,8 @@ for u in paseo-sandbox.service paseo-sandbox-metrics.service; do
   [ -n "$score" ] || fail "systemd-analyze security $u gave no score"
   echo "systemd-analyze security $u: $score"
 done
-inside systemd-analyze security --no-pager paseo-sandbox.service | grep -q "✓ CapabilityBoundingSet=~CAP_SYS_MODULE" ||
+security=$(inside systemd-analyze security --no-pager paseo-sandbox.service || true)
+grep -q "✓ CapabilityBoundingSet=~CAP_SYS_MODULE" <<<"$security" ||
   fail "the service's bounding set holds CAP_SYS_MODULE"
 
 # 12. --uninstall stops and disables everything and removes the units; under keep too, where
