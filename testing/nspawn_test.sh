@@ -289,6 +289,13 @@ security=$(inside systemd-analyze security --no-pager paseo-sandbox.service || t
 grep -q "✓ CapabilityBoundingSet=~CAP_SYS_MODULE" <<<"$security" ||
   fail "the service's bounding set holds CAP_SYS_MODULE"
 
+out=$(inside /src/installer/install --bin-dir /src/bin2 --user alice --user bob --no-metrics 2>&1) || { echo "$out"; fail "install --no-metrics failed"; }
+grep -qF "install: stopped paseo-sandbox-metrics.timer" <<<"$out" && grep -qF "install: disabled paseo-sandbox-metrics.timer" <<<"$out" ||
+  { echo "$out"; fail "--no-metrics did not stop and disable the timer"; }
+inside test ! -e /etc/systemd/system/paseo-sandbox-metrics.timer || fail "--no-metrics left the timer's unit file"
+inside test ! -e "$prom" || fail "--no-metrics left $prom"
+pass "--no-metrics stopped, disabled and removed the timer and its file"
+
 # 12. --uninstall stops and disables everything and removes the units; under keep too, where
 # its SIGTERM deletes the running sandbox the unit's own stop would keep.
 inside sh -c 'jq ".onRestart = \"keep\"" /etc/paseo-sandbox/helper.json > /tmp/h && cat /tmp/h > /etc/paseo-sandbox/helper.json'
